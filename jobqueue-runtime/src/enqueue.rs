@@ -1,0 +1,281 @@
+//! Enqueue: typed jobs in, one row each, idempotent by task key.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::mysql::MySqlConnection;
+
+use crate::error::{Error, Result};
+use crate::job::Job;
+use crate::key::{validate_key, validate_queue};
+use crate::queue::Queue;
+use crate::store::{self, NewJob};
+
+/// What an enqueue did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[must_use = "an enqueue can be a duplicate; check it or discard it explicitly"]
+pub enum Enqueued {
+    /// A new job was inserted with this id.
+    New(u64),
+    /// A job with the same task key exists already (this id); nothing was inserted and the
+    /// job will not run twice.
+    Duplicate(u64),
+}
+
+impl Enqueued {
+    /// The id of the job: the new one, or the existing one a duplicate refers to.
+    pub fn id(self) -> u64 {
+        match self {
+            Enqueued::New(id) | Enqueued::Duplicate(id) => id,
+        }
+    }
+
+    /// Whether a new job was inserted.
+    pub fn is_new(self) -> bool {
+        matches!(self, Enqueued::New(_))
+    }
+
+    /// Whether the task key existed already.
+    pub fn is_duplicate(self) -> bool {
+        matches!(self, Enqueued::Duplicate(_))
+    }
+}
+
+/// Per-enqueue overrides of the kind's defaults.
+///
+/// ```
+/// use std::time::Duration;
+/// use jobqueue::EnqueueOptions;
+///
+/// let opts = EnqueueOptions::default()
+///     .delay(Duration::from_secs(60))
+///     .priority(-10)
+///     .key("invoice:2026-11:customer-42");
+/// ```
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct EnqueueOptions {
+    /// Queue instead of the kind's.
+    pub queue: Option<String>,
+    /// Priority instead of the kind's (lower runs first).
+    pub priority: Option<i16>,
+    /// Task key instead of the kind's template or derived key. At most 255 characters.
+    pub key: Option<String>,
+    /// Attempts instead of the kind's.
+    pub max_attempts: Option<u32>,
+    /// Do not start before this instant.
+    pub run_at: Option<DateTime<Utc>>,
+    /// Do not start before this long from now (the database's now).
+    pub delay: Option<Duration>,
+}
+
+impl EnqueueOptions {
+    /// Sets the queue.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// Sets the priority (lower runs first).
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// Sets an explicit task key.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the number of attempts.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = Some(n);
+        self
+    }
+
+    /// Starts the job no earlier than `at` (UTC).
+    pub fn run_at(mut self, at: DateTime<Utc>) -> Self {
+        self.run_at = Some(at);
+        self
+    }
+
+    /// Starts the job no earlier than `delay` from now, measured by the database's clock.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+}
+
+impl Queue {
+    /// Enqueues a job with its kind's defaults. A second enqueue with the same task key is
+    /// [`Enqueued::Duplicate`] and is logged; it never runs twice.
+    pub async fn enqueue<J: Job>(&self, job: J) -> Result<Enqueued> {
+        self.enqueue_with(job, EnqueueOptions::default()).await
+    }
+
+    /// Enqueues a job with per-enqueue options.
+    pub async fn enqueue_with<J: Job>(&self, job: J, options: EnqueueOptions) -> Result<Enqueued> {
+        let new = self.prepare(&job, &options)?;
+        let mut conn = self.inner.pool.acquire().await?;
+        let outcome = store::insert(&mut conn, &new).await?;
+        self.record(&new, outcome);
+        if outcome.is_new() && new.run_at.is_none() && new.delay_us == 0 {
+            self.wake_workers();
+        }
+        Ok(outcome)
+    }
+
+    /// Enqueues inside the caller's transaction or connection (transactional outbox): the
+    /// job exists if and only if the transaction commits. A duplicate does not abort the
+    /// transaction. Workers in this process find the job at their next poll, or at once
+    /// after [`Queue::wake_workers`].
+    ///
+    /// ```no_run
+    /// # async fn demo<J: jobqueue::Job>(queue: jobqueue::Queue, pool: sqlx::MySqlPool, job: J) -> jobqueue::Result<()> {
+    /// let mut tx = pool.begin().await?;
+    /// sqlx::query("INSERT INTO orders (id) VALUES (?)").bind(7412).execute(&mut *tx).await?;
+    /// queue.enqueue_in(&mut tx, job).await?;
+    /// tx.commit().await?;
+    /// queue.wake_workers();
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue_in<J: Job>(&self, conn: &mut MySqlConnection, job: J) -> Result<Enqueued> {
+        self.enqueue_in_with(conn, job, EnqueueOptions::default())
+            .await
+    }
+
+    /// [`Queue::enqueue_in`] with per-enqueue options.
+    pub async fn enqueue_in_with<J: Job>(
+        &self,
+        conn: &mut MySqlConnection,
+        job: J,
+        options: EnqueueOptions,
+    ) -> Result<Enqueued> {
+        let new = self.prepare(&job, &options)?;
+        let outcome = store::insert(conn, &new).await?;
+        self.record(&new, outcome);
+        Ok(outcome)
+    }
+
+    /// Enqueues many jobs of one kind in one transaction, with a few statements per 500
+    /// jobs. Returns one outcome per job, in order; equal keys within the batch give one
+    /// `New` and then `Duplicate`s of it. Either all of them are enqueued or (on error) none.
+    pub async fn enqueue_many<J, I>(&self, jobs: I) -> Result<Vec<Enqueued>>
+    where
+        J: Job,
+        I: IntoIterator<Item = J>,
+    {
+        let news = self.prepare_many(jobs, &EnqueueOptions::default())?;
+        let mut tx = self.inner.pool.begin().await?;
+        let outcomes = store::insert_many(&mut tx, &news).await?;
+        tx.commit().await?;
+        for (n, o) in news.iter().zip(&outcomes) {
+            self.record(n, *o);
+        }
+        if outcomes.iter().any(|o| o.is_new()) {
+            self.wake_workers();
+        }
+        Ok(outcomes)
+    }
+
+    /// [`Queue::enqueue_many`] inside the caller's transaction, with shared options (an
+    /// explicit `key` is refused here: every job needs its own).
+    pub async fn enqueue_many_in<J, I>(
+        &self,
+        conn: &mut MySqlConnection,
+        jobs: I,
+        options: EnqueueOptions,
+    ) -> Result<Vec<Enqueued>>
+    where
+        J: Job,
+        I: IntoIterator<Item = J>,
+    {
+        let news = self.prepare_many(jobs, &options)?;
+        let outcomes = store::insert_many(conn, &news).await?;
+        for (n, o) in news.iter().zip(&outcomes) {
+            self.record(n, *o);
+        }
+        Ok(outcomes)
+    }
+
+    fn prepare_many<J: Job, I: IntoIterator<Item = J>>(
+        &self,
+        jobs: I,
+        options: &EnqueueOptions,
+    ) -> Result<Vec<NewJob>> {
+        if options.key.is_some() {
+            return Err(Error::Config(
+                "a bulk enqueue cannot share one explicit `key` among its jobs; leave `key` unset or enqueue one by one".into(),
+            ));
+        }
+        jobs.into_iter()
+            .map(|j| self.prepare(&j, options))
+            .collect()
+    }
+
+    pub(crate) fn prepare<J: Job>(&self, job: &J, options: &EnqueueOptions) -> Result<NewJob> {
+        let o = &J::OPTIONS;
+        let queue = options.queue.clone().unwrap_or_else(|| o.queue.to_owned());
+        validate_queue(&queue)?;
+        let key = match &options.key {
+            Some(k) => k.clone(),
+            None => job.task_key()?,
+        };
+        validate_key(&key)?;
+        let payload = serde_json::to_string(job).map_err(|source| Error::Serialize {
+            kind: J::KIND,
+            source,
+        })?;
+        let limit = self.inner.config.max_payload_bytes;
+        if payload.len() > limit {
+            return Err(Error::PayloadTooLarge {
+                kind: J::KIND.to_owned(),
+                size: payload.len(),
+                limit,
+            });
+        }
+        let max_attempts = options.max_attempts.unwrap_or(o.max_attempts);
+        if max_attempts == 0 {
+            return Err(Error::Config(format!(
+                "job `{}`: `max_attempts` must be at least 1",
+                J::KIND
+            )));
+        }
+        let delay_us = options
+            .delay
+            .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        Ok(NewJob {
+            kind: J::KIND.to_owned(),
+            queue,
+            key,
+            payload,
+            priority: options.priority.unwrap_or(o.priority),
+            max_attempts,
+            lease_ms: u32::try_from(o.lease.as_millis()).unwrap_or(u32::MAX),
+            run_at: options.run_at.map(|t| t.naive_utc()),
+            delay_us,
+        })
+    }
+
+    fn record(&self, job: &NewJob, outcome: Enqueued) {
+        let m = &self.inner.metrics;
+        match outcome {
+            Enqueued::New(id) => {
+                m.add(&m.enqueued, "jobqueue_enqueued_total", 1);
+                tracing::debug!(job.id = id, job.kind = %job.kind, task_key = %job.key, queue = %job.queue, "job enqueued");
+            }
+            Enqueued::Duplicate(id) => {
+                m.add(&m.duplicates, "jobqueue_enqueue_duplicates_total", 1);
+                tracing::info!(
+                    job.kind = %job.kind,
+                    task_key = %job.key,
+                    existing_id = id,
+                    "duplicate enqueue ignored: job {id} already has task key {:?}",
+                    job.key
+                );
+            }
+        }
+    }
+}

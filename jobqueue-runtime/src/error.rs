@@ -1,0 +1,176 @@
+//! The runtime's error type, and the error a job returns.
+
+use std::fmt;
+
+/// A boxed error of any kind, as jobs may return.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with the runtime's [`Error`] as its default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the queue itself (not in a job: see [`JobError`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The database returned an error or could not be reached.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+
+    /// Applying the embedded migrations failed.
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+
+    /// The server is one the queue cannot run on safely; the message says what to change.
+    #[error("unsupported database server: {0}")]
+    UnsupportedServer(String),
+
+    /// A task key is empty, too long or otherwise unusable.
+    #[error("invalid task key {key:?}: {reason}")]
+    InvalidKey {
+        /// The key as given (cut to 80 characters).
+        key: String,
+        /// What is wrong with it and how to fix it.
+        reason: String,
+    },
+
+    /// A queue name is empty, too long or uses characters outside `[A-Za-z0-9_.:-]`.
+    #[error("invalid queue name {queue:?}: {reason}")]
+    InvalidQueue {
+        /// The queue name as given (cut to 80 characters).
+        queue: String,
+        /// What is wrong with it and how to fix it.
+        reason: String,
+    },
+
+    /// A job's arguments could not be serialized to JSON.
+    #[error("cannot serialize the arguments of job `{kind}`: {source}")]
+    Serialize {
+        /// The job kind.
+        kind: &'static str,
+        /// The serializer's error.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// A serialized payload is larger than the queue accepts.
+    #[error("payload of job `{kind}` is {size} bytes, over the limit of {limit} bytes; store large data elsewhere and pass a reference to it")]
+    PayloadTooLarge {
+        /// The job kind.
+        kind: String,
+        /// The payload's size in bytes.
+        size: usize,
+        /// The configured limit in bytes.
+        limit: usize,
+    },
+
+    /// A setting is out of range or two settings contradict each other.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
+    /// Two job kinds registered under the same name, or a kind that cannot run.
+    #[error("job registry: {0}")]
+    Registry(String),
+
+    /// No job with that id or key exists.
+    #[error("no job {0}")]
+    NotFound(String),
+}
+
+impl Error {
+    /// The MySQL/MariaDB error number behind this error, if it is a server error.
+    pub fn server_code(&self) -> Option<u16> {
+        match self {
+            Error::Database(e) => server_code(e),
+            _ => None,
+        }
+    }
+}
+
+/// The server error number of a sqlx error (1062 duplicate key, 1213 deadlock...), if it has one.
+pub(crate) fn server_code(e: &sqlx::Error) -> Option<u16> {
+    match e {
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .map(|e| e.number()),
+        _ => None,
+    }
+}
+
+/// The error a job returns when an attempt fails.
+///
+/// Any error type converts into it with `?` (everything that converts into
+/// `Box<dyn Error + Send + Sync>`: `std` errors, `anyhow::Error`, `String`, `&str`), and the
+/// attempt is retried with the job's backoff while attempts remain. Use
+/// [`JobError::permanent`] for a failure that retrying cannot fix: the job fails at once.
+///
+/// `JobError` deliberately does not implement `std::error::Error`, so that the blanket
+/// conversion from every error type can exist (the same choice `anyhow` makes).
+pub struct JobError {
+    error: BoxError,
+    retry: bool,
+}
+
+impl JobError {
+    /// A failed attempt that may be retried (the default for `?`).
+    pub fn retryable(error: impl Into<BoxError>) -> Self {
+        JobError {
+            error: error.into(),
+            retry: true,
+        }
+    }
+
+    /// A failure that retrying cannot fix: the job goes to `failed` at once, whatever attempts remain.
+    pub fn permanent(error: impl Into<BoxError>) -> Self {
+        JobError {
+            error: error.into(),
+            retry: false,
+        }
+    }
+
+    /// Whether the worker may retry the job after this error.
+    pub fn is_retryable(&self) -> bool {
+        self.retry
+    }
+
+    /// The underlying error.
+    pub fn error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.error
+    }
+
+    /// The underlying error, by value.
+    pub fn into_inner(self) -> BoxError {
+        self.error
+    }
+}
+
+impl<E> From<E> for JobError
+where
+    E: Into<BoxError>,
+{
+    fn from(error: E) -> Self {
+        JobError::retryable(error)
+    }
+}
+
+impl fmt::Debug for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobError")
+            .field("error", &self.error)
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+impl fmt::Display for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The whole chain: "export failed: connection reset" reads better in `last_error`
+        // than the outermost message alone.
+        write!(f, "{}", self.error)?;
+        let mut source = self.error.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,247 @@
+//! What a job kind is: the [`Job`] trait, its [`JobOptions`], and the [`JobContext`] a run sees.
+
+use std::future::Future;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{JobError, Result};
+use crate::retry::Backoff;
+
+/// A kind of job: a serializable argument struct plus the code that runs it.
+///
+/// `#[job]` implements this trait for the argument struct it generates; implement it by hand
+/// only where the macro does not fit (see the macro's "equivalent code" section). A kind is
+/// found by the worker through its registration (`jobqueue::register!` or the macro's own),
+/// by [`Job::KIND`], so the name must stay stable across releases while jobs of the old
+/// release may still sit in the table.
+pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
+    /// The stable kind name stored with every job (`kind` column).
+    const KIND: &'static str;
+
+    /// Defaults for every job of this kind: queue, attempts, lease, backoff...
+    const OPTIONS: JobOptions;
+
+    /// The idempotency key of this job: a second enqueue with an equal key is a duplicate.
+    ///
+    /// The default is [`derived_task_key`](crate::key::derived_task_key): the kind and a hash
+    /// of the arguments, so equal arguments give equal keys.
+    fn task_key(&self) -> Result<String> {
+        crate::key::derived_task_key(Self::KIND, self)
+    }
+
+    /// Runs one attempt of the job.
+    fn run(self, ctx: JobContext) -> impl Future<Output = Result<(), JobError>> + Send;
+}
+
+/// Settings shared by every job of a kind; `#[job(...)]` fills them from its options.
+///
+/// Every field has a default (see [`JobOptions::DEFAULT`]); a per-enqueue
+/// [`EnqueueOptions`](crate::EnqueueOptions) can override the queue, priority and key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobOptions {
+    /// The queue the job goes to. Default `"default"`.
+    pub queue: &'static str,
+    /// How many attempts (runs) a job gets before it is `failed`. Default 25, at least 1.
+    pub max_attempts: u32,
+    /// How long a claim holds the job without renewal. Default 30 s, at least 1 s. The worker
+    /// renews every lease a third of the way through, so a job may run for much longer.
+    pub lease: Duration,
+    /// Longest time one attempt may run before it is cancelled and counted as failed.
+    /// Default: no limit.
+    pub timeout: Option<Duration>,
+    /// Lower runs first within a queue. Default 0; range `-32768..=32767`.
+    pub priority: i16,
+    /// The wait before each retry.
+    pub backoff: Backoff,
+    /// A cron schedule (with seconds, UTC) on which the worker enqueues this job by itself.
+    pub cron: Option<&'static str>,
+}
+
+impl JobOptions {
+    /// The defaults: queue `default`, 25 attempts, 30 s lease, no timeout, priority 0,
+    /// exponential backoff, no cron schedule.
+    pub const DEFAULT: JobOptions = JobOptions {
+        queue: "default",
+        max_attempts: 25,
+        lease: Duration::from_secs(30),
+        timeout: None,
+        priority: 0,
+        backoff: Backoff::DEFAULT,
+        cron: None,
+    };
+
+    /// Sets the queue.
+    pub const fn queue(mut self, queue: &'static str) -> Self {
+        self.queue = queue;
+        self
+    }
+
+    /// Sets the number of attempts.
+    pub const fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Sets the lease.
+    pub const fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Sets the per-attempt timeout.
+    pub const fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the priority.
+    pub const fn priority(mut self, priority: i16) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Sets the retry backoff.
+    pub const fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Sets the cron schedule.
+    pub const fn cron(mut self, cron: &'static str) -> Self {
+        self.cron = Some(cron);
+        self
+    }
+}
+
+impl Default for JobOptions {
+    fn default() -> Self {
+        JobOptions::DEFAULT
+    }
+}
+
+/// Why a job's [`JobContext::cancelled`] resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelReason {
+    /// The worker is shutting down and the grace period is over; the job goes back to `ready`.
+    Shutdown,
+    /// The lease could not be renewed: another worker may run the job now. Nothing this
+    /// attempt does will be recorded.
+    LeaseLost,
+    /// The attempt ran longer than the kind's `timeout`; it counts as a failed attempt.
+    Timeout,
+    /// An operator asked for the job to be cancelled; it ends `cancelled`.
+    Requested,
+}
+
+/// What a running job knows about itself, and the signal that asks it to stop.
+#[derive(Debug, Clone)]
+pub struct JobContext {
+    pub(crate) id: u64,
+    pub(crate) attempt: u32,
+    pub(crate) max_attempts: u32,
+    pub(crate) kind: String,
+    pub(crate) queue: String,
+    pub(crate) task_key: String,
+    pub(crate) token: CancellationToken,
+    pub(crate) reason: std::sync::Arc<std::sync::OnceLock<CancelReason>>,
+}
+
+impl JobContext {
+    /// The job's id (`job_queue.id`).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Which attempt this is, from 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// How many attempts the job has in all.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The job's kind name.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The queue the job was claimed from.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// The job's idempotency key: use it to make side effects idempotent too.
+    pub fn task_key(&self) -> &str {
+        &self.task_key
+    }
+
+    /// Resolves when the job should stop: shutdown after the grace period, lease lost,
+    /// timeout, or an operator's cancel. See [`JobContext::cancel_reason`].
+    pub async fn cancelled(&self) {
+        self.token.cancelled().await
+    }
+
+    /// Whether the job has been asked to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Why the job was asked to stop, once it has been.
+    pub fn cancel_reason(&self) -> Option<CancelReason> {
+        self.reason.get().copied()
+    }
+
+    /// The cancellation token itself, to hand to code that takes one.
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+
+    /// A context for calling a job function directly, outside a worker (tests, scripts).
+    pub fn detached(id: u64, task_key: impl Into<String>) -> Self {
+        JobContext {
+            id,
+            attempt: 1,
+            max_attempts: 1,
+            kind: String::new(),
+            queue: String::new(),
+            task_key: task_key.into(),
+            token: CancellationToken::new(),
+            reason: Default::default(),
+        }
+    }
+
+    pub(crate) fn cancel(&self, reason: CancelReason) {
+        let _ = self.reason.set(reason);
+        self.token.cancel();
+    }
+}
+
+/// What a job function may return: `()` or `Result<(), E>` where `E` converts into [`JobError`].
+#[diagnostic::on_unimplemented(
+    message = "a job function must return `()` or `Result<(), E>` where `E` converts into `JobError`",
+    label = "`{Self}` is not a job result",
+    note = "any `E: Into<Box<dyn std::error::Error + Send + Sync>>` works, such as `std::io::Error`, `anyhow::Error` or `String`"
+)]
+pub trait IntoJobResult {
+    /// Converts the job function's return value.
+    fn into_job_result(self) -> Result<(), JobError>;
+}
+
+impl IntoJobResult for () {
+    fn into_job_result(self) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+impl<E: Into<JobError>> IntoJobResult for std::result::Result<(), E> {
+    fn into_job_result(self) -> Result<(), JobError> {
+        self.map_err(Into::into)
+    }
+}

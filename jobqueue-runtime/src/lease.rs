@@ -1,0 +1,218 @@
+//! Lease renewal: while a worker holds jobs it extends their leases, one statement for all of
+//! them, a third of the way through each lease; and it stops any job whose lease it can no
+//! longer vouch for before another worker may take it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::job::{CancelReason, JobContext};
+use crate::metrics::Metrics;
+use crate::store::Store;
+
+/// One claim this worker holds, from claim until its outcome is written.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) attempt: u32,
+    pub(crate) lease: Duration,
+    /// When the last successful renewal (or the claim) was *sent*: the server's lease runs
+    /// from a moment after this one, so deadlines computed from it are conservative.
+    pub(crate) renewed_at: Instant,
+    pub(crate) ctx: JobContext,
+    /// The operator asked to cancel it; renewals must not skip it any more.
+    pub(crate) cancel_seen: bool,
+}
+
+/// The claims this worker holds, shared by the claim loop, the job tasks, the outcome
+/// writer and the renewer.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Leases {
+    inner: Arc<Mutex<HashMap<u64, Held>>>,
+}
+
+impl Leases {
+    pub(crate) fn insert(&self, id: u64, held: Held) {
+        self.lock().insert(id, held);
+    }
+
+    /// Removes the claim if it is still this attempt's. Returns whether it was.
+    pub(crate) fn release(&self, id: u64, attempt: u32) -> bool {
+        let mut map = self.lock();
+        match map.get(&id) {
+            Some(h) if h.attempt == attempt => {
+                map.remove(&id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether this worker still holds the claim (id, attempt).
+    pub(crate) fn holds(&self, id: u64, attempt: u32) -> bool {
+        self.lock().get(&id).is_some_and(|h| h.attempt == attempt)
+    }
+
+    /// Asks every running job to stop.
+    pub(crate) fn cancel_all(&self, reason: CancelReason) {
+        for h in self.lock().values() {
+            h.ctx.cancel(reason);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Held>> {
+        // A panic while holding this lock cannot leave the map half-updated (every update is
+        // a single insert or remove), so a poisoned lock is still sound to use.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// How often the renewer looks at its leases. Renewals themselves happen only when a lease
+/// is a third used, so this costs no queries.
+const CHECK_EVERY: Duration = Duration::from_millis(200);
+
+/// Renews leases until `stop` fires.
+pub(crate) async fn renew_loop(
+    store: Store,
+    owner: String,
+    leases: Leases,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(CHECK_EVERY) => {}
+        }
+        renew_due(&store, &owner, &leases, &metrics).await;
+    }
+}
+
+async fn renew_due(store: &Store, owner: &str, leases: &Leases, metrics: &Metrics) {
+    let now = Instant::now();
+    let mut due = Vec::new();
+    let mut due_cancel = Vec::new();
+    {
+        let mut map = leases.lock();
+        let mut expired = Vec::new();
+        for (&id, h) in map.iter() {
+            let age = now.duration_since(h.renewed_at);
+            // Two renewals in a row have failed: the server may let the lease go at any
+            // moment now. Stop the job before another worker can start it.
+            if age >= h.lease.mul_f64(0.75) {
+                expired.push(id);
+            } else if age >= h.lease / 3 {
+                if h.cancel_seen {
+                    due_cancel.push((id, h.attempt));
+                } else {
+                    due.push((id, h.attempt));
+                }
+            }
+        }
+        for id in expired {
+            if let Some(h) = map.remove(&id) {
+                h.ctx.cancel(CancelReason::LeaseLost);
+                metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
+                tracing::error!(
+                    job.id = id,
+                    attempt = h.attempt,
+                    lease = ?h.lease,
+                    "lease could not be renewed in time; job stopped, nothing of this attempt will be recorded, and it will run again after its lease expires"
+                );
+            }
+        }
+    }
+    for (claims, with_cancel) in [(due, false), (due_cancel, true)] {
+        if claims.is_empty() {
+            continue;
+        }
+        let sent = Instant::now();
+        let ids: Vec<u64> = claims.iter().map(|c| c.0).collect();
+        match store.renew(owner, &ids, with_cancel).await {
+            Ok(matched) if matched == ids.len() as u64 => mark_renewed(leases, &claims, sent),
+            Ok(_) => sort_out(store, owner, leases, metrics, &claims, sent).await,
+            Err(e) => {
+                metrics.add(
+                    &metrics.database_errors,
+                    "jobqueue_database_errors_total",
+                    1,
+                );
+                tracing::error!(error = %e, jobs = ids.len(), "lease renewal failed; retrying shortly");
+            }
+        }
+    }
+}
+
+fn mark_renewed(leases: &Leases, claims: &[(u64, u32)], sent: Instant) {
+    let mut map = leases.lock();
+    for (id, attempt) in claims {
+        if let Some(h) = map.get_mut(id) {
+            if h.attempt == *attempt {
+                h.renewed_at = sent;
+            }
+        }
+    }
+}
+
+/// A renewal matched fewer rows than it named: find out, per job, whether the lease was lost
+/// or an operator asked for a cancel.
+async fn sort_out(
+    store: &Store,
+    owner: &str,
+    leases: &Leases,
+    metrics: &Metrics,
+    claims: &[(u64, u32)],
+    sent: Instant,
+) {
+    let states = match store.lease_states(owner, claims).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "could not read lease states after a short renewal; retrying shortly");
+            return;
+        }
+    };
+    let mut cancel_now = Vec::new();
+    {
+        let mut map = leases.lock();
+        for s in states {
+            let Some(&(_, attempt)) = claims.iter().find(|c| c.0 == s.id) else {
+                continue;
+            };
+            if !s.held {
+                if map.get(&s.id).is_some_and(|h| h.attempt == attempt) {
+                    if let Some(h) = map.remove(&s.id) {
+                        h.ctx.cancel(CancelReason::LeaseLost);
+                    }
+                    metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
+                    tracing::warn!(
+                        job.id = s.id,
+                        attempt,
+                        "lease lost: another worker took the job; stopping it, nothing of this attempt will be recorded"
+                    );
+                }
+            } else if let Some(h) = map.get_mut(&s.id) {
+                if s.cancel_requested && !h.cancel_seen {
+                    h.cancel_seen = true;
+                    h.ctx.cancel(CancelReason::Requested);
+                    tracing::info!(
+                        job.id = s.id,
+                        "cancel requested by an operator; asking the job to stop"
+                    );
+                    cancel_now.push((s.id, attempt));
+                } else {
+                    h.renewed_at = sent;
+                }
+            }
+        }
+    }
+    if !cancel_now.is_empty() {
+        let ids: Vec<u64> = cancel_now.iter().map(|c| c.0).collect();
+        let sent = Instant::now();
+        if let Ok(n) = store.renew(owner, &ids, true).await {
+            if n == ids.len() as u64 {
+                mark_renewed(leases, &cancel_now, sent);
+            }
+        }
+    }
+}

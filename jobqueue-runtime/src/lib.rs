@@ -1,0 +1,40 @@
+//! The runtime behind `jobqueue`: the MySQL/MariaDB store, enqueue, the claim loop and the
+//! worker. Depend on the `jobqueue` crate, which re-exports everything here with the
+//! `#[job]` macro.
+
+pub mod cron;
+mod enqueue;
+mod error;
+mod job;
+pub mod key;
+mod lease;
+mod metrics;
+mod migrate;
+mod queue;
+pub mod registry;
+mod retry;
+mod server;
+pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod worker;
+
+pub use enqueue::{EnqueueOptions, Enqueued};
+pub use error::{BoxError, Error, JobError, Result};
+pub use job::{CancelReason, IntoJobResult, Job, JobContext, JobOptions};
+pub use metrics::MetricsSnapshot;
+pub use queue::{JobRecord, JobStatus, Queue, QueueConfig};
+pub use retry::Backoff;
+pub use server::ServerInfo;
+pub use worker::{shutdown_signal, Worker, WorkerBuilder, WorkerHandle};
+
+/// What `#[job]` expands to uses these paths. Not a stable API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::job::IntoJobResult;
+    pub use crate::key::{derived_task_key, fit_key};
+    pub use crate::registry::{JobDescriptor, RunFuture};
+    pub use ::inventory;
+    pub use ::serde;
+    pub use ::serde_json;
+}

@@ -1,0 +1,382 @@
+//! [`Queue`]: the handle to the job table that enqueues, inspects and hands work to workers.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::NaiveDateTime;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::{Executor, Row};
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::server::{self, ServerInfo};
+use crate::store::{self, Store};
+
+/// Settings of a [`Queue`]. Every field has a documented default.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct QueueConfig {
+    /// Connections in the pool [`Queue::connect`] opens. Default 10: a worker uses about
+    /// four (claims, completions, lease renewal, maintenance) whatever its concurrency.
+    pub max_connections: u32,
+    /// How long to wait for a free connection before an operation fails. Default 30 s.
+    pub acquire_timeout: Duration,
+    /// Connections are closed and replaced after this long. Default 30 min.
+    pub max_lifetime: Duration,
+    /// The largest serialized payload accepted at enqueue, in bytes. Default 1 MiB.
+    pub max_payload_bytes: usize,
+    /// Refuse servers the queue cannot run on safely (see [`ServerInfo::check`]). Default
+    /// true; turn off only for a server you have checked by hand.
+    pub check_server: bool,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(30),
+            max_lifetime: Duration::from_secs(30 * 60),
+            max_payload_bytes: 1024 * 1024,
+            check_server: true,
+        }
+    }
+}
+
+impl QueueConfig {
+    /// Sets [`QueueConfig::max_connections`].
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n;
+        self
+    }
+
+    /// Sets [`QueueConfig::acquire_timeout`].
+    pub fn acquire_timeout(mut self, d: Duration) -> Self {
+        self.acquire_timeout = d;
+        self
+    }
+
+    /// Sets [`QueueConfig::max_payload_bytes`].
+    pub fn max_payload_bytes(mut self, n: usize) -> Self {
+        self.max_payload_bytes = n;
+        self
+    }
+
+    /// Sets [`QueueConfig::check_server`].
+    pub fn check_server(mut self, on: bool) -> Self {
+        self.check_server = on;
+        self
+    }
+}
+
+/// The job table of one database, and everything done with it.
+///
+/// Cheap to clone: clones share the pool, the metrics and the in-process wake-up that lets
+/// a local [`Worker`](crate::Worker) start a job the moment this process enqueues it.
+#[derive(Clone)]
+pub struct Queue {
+    pub(crate) inner: Arc<QueueInner>,
+}
+
+pub(crate) struct QueueInner {
+    pub(crate) pool: MySqlPool,
+    pub(crate) config: QueueConfig,
+    /// True when the pool is the caller's: its sessions may not be at READ COMMITTED, so
+    /// every queue transaction sets the level itself.
+    pub(crate) set_isolation: bool,
+    pub(crate) wake: watch::Sender<u64>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) server: ServerInfo,
+}
+
+impl fmt::Debug for Queue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Queue")
+            .field("server", &self.inner.server.version)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Queue {
+    /// Connects to `url` (`mysql://user:password@host:port/database`) with the default
+    /// [`QueueConfig`], and checks that the server is safe to run a queue on.
+    pub async fn connect(url: &str) -> Result<Queue> {
+        Self::connect_with(url, QueueConfig::default()).await
+    }
+
+    /// Connects with explicit settings.
+    pub async fn connect_with(url: &str, config: QueueConfig) -> Result<Queue> {
+        let options: MySqlConnectOptions = url.parse().map_err(|e: sqlx::Error| {
+            Error::Config(format!(
+                "cannot parse the database URL ({}): {e}; expected mysql://user:password@host:port/database",
+                redact_url(url)
+            ))
+        })?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(config.max_connections)
+            .acquire_timeout(config.acquire_timeout)
+            .max_lifetime(config.max_lifetime)
+            // Claims and maintenance must run at READ COMMITTED: under REPEATABLE READ their
+            // range scans take gap locks that deadlock with concurrent inserts.
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                        .await?;
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await?;
+        Self::build(pool, config, false).await
+    }
+
+    /// Wraps a pool the application already has. Its sessions keep their own isolation
+    /// level; the queue sets READ COMMITTED on each of its own transactions (one statement
+    /// more per claim than with [`Queue::connect`]).
+    pub async fn from_pool(pool: MySqlPool) -> Result<Queue> {
+        Self::build(pool, QueueConfig::default(), true).await
+    }
+
+    /// [`Queue::from_pool`] with explicit settings (the pool settings in `config` are unused).
+    pub async fn from_pool_with(pool: MySqlPool, config: QueueConfig) -> Result<Queue> {
+        Self::build(pool, config, true).await
+    }
+
+    async fn build(pool: MySqlPool, config: QueueConfig, set_isolation: bool) -> Result<Queue> {
+        let server = server::inspect(&pool).await?;
+        if config.check_server {
+            server.check()?;
+        }
+        let (wake, _) = watch::channel(0);
+        Ok(Queue {
+            inner: Arc::new(QueueInner {
+                pool,
+                config,
+                set_isolation,
+                wake,
+                metrics: Arc::new(Metrics::default()),
+                server,
+            }),
+        })
+    }
+
+    /// Applies the embedded migrations (creates or upgrades `job_queue`). Needs a user with
+    /// `CREATE`, `ALTER`, `INDEX` and `DROP` on the database; workers need only DML.
+    pub async fn migrate(&self) -> Result<()> {
+        crate::migrate::run(&self.inner.pool).await
+    }
+
+    /// The low-level operations the worker is built from (claim, renew, complete...), for
+    /// custom consumers and tests. Each write after a claim is fenced; see [`Store`].
+    pub fn store(&self) -> Store {
+        Store {
+            pool: self.inner.pool.clone(),
+            set_isolation: self.inner.set_isolation,
+            metrics: self.inner.metrics.clone(),
+        }
+    }
+
+    /// The embedded migrations not yet applied, as (version, description).
+    pub async fn pending_migrations(&self) -> Result<Vec<(i64, String)>> {
+        crate::migrate::pending(&self.inner.pool).await
+    }
+
+    /// The pool the queue uses.
+    pub fn pool(&self) -> &MySqlPool {
+        &self.inner.pool
+    }
+
+    /// What the server said about itself when the queue connected.
+    pub fn server_info(&self) -> &ServerInfo {
+        &self.inner.server
+    }
+
+    /// Enqueue-side counters (enqueued, duplicates) and the transaction conflicts retried by
+    /// operations on this handle.
+    pub fn metrics(&self) -> crate::MetricsSnapshot {
+        self.inner.metrics.snapshot()
+    }
+
+    /// Wakes this process's workers now, e.g. after committing a transaction that enqueued
+    /// jobs with [`Queue::enqueue_in`] (they would otherwise find them at their next poll).
+    pub fn wake_workers(&self) {
+        self.inner.wake.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// One job, by id.
+    pub async fn job(&self, id: u64) -> Result<Option<JobRecord>> {
+        store::fetch_job(&self.inner.pool, store::JobLookup::Id(id)).await
+    }
+
+    /// One job, by task key.
+    pub async fn job_by_key(&self, key: &str) -> Result<Option<JobRecord>> {
+        store::fetch_job(&self.inner.pool, store::JobLookup::Key(key)).await
+    }
+
+    /// Jobs per status in one queue (all queues with `None`).
+    pub async fn counts(&self, queue: Option<&str>) -> Result<Vec<(JobStatus, u64)>> {
+        let rows = match queue {
+            Some(q) => {
+                sqlx::query(
+                    "SELECT CAST(status AS CHAR) AS s, COUNT(*) AS n FROM job_queue WHERE queue = ? GROUP BY status",
+                )
+                .bind(q)
+                .fetch_all(&self.inner.pool)
+                .await?
+            }
+            None => {
+                sqlx::query(
+                    "SELECT CAST(status AS CHAR) AS s, COUNT(*) AS n FROM job_queue GROUP BY status",
+                )
+                .fetch_all(&self.inner.pool)
+                .await?
+            }
+        };
+        rows.iter()
+            .map(|r| {
+                let s = store::text(r, "s")?;
+                let n: i64 = r.try_get("n")?;
+                Ok((s.parse()?, n as u64))
+            })
+            .collect()
+    }
+}
+
+/// A job's state. See the README's state diagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum JobStatus {
+    /// Waiting for `run_at`: a delayed job, or a retry waiting out its backoff.
+    Scheduled,
+    /// May be claimed now.
+    Ready,
+    /// Claimed: `lease_owner` holds it until `lease_until`.
+    Running,
+    /// Finished successfully.
+    Done,
+    /// Out of attempts, or failed with a permanent error; `last_error` says why.
+    Failed,
+    /// Cancelled before it ran, or stopped on request while running.
+    Cancelled,
+}
+
+impl JobStatus {
+    /// The status as stored in the `status` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Scheduled => "scheduled",
+            JobStatus::Ready => "ready",
+            JobStatus::Running => "running",
+            JobStatus::Done => "done",
+            JobStatus::Failed => "failed",
+            JobStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Every status, in lifecycle order.
+    pub const ALL: [JobStatus; 6] = [
+        JobStatus::Scheduled,
+        JobStatus::Ready,
+        JobStatus::Running,
+        JobStatus::Done,
+        JobStatus::Failed,
+        JobStatus::Cancelled,
+    ];
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobStatus {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        JobStatus::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "unknown job status {s:?}; expected one of scheduled, ready, running, done, failed, cancelled"
+                ))
+            })
+    }
+}
+
+/// One row of `job_queue`, as [`Queue::job`] reads it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct JobRecord {
+    /// The job's id.
+    pub id: u64,
+    /// Its queue.
+    pub queue: String,
+    /// Its kind name.
+    pub kind: String,
+    /// Its idempotency key.
+    pub task_key: String,
+    /// Its arguments, as JSON.
+    pub payload: serde_json::Value,
+    /// Where it is in its life.
+    pub status: JobStatus,
+    /// Lower runs first.
+    pub priority: i16,
+    /// When it may run (UTC, server clock).
+    pub run_at: NaiveDateTime,
+    /// Claims so far.
+    pub attempts: u32,
+    /// Claims it may have.
+    pub max_attempts: u32,
+    /// The worker holding it, while running.
+    pub lease_owner: Option<String>,
+    /// Until when the lease holds (UTC, server clock).
+    pub lease_until: Option<NaiveDateTime>,
+    /// Whether an operator asked for it to be cancelled.
+    pub cancel_requested: bool,
+    /// The error of the last failed attempt.
+    pub last_error: Option<String>,
+    /// When it was enqueued.
+    pub created_at: NaiveDateTime,
+    /// When the row last changed.
+    pub updated_at: NaiveDateTime,
+    /// When it reached done, failed or cancelled.
+    pub finished_at: Option<NaiveDateTime>,
+}
+
+/// `url` with its password replaced by `***`, for messages.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match (authority.rfind('@'), authority.find(':')) {
+        (Some(at), Some(colon)) if colon < at => format!(
+            "{}{}:***{}",
+            &url[..scheme_end + 3],
+            &authority[..colon],
+            &url[scheme_end + 3 + at..]
+        ),
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("mysql://app:s3cr3t@db:3306/jobs"),
+            "mysql://app:***@db:3306/jobs"
+        );
+        assert_eq!(redact_url("mysql://root@db/jobs"), "mysql://root@db/jobs");
+        assert_eq!(redact_url("not a url"), "not a url");
+    }
+}

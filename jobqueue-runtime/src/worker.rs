@@ -1,0 +1,872 @@
+//! The worker: the claim loop, job execution, outcome writing, maintenance and shutdown.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+use crate::job::{CancelReason, JobContext};
+use crate::lease::{self, Held, Leases};
+use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::queue::Queue;
+use crate::registry::{JobDescriptor, Registry, RunError};
+use crate::retry::{jitter, Backoff};
+use crate::store::{Claimed, EmptyClaim, Finish, Store};
+
+/// Settings of a [`Worker`]; see each [`WorkerBuilder`] method for its default.
+#[derive(Debug, Clone)]
+struct Config {
+    queues: Vec<String>,
+    concurrency: usize,
+    poll_min: Duration,
+    poll_max: Duration,
+    grace: Duration,
+    cancel_grace: Duration,
+    maintenance_interval: Duration,
+    maintenance: bool,
+    owner: String,
+}
+
+/// Builds a [`Worker`]. Every setting has a default; [`WorkerBuilder::build`] checks them.
+#[derive(Debug)]
+pub struct WorkerBuilder {
+    queue: Queue,
+    config: Config,
+}
+
+impl WorkerBuilder {
+    /// The queues to serve, in priority order: free slots go to the first queue's ready
+    /// jobs, then the next queue's. Default `["default"]`.
+    pub fn queues<I, S>(mut self, queues: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.config.queues = queues.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Jobs run at once by this worker. Default 10. Each claim takes exactly the free slots.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.config.concurrency = n;
+        self
+    }
+
+    /// How often an idle worker polls: it starts at `min` after a poll that found nothing
+    /// and doubles (±20 % jitter) up to `max`. Default 50 ms to 2 s. A job enqueued in this
+    /// process wakes the worker at once, whatever the interval.
+    pub fn poll_interval(mut self, min: Duration, max: Duration) -> Self {
+        self.config.poll_min = min;
+        self.config.poll_max = max;
+        self
+    }
+
+    /// How long running jobs may go on after shutdown begins before they are cancelled.
+    /// Default 30 s.
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.config.grace = grace;
+        self
+    }
+
+    /// After a job is cancelled at shutdown, how long it has to return by itself before it is
+    /// dropped. Default 5 s. Either way its lease is handed back (`ready`, attempts kept).
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.config.cancel_grace = grace;
+        self
+    }
+
+    /// How often maintenance runs: promoting due scheduled jobs and reclaiming expired
+    /// leases. Default 1 s (±20 % jitter). A due job starts within about this long of its
+    /// time; a crashed worker's job comes back within its lease plus this long.
+    pub fn maintenance_interval(mut self, every: Duration) -> Self {
+        self.config.maintenance_interval = every;
+        self
+    }
+
+    /// Whether this worker runs maintenance. Default true: every worker may, safely, since
+    /// each pass locks its rows with SKIP LOCKED; turn it off only if another process does it.
+    pub fn maintenance(mut self, on: bool) -> Self {
+        self.config.maintenance = on;
+        self
+    }
+
+    /// The identity written to `lease_owner`. Default `host:pid:random`. Must be unique
+    /// among running workers, and at most 100 characters.
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.config.owner = owner.into();
+        self
+    }
+
+    /// Checks the settings and the job registry (no two kinds with one name).
+    pub fn build(self) -> Result<Worker> {
+        let c = &self.config;
+        if c.queues.is_empty() {
+            return Err(Error::Config(
+                "a worker needs at least one queue; call `.queues([\"default\"])`".into(),
+            ));
+        }
+        for q in &c.queues {
+            crate::key::validate_queue(q)?;
+        }
+        if c.concurrency == 0 {
+            return Err(Error::Config("`concurrency` must be at least 1".into()));
+        }
+        if c.poll_min.is_zero() || c.poll_min > c.poll_max {
+            return Err(Error::Config(format!(
+                "poll interval must satisfy 0 < min <= max, got min {:?}, max {:?}",
+                c.poll_min, c.poll_max
+            )));
+        }
+        if c.owner.is_empty() || c.owner.chars().count() > 100 {
+            return Err(Error::Config("`owner` must be 1 to 100 characters".into()));
+        }
+        let registry = Registry::load()?;
+        let metrics = Arc::new(Metrics::default());
+        Ok(Worker {
+            store: Store {
+                pool: self.queue.inner.pool.clone(),
+                set_isolation: self.queue.inner.set_isolation,
+                metrics: metrics.clone(),
+            },
+            queue: self.queue,
+            config: Arc::new(self.config),
+            registry: Arc::new(registry),
+            metrics,
+            stop: CancellationToken::new(),
+        })
+    }
+}
+
+/// Runs jobs: claims them from the table, runs them, records how each attempt ended.
+///
+/// ```no_run
+/// # async fn demo(queue: jobqueue::Queue) -> jobqueue::Result<()> {
+/// use jobqueue::Worker;
+/// let worker = Worker::builder(queue).queues(["exports", "default"]).concurrency(16).build()?;
+/// worker.run_until(jobqueue::shutdown_signal()).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Worker {
+    queue: Queue,
+    store: Store,
+    config: Arc<Config>,
+    registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+}
+
+/// Stops a running [`Worker`] and reads its counters from elsewhere.
+#[derive(Debug, Clone)]
+pub struct WorkerHandle {
+    stop: CancellationToken,
+    metrics: Arc<Metrics>,
+}
+
+impl WorkerHandle {
+    /// Begins a graceful shutdown (see [`Worker::run_until`]).
+    pub fn shutdown(&self) {
+        self.stop.cancel();
+    }
+
+    /// The worker's counters now.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.metrics.snapshot()
+    }
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM: pass it to [`Worker::run_until`].
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM; only Ctrl-C will stop the worker");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// How one attempt ended, before it is written.
+#[derive(Debug)]
+enum Outcome {
+    Done,
+    Finish(Finish),
+}
+
+struct Report {
+    id: u64,
+    attempt: u32,
+    kind: String,
+    outcome: Outcome,
+}
+
+impl Worker {
+    /// Starts building a worker for `queue`.
+    pub fn builder(queue: Queue) -> WorkerBuilder {
+        WorkerBuilder {
+            queue,
+            config: Config {
+                queues: vec!["default".into()],
+                concurrency: 10,
+                poll_min: Duration::from_millis(50),
+                poll_max: Duration::from_secs(2),
+                grace: Duration::from_secs(30),
+                cancel_grace: Duration::from_secs(5),
+                maintenance_interval: Duration::from_secs(1),
+                maintenance: true,
+                owner: default_owner(),
+            },
+        }
+    }
+
+    /// A handle to stop this worker and read its counters while it runs.
+    pub fn handle(&self) -> WorkerHandle {
+        WorkerHandle {
+            stop: self.stop.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    /// The worker's counters now.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.metrics.snapshot()
+    }
+
+    /// The `lease_owner` this worker writes.
+    pub fn owner(&self) -> &str {
+        &self.config.owner
+    }
+
+    /// Runs until [`WorkerHandle::shutdown`].
+    pub async fn run(self) -> Result<()> {
+        self.run_until(std::future::pending::<()>()).await
+    }
+
+    /// Runs until `signal` resolves (or [`WorkerHandle::shutdown`]), then shuts down in two
+    /// phases: it stops claiming and lets running jobs finish for the shutdown grace period;
+    /// then it cancels what still runs ([`CancelReason::Shutdown`]) and hands those jobs
+    /// back to `ready` with their attempts kept, so another worker starts them at once.
+    ///
+    /// Returns an error only if the worker cannot start; database errors while running are
+    /// logged, counted and retried with backoff.
+    pub async fn run_until(self, signal: impl Future<Output = ()>) -> Result<()> {
+        crate::metrics::describe();
+        let cfg = self.config.clone();
+        let server = self.queue.server_info();
+        tracing::info!(
+            owner = %cfg.owner,
+            queues = ?cfg.queues,
+            concurrency = cfg.concurrency,
+            kinds = ?self.registry.kinds().iter().map(|d| d.kind()).collect::<Vec<_>>(),
+            server = %server.version,
+            isolation = %server.isolation,
+            binlog = %if server.log_bin { server.binlog_format.as_str() } else { "off" },
+            flush_log_at_trx_commit = %server.flush_log_at_trx_commit,
+            "worker starting"
+        );
+
+        let leases = Leases::default();
+        let background = CancellationToken::new();
+        let renewer = tokio::spawn(lease::renew_loop(
+            self.store.clone(),
+            cfg.owner.clone(),
+            leases.clone(),
+            self.metrics.clone(),
+            background.clone(),
+        ));
+        let maintenance = cfg.maintenance.then(|| {
+            tokio::spawn(maintenance_loop(
+                self.store.clone(),
+                self.queue.clone(),
+                cfg.maintenance_interval,
+                self.metrics.clone(),
+                background.clone(),
+            ))
+        });
+        let (report_tx, report_rx) = mpsc::channel::<Report>(cfg.concurrency * 4 + 16);
+        let writer = tokio::spawn(write_outcomes(
+            self.store.clone(),
+            cfg.owner.clone(),
+            leases.clone(),
+            self.metrics.clone(),
+            report_rx,
+        ));
+
+        let mut jobs = JoinSet::new();
+        self.claim_loop(signal, &leases, &report_tx, &mut jobs)
+            .await;
+
+        // Phase one: no more claims; running jobs get the grace period.
+        if !jobs.is_empty() {
+            tracing::info!(running = jobs.len(), grace = ?cfg.grace, "shutting down: waiting for running jobs");
+            let drained = tokio::time::timeout(cfg.grace, drain(&mut jobs)).await;
+            if drained.is_err() {
+                // Phase two: cancel; each job then has `cancel_grace` to return before it is
+                // dropped, and is handed back either way.
+                tracing::warn!(
+                    running = jobs.len(),
+                    "shutdown grace period over: cancelling running jobs and handing them back"
+                );
+                leases.cancel_all(CancelReason::Shutdown);
+                drain(&mut jobs).await;
+            }
+        }
+        drop(report_tx);
+        if let Err(e) = writer.await {
+            tracing::error!(error = %e, "outcome writer stopped abnormally");
+        }
+        background.cancel();
+        let _ = renewer.await;
+        if let Some(m) = maintenance {
+            let _ = m.await;
+        }
+        tracing::info!(owner = %cfg.owner, metrics = ?self.metrics.snapshot(), "worker stopped");
+        Ok(())
+    }
+
+    async fn claim_loop(
+        &self,
+        signal: impl Future<Output = ()>,
+        leases: &Leases,
+        reports: &mpsc::Sender<Report>,
+        jobs: &mut JoinSet<()>,
+    ) {
+        let cfg = &*self.config;
+        let mut wake = self.queue.inner.wake.subscribe();
+        let mut signal = std::pin::pin!(signal);
+        let mut idle_delay = cfg.poll_min;
+        let mut error_delay = Duration::from_millis(100);
+        let mut in_outage = false;
+        // Claim at once on start; afterwards when woken, polled, or a slot frees while the
+        // last claim filled every slot (more may be waiting).
+        let mut want_claim = true;
+        let mut saturated = false;
+        let mut next_poll = tokio::time::Instant::now();
+        loop {
+            if want_claim && jobs.len() < cfg.concurrency {
+                want_claim = false;
+                let free = cfg.concurrency - jobs.len();
+                match self.claim(free).await {
+                    Ok(claimed) => {
+                        if in_outage {
+                            tracing::info!("database reachable again; claiming resumed");
+                            in_outage = false;
+                        }
+                        error_delay = Duration::from_millis(100);
+                        let n = claimed.len();
+                        if n == 0 {
+                            next_poll = tokio::time::Instant::now() + jitter(idle_delay, 0.2);
+                            idle_delay = (idle_delay * 2).min(cfg.poll_max);
+                        } else {
+                            idle_delay = cfg.poll_min;
+                            saturated = n == free;
+                            // A partial batch drained the queue for now: poll soon after.
+                            next_poll = tokio::time::Instant::now() + cfg.poll_min;
+                            for c in claimed {
+                                self.spawn_job(c, leases, reports, jobs);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        in_outage = true;
+                        self.metrics.add(
+                            &self.metrics.database_errors,
+                            "jobqueue_database_errors_total",
+                            1,
+                        );
+                        tracing::error!(error = %e, retry_in = ?error_delay, "claim failed; retrying");
+                        next_poll = tokio::time::Instant::now() + jitter(error_delay, 0.2);
+                        error_delay = (error_delay * 2).min(Duration::from_secs(10));
+                    }
+                }
+            }
+            tokio::select! {
+                biased;
+                _ = self.stop.cancelled() => return,
+                _ = &mut signal => return,
+                Some(joined) = jobs.join_next(), if !jobs.is_empty() => {
+                    if let Err(e) = joined {
+                        tracing::error!(error = %e, "a job task ended abnormally");
+                    }
+                    if saturated {
+                        want_claim = true;
+                    }
+                }
+                changed = wake.changed() => {
+                    if changed.is_ok() {
+                        want_claim = true;
+                        idle_delay = cfg.poll_min;
+                    }
+                }
+                _ = tokio::time::sleep_until(next_poll) => {
+                    want_claim = true;
+                }
+            }
+        }
+    }
+
+    /// Claims up to `free` jobs over the served queues, in their order.
+    async fn claim(&self, free: usize) -> Result<Vec<Claimed>> {
+        let mut claimed = Vec::new();
+        for queue in &self.config.queues {
+            let want = (free - claimed.len()).min(100);
+            if want == 0 {
+                break;
+            }
+            claimed.extend(self.store.claim(queue, &self.config.owner, want).await?);
+        }
+        if claimed.is_empty() {
+            let reason = self.store.classify_empty(&self.config.queues).await?;
+            self.metrics.empty(reason);
+            if reason == EmptyClaim::Contended {
+                tracing::debug!("claim found only jobs locked by other claimers");
+            }
+        } else {
+            self.metrics.claimed(claimed.len() as u64);
+            tracing::debug!(jobs = claimed.len(), "claimed");
+        }
+        Ok(claimed)
+    }
+
+    fn spawn_job(
+        &self,
+        c: Claimed,
+        leases: &Leases,
+        reports: &mpsc::Sender<Report>,
+        jobs: &mut JoinSet<()>,
+    ) {
+        let ctx = JobContext {
+            id: c.id,
+            attempt: c.attempt,
+            max_attempts: c.max_attempts,
+            kind: c.kind.clone(),
+            queue: c.queue.clone(),
+            task_key: c.task_key.clone(),
+            token: CancellationToken::new(),
+            reason: Default::default(),
+        };
+        leases.insert(
+            c.id,
+            Held {
+                attempt: c.attempt,
+                lease: c.lease,
+                renewed_at: Instant::now(),
+                ctx: ctx.clone(),
+                cancel_seen: false,
+            },
+        );
+        let span = tracing::info_span!(
+            "job",
+            job.kind = %c.kind,
+            job.id = c.id,
+            attempt = c.attempt,
+            queue = %c.queue
+        );
+        let descriptor = self.registry.get(&c.kind);
+        let known = self
+            .registry
+            .kinds()
+            .iter()
+            .map(|d| d.kind())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let reports = reports.clone();
+        let cancel_grace = self.config.cancel_grace;
+        jobs.spawn(
+            async move {
+                let outcome = run_one(
+                    c.kind.clone(),
+                    descriptor,
+                    c.payload,
+                    ctx.clone(),
+                    cancel_grace,
+                    known,
+                )
+                .await;
+                let Some(outcome) = decide(outcome, &ctx, descriptor) else {
+                    return;
+                };
+                let report = Report {
+                    id: c.id,
+                    attempt: c.attempt,
+                    kind: c.kind,
+                    outcome,
+                };
+                if reports.send(report).await.is_err() {
+                    tracing::error!(
+                        "outcome writer is gone; the job's lease will expire and it will run again"
+                    );
+                }
+            }
+            .instrument(span),
+        );
+    }
+}
+
+async fn drain(jobs: &mut JoinSet<()>) {
+    while let Some(joined) = jobs.join_next().await {
+        if let Err(e) = joined {
+            tracing::error!(error = %e, "a job task ended abnormally");
+        }
+    }
+}
+
+/// How running the job's code ended.
+enum Ran {
+    Finished(std::result::Result<(), RunError>),
+    Panicked(String),
+    TimedOut(Duration),
+    /// Dropped unfinished: lease lost, or shutdown and it did not stop in time.
+    Abandoned,
+    UnknownKind(String),
+}
+
+async fn run_one(
+    kind: String,
+    descriptor: Option<&'static JobDescriptor>,
+    payload: std::result::Result<serde_json::Value, String>,
+    ctx: JobContext,
+    cancel_grace: Duration,
+    known: String,
+) -> Ran {
+    let Some(d) = descriptor else {
+        return Ran::UnknownKind(format!(
+            "job kind `{kind}` is not registered in this worker (it knows: {known}); deploy a worker that has it, or cancel the job"
+        ));
+    };
+    let payload = match payload {
+        Ok(p) => p,
+        Err(e) => return Ran::Finished(Err(RunError::Payload(e))),
+    };
+    tracing::debug!("job started");
+    let started = Instant::now();
+    let timeout = d.options().timeout;
+    let mut run = std::pin::pin!(AssertUnwindSafe(d.run(payload, ctx.clone())).catch_unwind());
+    let deadline = async {
+        match timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut deadline = std::pin::pin!(deadline);
+    let ran = loop {
+        tokio::select! {
+            r = &mut run => break finished(r),
+            _ = &mut deadline => {
+                ctx.cancel(CancelReason::Timeout);
+                break Ran::TimedOut(timeout.unwrap_or_default());
+            }
+            _ = ctx.cancelled(), if ctx.cancel_reason() != Some(CancelReason::Requested) => {
+                match ctx.cancel_reason() {
+                    Some(CancelReason::Shutdown) => {
+                        // The job may stop by itself; it is dropped after `cancel_grace`.
+                        break tokio::select! {
+                            r = &mut run => finished(r),
+                            _ = tokio::time::sleep(cancel_grace) => Ran::Abandoned,
+                        };
+                    }
+                    // An operator's cancel: the job decides how to stop; keep awaiting it.
+                    Some(CancelReason::Requested) => continue,
+                    // Lease lost (or timeout): another worker may run it now; stop at once.
+                    _ => break Ran::Abandoned,
+                }
+            }
+        }
+    };
+    metrics::histogram!("jobqueue_job_duration_seconds", "kind" => d.kind())
+        .record(started.elapsed().as_secs_f64());
+    ran
+}
+
+fn finished(
+    r: std::result::Result<std::result::Result<(), RunError>, Box<dyn std::any::Any + Send>>,
+) -> Ran {
+    match r {
+        Ok(r) => Ran::Finished(r),
+        Err(panic) => Ran::Panicked(
+            panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string panic payload".into()),
+        ),
+    }
+}
+
+/// What to write for an attempt that ended as `ran`. `None`: write nothing (lease lost).
+fn decide(ran: Ran, ctx: &JobContext, descriptor: Option<&JobDescriptor>) -> Option<Outcome> {
+    let backoff = descriptor
+        .map(|d| d.options().backoff)
+        .unwrap_or(Backoff::DEFAULT);
+    let reason = ctx.cancel_reason();
+    let failed_attempt = |error: String| {
+        if reason == Some(CancelReason::Requested) {
+            Outcome::Finish(Finish::Cancelled { error })
+        } else if ctx.attempt < ctx.max_attempts {
+            Outcome::Finish(Finish::Retry {
+                delay: backoff.delay(ctx.attempt),
+                error,
+            })
+        } else {
+            Outcome::Finish(Finish::Fail {
+                error: format!("{error} (attempt {} of {})", ctx.attempt, ctx.max_attempts),
+            })
+        }
+    };
+    Some(match ran {
+        Ran::Finished(Ok(())) => Outcome::Done,
+        Ran::Finished(Err(RunError::Payload(msg))) => Outcome::Finish(Finish::Fail { error: msg }),
+        Ran::Finished(Err(RunError::Job(e))) => {
+            if reason == Some(CancelReason::Shutdown) {
+                Outcome::Finish(Finish::HandBack)
+            } else if !e.is_retryable() && reason != Some(CancelReason::Requested) {
+                Outcome::Finish(Finish::Fail {
+                    error: format!("{e} (permanent error, not retried)"),
+                })
+            } else {
+                failed_attempt(e.to_string())
+            }
+        }
+        Ran::Panicked(msg) => failed_attempt(format!("job panicked: {msg}")),
+        Ran::TimedOut(t) => failed_attempt(format!("timed out after {t:?}")),
+        Ran::UnknownKind(msg) => failed_attempt(msg),
+        Ran::Abandoned => match reason {
+            Some(CancelReason::Shutdown) => Outcome::Finish(Finish::HandBack),
+            _ => return None,
+        },
+    })
+}
+
+/// Writes attempt outcomes: successes many per statement, the rest one by one, every write
+/// fenced. Retries through database outages for as long as this worker still holds the lease.
+async fn write_outcomes(
+    store: Store,
+    owner: String,
+    leases: Leases,
+    metrics: Arc<Metrics>,
+    mut reports: mpsc::Receiver<Report>,
+) {
+    let mut batch = Vec::new();
+    while reports.recv_many(&mut batch, 256).await > 0 {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            // Nothing is written for a claim the renewer has given up on.
+            batch.retain(|r| {
+                let held = leases.holds(r.id, r.attempt);
+                if !held {
+                    tracing::warn!(
+                        job.id = r.id,
+                        attempt = r.attempt,
+                        "lease lost before the outcome was written; it is discarded"
+                    );
+                }
+                held
+            });
+            match write_batch(&store, &owner, &leases, &metrics, &mut batch).await {
+                Ok(()) => break,
+                Err(e) => {
+                    metrics.add(
+                        &metrics.database_errors,
+                        "jobqueue_database_errors_total",
+                        1,
+                    );
+                    tracing::error!(error = %e, pending = batch.len(), retry_in = ?delay, "cannot record job outcomes; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        batch.clear();
+    }
+}
+
+/// Writes `batch`, removing each report once written, so that a retry after an error only
+/// writes what is left.
+async fn write_batch(
+    store: &Store,
+    owner: &str,
+    leases: &Leases,
+    metrics: &Metrics,
+    batch: &mut Vec<Report>,
+) -> Result<()> {
+    let done: Vec<(u64, u32)> = batch
+        .iter()
+        .filter(|r| matches!(r.outcome, Outcome::Done))
+        .map(|r| (r.id, r.attempt))
+        .collect();
+    if !done.is_empty() {
+        let lost = store.complete(owner, &done).await?;
+        for &(id, attempt) in &done {
+            leases.release(id, attempt);
+            if lost.contains(&id) {
+                metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
+                tracing::warn!(job.id = id, attempt, "lease lost before completion was recorded; another worker owns the job now, nothing was written");
+            } else {
+                metrics.add(&metrics.succeeded, "jobqueue_jobs_succeeded_total", 1);
+                tracing::debug!(job.id = id, attempt, "job done");
+            }
+        }
+        batch.retain(|r| !matches!(r.outcome, Outcome::Done));
+    }
+    while let Some(r) = batch.last() {
+        let Outcome::Finish(how) = &r.outcome else {
+            batch.pop();
+            continue;
+        };
+        let written = store.finish(owner, r.id, r.attempt, how).await?;
+        leases.release(r.id, r.attempt);
+        let (id, attempt, kind) = (r.id, r.attempt, r.kind.as_str());
+        if !written {
+            metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
+            tracing::warn!(
+                job.id = id,
+                attempt,
+                "lease lost before the outcome was recorded; nothing was written"
+            );
+        } else {
+            match how {
+                Finish::Retry { delay, error } => {
+                    metrics.add(&metrics.retried, "jobqueue_jobs_retried_total", 1);
+                    tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; retrying in {delay:.1?}");
+                }
+                Finish::Fail { error } => {
+                    metrics.add(&metrics.failed, "jobqueue_jobs_failed_total", 1);
+                    tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; not retrying");
+                }
+                Finish::Cancelled { .. } => {
+                    metrics.add(&metrics.cancelled, "jobqueue_jobs_cancelled_total", 1);
+                    tracing::info!(
+                        job.id = id,
+                        job.kind = kind,
+                        attempt,
+                        "job cancelled on request"
+                    );
+                }
+                Finish::HandBack => {
+                    metrics.add(&metrics.handed_back, "jobqueue_jobs_handed_back_total", 1);
+                    tracing::info!(
+                        job.id = id,
+                        job.kind = kind,
+                        attempt,
+                        "job handed back to ready at shutdown"
+                    );
+                }
+            }
+        }
+        batch.pop();
+    }
+    Ok(())
+}
+
+/// Promotes due scheduled jobs and reclaims expired leases, every `every` (jittered).
+async fn maintenance_loop(
+    store: Store,
+    queue: Queue,
+    every: Duration,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(jitter(every, 0.2)) => {}
+        }
+        match maintain(&store, &queue, &metrics).await {
+            Ok(()) => {
+                if failing {
+                    tracing::info!("maintenance recovered");
+                    failing = false;
+                }
+            }
+            Err(e) => {
+                failing = true;
+                metrics.add(
+                    &metrics.database_errors,
+                    "jobqueue_database_errors_total",
+                    1,
+                );
+                tracing::error!(error = %e, "maintenance failed; retrying at the next interval");
+            }
+        }
+    }
+}
+
+async fn maintain(store: &Store, queue: &Queue, metrics: &Metrics) -> Result<()> {
+    const PROMOTE_BATCH: usize = 500;
+    const RECLAIM_BATCH: usize = 100;
+    loop {
+        let n = store.promote(PROMOTE_BATCH).await?;
+        if n > 0 {
+            metrics.add(&metrics.promoted, "jobqueue_jobs_promoted_total", n);
+            tracing::debug!(jobs = n, "promoted due scheduled jobs");
+            queue.wake_workers();
+        }
+        if (n as usize) < PROMOTE_BATCH {
+            break;
+        }
+    }
+    loop {
+        let r = store.reclaim(RECLAIM_BATCH).await?;
+        let total = r.ready.len() + r.failed.len() + r.cancelled.len();
+        for (id, attempts, owner) in &r.ready {
+            tracing::warn!(job.id = id, attempts, lease_owner = %owner, "lease expired; job back to ready with its attempts kept");
+        }
+        for (id, attempts, owner) in &r.failed {
+            tracing::error!(job.id = id, attempts, lease_owner = %owner, "lease expired on the last attempt; job failed");
+        }
+        for id in &r.cancelled {
+            tracing::info!(
+                job.id = id,
+                "lease expired on a job whose cancel was requested; job cancelled"
+            );
+        }
+        if total > 0 {
+            metrics.add(
+                &metrics.reclaimed,
+                "jobqueue_leases_reclaimed_total",
+                total as u64,
+            );
+            queue.wake_workers();
+        }
+        if total < RECLAIM_BATCH {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn default_owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into());
+    let host: String = host.chars().take(60).collect();
+    format!(
+        "{host}:{}:{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
