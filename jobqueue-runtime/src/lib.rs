@@ -2,6 +2,7 @@
 //! worker. Depend on the `jobqueue` crate, which re-exports everything here with the
 //! `#[job]` macro.
 
+mod admin;
 pub mod cron;
 mod enqueue;
 mod error;
@@ -19,6 +20,7 @@ pub mod store;
 pub mod testing;
 mod worker;
 
+pub use admin::{CancelOutcome, JobFilter, QueueStats, RunningJob};
 pub use enqueue::{EnqueueOptions, Enqueued};
 pub use error::{BoxError, Error, JobError, Result};
 pub use job::{CancelReason, IntoJobResult, Job, JobContext, JobOptions};
@@ -26,7 +28,7 @@ pub use metrics::MetricsSnapshot;
 pub use queue::{JobRecord, JobStatus, Queue, QueueConfig};
 pub use retry::Backoff;
 pub use server::ServerInfo;
-pub use worker::{shutdown_signal, Worker, WorkerBuilder, WorkerHandle};
+pub use worker::{shutdown_signal, Retention, Worker, WorkerBuilder, WorkerHandle};
 
 /// What `#[job]` expands to uses these paths. Not a stable API.
 #[doc(hidden)]

@@ -705,6 +705,52 @@ impl Store {
         })
     }
 
+    /// Deletes up to `limit` jobs with `status` that finished more than `older_than_us`
+    /// microseconds ago. Rows locked by anyone else are skipped.
+    pub(crate) async fn prune_batch(
+        &self,
+        status: JobStatus,
+        older_than_us: i64,
+        limit: usize,
+    ) -> Result<u64> {
+        transaction!(self, |conn| {
+            let ids: Vec<u64> = sqlx::query_scalar(
+                "SELECT id FROM job_queue FORCE INDEX (job_queue_finished) \
+                 WHERE status = ? AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
+                 ORDER BY finished_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
+            )
+            .bind(status.as_str())
+            .bind(older_than_us)
+            .bind(limit as u64)
+            .fetch_all(&mut *conn)
+            .await?;
+            if ids.is_empty() {
+                return Ok((0, false));
+            }
+            let sql = format!(
+                "DELETE FROM job_queue WHERE id IN ({}) AND status = ?",
+                placeholders(padded_len(ids.len()))
+            );
+            let mut q = sqlx::query(&sql);
+            for id in padded(&ids) {
+                q = q.bind(id);
+            }
+            let n = q
+                .bind(status.as_str())
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            Ok((n, true))
+        })
+    }
+
+    /// Inserts a periodic job's tick (no log of duplicates: with N nodes, N - 1 of them
+    /// find the tick taken, which is the point).
+    pub(crate) async fn insert_tick(&self, job: &NewJob) -> Result<Enqueued> {
+        let mut conn = self.pool.acquire().await?;
+        insert(&mut conn, job).await
+    }
+
     /// Makes up to `limit` due `scheduled` jobs `ready`. Returns how many.
     pub async fn promote(&self, limit: usize) -> Result<u64> {
         // A plain read first: most passes find nothing due, and a plain read locks nothing
@@ -774,7 +820,7 @@ pub(crate) enum JobLookup<'a> {
     Key(&'a str),
 }
 
-const JOB_COLUMNS: &str = "id, queue, kind, task_key, payload, CAST(status AS CHAR) AS status, priority, run_at, \
+pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, task_key, payload, CAST(status AS CHAR) AS status, priority, run_at, \
     attempts, max_attempts, lease_owner, lease_until, cancel_requested, last_error, created_at, updated_at, finished_at";
 
 pub(crate) async fn fetch_job(

@@ -31,7 +31,62 @@ struct Config {
     cancel_grace: Duration,
     maintenance_interval: Duration,
     maintenance: bool,
+    retention: Retention,
     owner: String,
+}
+
+/// How long finished jobs stay in the table before maintenance deletes them. `None` keeps
+/// them forever.
+///
+/// A task key blocks a second enqueue for as long as its row exists, so `done` is also the
+/// window in which a repeated enqueue is recognised as a duplicate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Retention {
+    /// Done jobs. Default 7 days.
+    pub done: Option<Duration>,
+    /// Cancelled jobs. Default 7 days.
+    pub cancelled: Option<Duration>,
+    /// Failed jobs, kept longer for a post-mortem. Default 30 days.
+    pub failed: Option<Duration>,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        const DAY: u64 = 24 * 3600;
+        Retention {
+            done: Some(Duration::from_secs(7 * DAY)),
+            cancelled: Some(Duration::from_secs(7 * DAY)),
+            failed: Some(Duration::from_secs(30 * DAY)),
+        }
+    }
+}
+
+impl Retention {
+    /// Keeps every finished job (pruning only by hand or with the CLI).
+    pub const FOREVER: Retention = Retention {
+        done: None,
+        cancelled: None,
+        failed: None,
+    };
+
+    /// Sets how long done jobs stay.
+    pub fn done(mut self, keep: Option<Duration>) -> Self {
+        self.done = keep;
+        self
+    }
+
+    /// Sets how long cancelled jobs stay.
+    pub fn cancelled(mut self, keep: Option<Duration>) -> Self {
+        self.cancelled = keep;
+        self
+    }
+
+    /// Sets how long failed jobs stay.
+    pub fn failed(mut self, keep: Option<Duration>) -> Self {
+        self.failed = keep;
+        self
+    }
 }
 
 /// Builds a [`Worker`]. Every setting has a default; [`WorkerBuilder::build`] checks them.
@@ -94,6 +149,13 @@ impl WorkerBuilder {
     /// each pass locks its rows with SKIP LOCKED; turn it off only if another process does it.
     pub fn maintenance(mut self, on: bool) -> Self {
         self.config.maintenance = on;
+        self
+    }
+
+    /// How long finished jobs stay before this worker's maintenance prunes them (once a
+    /// minute, 500 rows per statement, SKIP LOCKED). Default [`Retention::default`].
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.config.retention = retention;
         self
     }
 
@@ -234,6 +296,7 @@ impl Worker {
                 cancel_grace: Duration::from_secs(5),
                 maintenance_interval: Duration::from_secs(1),
                 maintenance: true,
+                retention: Retention::default(),
                 owner: default_owner(),
             },
         }
@@ -294,12 +357,18 @@ impl Worker {
             self.metrics.clone(),
             background.clone(),
         ));
+        let scheduler = crate::cron::Scheduler::new(&self.registry)?;
         let maintenance = cfg.maintenance.then(|| {
             tokio::spawn(maintenance_loop(
-                self.store.clone(),
-                self.queue.clone(),
+                Maintenance {
+                    store: self.store.clone(),
+                    queue: self.queue.clone(),
+                    metrics: self.metrics.clone(),
+                    scheduler,
+                    retention: cfg.retention,
+                    last_prune: None,
+                },
                 cfg.maintenance_interval,
-                self.metrics.clone(),
                 background.clone(),
             ))
         });
@@ -778,21 +847,29 @@ async fn write_batch(
     Ok(())
 }
 
-/// Promotes due scheduled jobs and reclaims expired leases, every `every` (jittered).
-async fn maintenance_loop(
+/// What maintenance needs and remembers between passes.
+struct Maintenance {
     store: Store,
     queue: Queue,
-    every: Duration,
     metrics: Arc<Metrics>,
-    stop: CancellationToken,
-) {
+    scheduler: crate::cron::Scheduler,
+    retention: Retention,
+    last_prune: Option<Instant>,
+}
+
+/// How often a worker prunes finished jobs.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+/// Promotes due scheduled jobs, reclaims expired leases, enqueues periodic jobs' ticks and
+/// prunes old finished jobs, every `every` (jittered).
+async fn maintenance_loop(mut m: Maintenance, every: Duration, stop: CancellationToken) {
     let mut failing = false;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(jitter(every, 0.2)) => {}
         }
-        match maintain(&store, &queue, &metrics).await {
+        match maintain(&mut m).await {
             Ok(()) => {
                 if failing {
                     tracing::info!("maintenance recovered");
@@ -801,8 +878,8 @@ async fn maintenance_loop(
             }
             Err(e) => {
                 failing = true;
-                metrics.add(
-                    &metrics.database_errors,
+                m.metrics.add(
+                    &m.metrics.database_errors,
                     "jobqueue_database_errors_total",
                     1,
                 );
@@ -812,7 +889,15 @@ async fn maintenance_loop(
     }
 }
 
-async fn maintain(store: &Store, queue: &Queue, metrics: &Metrics) -> Result<()> {
+async fn maintain(m: &mut Maintenance) -> Result<()> {
+    let (store, queue, metrics) = (&m.store, &m.queue, &*m.metrics);
+    if !m.scheduler.is_empty() {
+        let now = queue.now().await?.and_utc();
+        let n = m.scheduler.run(store, now).await?;
+        if n > 0 {
+            queue.wake_workers();
+        }
+    }
     const PROMOTE_BATCH: usize = 500;
     const RECLAIM_BATCH: usize = 100;
     loop {
@@ -851,6 +936,24 @@ async fn maintain(store: &Store, queue: &Queue, metrics: &Metrics) -> Result<()>
         }
         if total < RECLAIM_BATCH {
             break;
+        }
+    }
+    if m.last_prune.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
+        m.last_prune = Some(Instant::now());
+        let r = m.retention;
+        for (status, keep) in [
+            (crate::queue::JobStatus::Done, r.done),
+            (crate::queue::JobStatus::Cancelled, r.cancelled),
+            (crate::queue::JobStatus::Failed, r.failed),
+        ] {
+            if let Some(keep) = keep {
+                // At most 20 batches a pass: a large backlog is worked off over several
+                // passes instead of one long burst of deletes.
+                let n = m.queue.prune_batches(status, keep, 20).await?;
+                if n > 0 {
+                    tracing::info!(status = %status, jobs = n, older_than = ?keep, "pruned finished jobs");
+                }
+            }
         }
     }
     Ok(())

@@ -1,0 +1,1 @@
+//! Runnable examples of jobqueue: see the `*.rs` files beside this crate and the README.
