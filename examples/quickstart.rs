@@ -75,16 +75,8 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
 
-    let url = match std::env::var("DATABASE_URL") {
-        Ok(url) => url,
-        Err(_) => {
-            println!("DATABASE_URL is not set: starting a throwaway database server...");
-            let server = jobqueue::testing::TestServer::shared()?;
-            server.create_database("quickstart").await?
-        }
-    };
-    let queue = Queue::connect(&url).await?;
-    queue.migrate().await?;
+    // `DATABASE_URL`, or a database on a throwaway server; then `Queue::connect` and `migrate`.
+    let queue: Queue = examples::connect("quickstart").await?;
     let info = queue.server_info();
     println!(
         "connected to {} (isolation {})\n",
