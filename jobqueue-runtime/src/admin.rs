@@ -244,13 +244,19 @@ impl Queue {
     /// enqueued; running jobs go on.
     pub async fn pause(&self, queue: &str) -> Result<()> {
         validate_queue(queue)?;
-        sqlx::query(
-            "INSERT INTO job_queue_pause (queue, paused_at) VALUES (?, UTC_TIMESTAMP(6)) \
-             ON DUPLICATE KEY UPDATE queue = queue",
+        let inserted = sqlx::query(
+            "INSERT INTO job_queue_pause (queue, paused_at) VALUES (?, UTC_TIMESTAMP(6))",
         )
         .bind(queue)
         .execute(&self.inner.pool)
-        .await?;
+        .await;
+        match inserted {
+            // Already paused: pausing again changes nothing.
+            Err(e) if crate::error::server_code(&e) == Some(1062) => {}
+            other => {
+                other?;
+            }
+        }
         tracing::info!(queue, "queue paused");
         Ok(())
     }

@@ -84,6 +84,11 @@ impl Scheduler {
         Ok(Scheduler { entries })
     }
 
+    /// A scheduler that enqueues nothing.
+    pub(crate) fn none() -> Self {
+        Scheduler { entries: Vec::new() }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

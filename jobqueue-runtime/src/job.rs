@@ -184,6 +184,14 @@ impl JobContext {
 
     /// Resolves when the job should stop: shutdown after the grace period, lease lost,
     /// timeout, or an operator's cancel. See [`JobContext::cancel_reason`].
+    ///
+    /// What happens next depends on the reason. After a shutdown the job has the worker's
+    /// `cancel_grace` to return (an error hands it back to `ready`; `Ok(())` records it
+    /// done, so return `Ok` only if the work is really finished). After an operator's cancel
+    /// the job decides how to stop and ends `cancelled`. After a lease loss or a timeout the
+    /// job's future is dropped at its next `.await` at once — another worker may already run
+    /// it — so this future resolves only in tasks the job spawned with a clone of the context
+    /// or of [`JobContext::cancellation_token`], which should stop too.
     pub async fn cancelled(&self) {
         self.token.cancelled().await
     }

@@ -68,9 +68,11 @@ impl Leases {
     }
 }
 
-/// How often the renewer looks at its leases. Renewals themselves happen only when a lease
-/// is a third used, so this costs no queries.
-const CHECK_EVERY: Duration = Duration::from_millis(200);
+/// How often the renewer looks at its leases. It is only a look at memory: renewals are sent
+/// when a lease is a third used. At the shortest lease (1 s) a job whose renewals fail is
+/// stopped between 750 and 800 ms after its last renewal was sent, well before the server
+/// can let the lease go.
+const CHECK_EVERY: Duration = Duration::from_millis(50);
 
 /// Renews leases until `stop` fires.
 pub(crate) async fn renew_loop(
@@ -80,12 +82,52 @@ pub(crate) async fn renew_loop(
     metrics: Arc<Metrics>,
     stop: CancellationToken,
 ) {
+    // Renewals are sent from their own task: a statement stuck on a row lock or on a server
+    // that stopped answering must not keep this loop from stopping the jobs whose leases it
+    // can no longer vouch for.
+    let mut renewal: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(CHECK_EVERY) => {}
         }
-        renew_due(&store, &owner, &leases, &metrics).await;
+        stop_expired(&leases, &metrics);
+        if renewal.as_ref().is_none_or(|r| r.is_finished()) {
+            let (store, owner, leases, metrics) = (
+                store.clone(),
+                owner.clone(),
+                leases.clone(),
+                metrics.clone(),
+            );
+            renewal = Some(tokio::spawn(async move {
+                renew_due(&store, &owner, &leases, &metrics).await
+            }));
+        }
+    }
+}
+
+/// Stops every job whose lease has gone unrenewed for too long.
+fn stop_expired(leases: &Leases, metrics: &Metrics) {
+    let now = Instant::now();
+    let mut map = leases.lock();
+    // Two renewals in a row have failed (or one has not answered): the server may let the
+    // lease go at any moment now. Stop the job before another worker can start it.
+    let expired: Vec<u64> = map
+        .iter()
+        .filter(|(_, h)| now.duration_since(h.renewed_at) >= h.lease.mul_f64(0.75))
+        .map(|(&id, _)| id)
+        .collect();
+    for id in expired {
+        if let Some(h) = map.remove(&id) {
+            h.ctx.cancel(CancelReason::LeaseLost);
+            metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
+            tracing::error!(
+                job.id = id,
+                attempt = h.attempt,
+                lease = ?h.lease,
+                "lease could not be renewed in time; job stopped, nothing of this attempt will be recorded, and it will run again after its lease expires"
+            );
+        }
     }
 }
 
@@ -93,33 +135,12 @@ async fn renew_due(store: &Store, owner: &str, leases: &Leases, metrics: &Metric
     let now = Instant::now();
     let mut due = Vec::new();
     let mut due_cancel = Vec::new();
-    {
-        let mut map = leases.lock();
-        let mut expired = Vec::new();
-        for (&id, h) in map.iter() {
-            let age = now.duration_since(h.renewed_at);
-            // Two renewals in a row have failed: the server may let the lease go at any
-            // moment now. Stop the job before another worker can start it.
-            if age >= h.lease.mul_f64(0.75) {
-                expired.push(id);
-            } else if age >= h.lease / 3 {
-                if h.cancel_seen {
-                    due_cancel.push((id, h.attempt));
-                } else {
-                    due.push((id, h.attempt));
-                }
-            }
-        }
-        for id in expired {
-            if let Some(h) = map.remove(&id) {
-                h.ctx.cancel(CancelReason::LeaseLost);
-                metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
-                tracing::error!(
-                    job.id = id,
-                    attempt = h.attempt,
-                    lease = ?h.lease,
-                    "lease could not be renewed in time; job stopped, nothing of this attempt will be recorded, and it will run again after its lease expires"
-                );
+    for (&id, h) in leases.lock().iter() {
+        if now.duration_since(h.renewed_at) >= h.lease / 3 {
+            if h.cancel_seen {
+                due_cancel.push((id, h.attempt));
+            } else {
+                due.push((id, h.attempt));
             }
         }
     }

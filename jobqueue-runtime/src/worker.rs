@@ -31,7 +31,8 @@ struct Config {
     cancel_grace: Duration,
     maintenance_interval: Duration,
     maintenance: bool,
-    retention: Retention,
+        retention: Retention,
+    periodic: bool,
     owner: String,
 }
 
@@ -156,6 +157,14 @@ impl WorkerBuilder {
     /// minute, 500 rows per statement, SKIP LOCKED). Default [`Retention::default`].
     pub fn retention(mut self, retention: Retention) -> Self {
         self.config.retention = retention;
+        self
+    }
+
+        /// Whether this worker enqueues the ticks of periodic (`cron`) kinds. Default true: every
+    /// node may, since each tick's task key makes it one job however many nodes enqueue it.
+    /// Turn it off in deployments that should only run jobs. Needs maintenance on.
+    pub fn periodic_jobs(mut self, on: bool) -> Self {
+        self.config.periodic = on;
         self
     }
 
@@ -296,7 +305,8 @@ impl Worker {
                 cancel_grace: Duration::from_secs(5),
                 maintenance_interval: Duration::from_secs(1),
                 maintenance: true,
-                retention: Retention::default(),
+                                retention: Retention::default(),
+                periodic: true,
                 owner: default_owner(),
             },
         }
@@ -357,7 +367,11 @@ impl Worker {
             self.metrics.clone(),
             background.clone(),
         ));
-        let scheduler = crate::cron::Scheduler::new(&self.registry)?;
+                let scheduler = if cfg.periodic {
+            crate::cron::Scheduler::new(&self.registry)?
+        } else {
+            crate::cron::Scheduler::none()
+        };
         let maintenance = cfg.maintenance.then(|| {
             tokio::spawn(maintenance_loop(
                 Maintenance {
@@ -431,11 +445,30 @@ impl Worker {
         let mut want_claim = true;
         let mut saturated = false;
         let mut next_poll = tokio::time::Instant::now();
+        // After a full claim, a freed slot is refilled once every slot is free, or one
+        // claim's duration after the first one freed, whichever comes first: jobs that finish
+        // together are then claimed for together, in one transaction instead of one per
+        // slot, and no slot waits longer than a claim would have kept it waiting anyway.
+        let mut refill_at: Option<tokio::time::Instant> = None;
+        let mut claim_took = Duration::ZERO;
         loop {
+            if want_claim {
+                // Free the slots of every job that has finished, not only the one that woke
+                // us, so that one claim fills them all.
+                while let Some(joined) = jobs.try_join_next() {
+                    if let Err(e) = joined {
+                        tracing::error!(error = %e, "a job task ended abnormally");
+                    }
+                }
+            }
             if want_claim && jobs.len() < cfg.concurrency {
                 want_claim = false;
+                refill_at = None;
                 let free = cfg.concurrency - jobs.len();
-                match self.claim(free).await {
+                let began = tokio::time::Instant::now();
+                let result = self.claim(free).await;
+                claim_took = began.elapsed().min(cfg.poll_min);
+                match result {
                     Ok(claimed) => {
                         if in_outage {
                             tracing::info!("database reachable again; claiming resumed");
@@ -478,8 +511,15 @@ impl Worker {
                         tracing::error!(error = %e, "a job task ended abnormally");
                     }
                     if saturated {
-                        want_claim = true;
+                        if jobs.is_empty() {
+                            want_claim = true;
+                        } else if refill_at.is_none() {
+                            refill_at = Some(tokio::time::Instant::now() + claim_took);
+                        }
                     }
+                }
+                _ = tokio::time::sleep_until(refill_at.unwrap_or(next_poll)), if refill_at.is_some() => {
+                    want_claim = true;
                 }
                 changed = wake.changed() => {
                     if changed.is_ok() {

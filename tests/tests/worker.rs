@@ -1,0 +1,899 @@
+//! The worker against a real server: exactly-once execution across workers, retries and
+//! failures, panics and bad payloads, lease renewal and lease loss, shutdown, empty claims,
+//! unknown kinds, timeouts and the in-process wake-up.
+//!
+//! Every test has its own database and its own job kinds (one registry serves the whole
+//! binary). Jobs record their side effects in an `effects` table of their test's database,
+//! reached through a pool the test puts in a `static` before its worker starts, so that
+//! "exactly once" is counted where a user would count it.
+
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use jobqueue::{
+    job, CancelReason, Job, JobContext, JobError, JobOptions, JobRecord, JobStatus, Queue, Worker,
+    WorkerHandle,
+};
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use tests::{count_status, fresh_database, init_tracing, wait_for, LogCapture};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+// ---------------------------------------------------------------------------------------
+// Shared plumbing
+// ---------------------------------------------------------------------------------------
+
+/// A queue on a new, migrated database, and a separate pool on the same database for the
+/// jobs' side effects (so that they do not compete with the workers for connections), with
+/// the `effects` table created.
+async fn setup(prefix: &str) -> (Queue, MySqlPool) {
+    init_tracing();
+    let url = fresh_database(prefix).await;
+    let queue = Queue::connect(&url).await.expect("connect");
+    queue.migrate().await.expect("migrate");
+    let effects = MySqlPoolOptions::new()
+        .max_connections(5)
+        .connect(&url)
+        .await
+        .expect("connect the effects pool");
+    sqlx::query("CREATE TABLE effects (task_key VARCHAR(255) NOT NULL, attempt INT NOT NULL)")
+        .execute(&effects)
+        .await
+        .expect("create effects");
+    (queue, effects)
+}
+
+/// Records one side effect of a job: its key and the attempt that did it.
+async fn record_effect(pool: &OnceLock<MySqlPool>, ctx: &JobContext) -> Result<(), JobError> {
+    let pool = pool.get().expect("the test sets the effects pool first");
+    sqlx::query("INSERT INTO effects (task_key, attempt) VALUES (?, ?)")
+        .bind(ctx.task_key())
+        .bind(ctx.attempt())
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// The side effects recorded, as (task_key, attempt), in insertion order.
+async fn effects(pool: &MySqlPool) -> Vec<(String, i32)> {
+    sqlx::query_as("SELECT task_key, attempt FROM effects ORDER BY task_key, attempt")
+        .fetch_all(pool)
+        .await
+        .expect("read effects")
+}
+
+/// A channel from a test's jobs to the test, opened by the test before its worker starts.
+struct Mailbox<T>(Mutex<Option<mpsc::UnboundedSender<T>>>);
+
+impl<T> Mailbox<T> {
+    const fn new() -> Self {
+        Mailbox(Mutex::new(None))
+    }
+
+    fn open(&self) -> mpsc::UnboundedReceiver<T> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.0.lock().unwrap() = Some(tx);
+        rx
+    }
+
+    fn send(&self, value: T) {
+        if let Some(tx) = &*self.0.lock().unwrap() {
+            let _ = tx.send(value);
+        }
+    }
+}
+
+/// The next message, or a panic naming `what` after `timeout`.
+async fn receive<T>(rx: &mut mpsc::UnboundedReceiver<T>, what: &str, timeout: Duration) -> T {
+    tokio::time::timeout(timeout, rx.recv())
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {timeout:?} waiting for {what}"))
+        .expect("mailbox open")
+}
+
+/// Runs `worker` on its own task.
+fn start(worker: Worker) -> (WorkerHandle, JoinHandle<jobqueue::Result<()>>) {
+    let handle = worker.handle();
+    (handle, tokio::spawn(worker.run()))
+}
+
+/// Shuts a worker down and waits for it to return.
+async fn stop(handle: &WorkerHandle, task: JoinHandle<jobqueue::Result<()>>) {
+    handle.shutdown();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the worker stops")
+        .expect("the worker task does not panic")
+        .expect("the worker returns Ok");
+}
+
+async fn row(queue: &Queue, id: u64) -> JobRecord {
+    queue.job(id).await.expect("read job").expect("job exists")
+}
+
+/// Waits until job `id` is in `status`, and returns its row.
+async fn wait_status(queue: &Queue, id: u64, status: JobStatus, timeout: Duration) -> JobRecord {
+    wait_for(&format!("job {id} to be {status}"), timeout, || async {
+        let r = row(queue, id).await;
+        (r.status == status).then_some(r)
+    })
+    .await
+}
+
+/// A worker with quick polling and maintenance, for tests that wait on retries.
+fn quick_worker(queue: &Queue) -> jobqueue::WorkerBuilder {
+    Worker::builder(queue.clone())
+        .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
+        .maintenance_interval(Duration::from_millis(100))
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Many jobs, three workers: each job runs exactly once.
+// ---------------------------------------------------------------------------------------
+
+static FANOUT_DB: OnceLock<MySqlPool> = OnceLock::new();
+
+#[job(name = "worker_fanout")]
+async fn fanout(ctx: JobContext, n: u32) -> Result<(), JobError> {
+    let _ = n;
+    record_effect(&FANOUT_DB, &ctx).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_workers_run_two_hundred_jobs_exactly_once() {
+    let (queue, effects_pool) = setup("worker_fanout").await;
+    FANOUT_DB.set(effects_pool.clone()).unwrap();
+
+    let enqueued = queue
+        .enqueue_many((0..200).map(|n| Fanout { n }))
+        .await
+        .expect("enqueue");
+    assert_eq!(enqueued.iter().filter(|e| e.is_new()).count(), 200);
+
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            start(
+                Worker::builder(queue.clone())
+                    .owner(format!("fanout-{i}"))
+                    .concurrency(4)
+                    .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
+                    .build()
+                    .expect("build"),
+            )
+        })
+        .collect();
+
+    wait_for("200 jobs done", Duration::from_secs(60), || async {
+        (count_status(&queue, "done").await == 200).then_some(())
+    })
+    .await;
+    let mut claimed = Vec::new();
+    for (handle, task) in workers {
+        stop(&handle, task).await;
+        claimed.push(handle.metrics().claimed);
+    }
+
+    // Every job ran once: one effect per key, 200 keys, all by the first attempt.
+    let effects = effects(&effects_pool).await;
+    assert_eq!(effects.len(), 200, "one effect per job");
+    let mut keys: Vec<&str> = effects.iter().map(|e| e.0.as_str()).collect();
+    keys.dedup();
+    assert_eq!(keys.len(), 200, "no job ran twice");
+    assert!(
+        effects.iter().all(|e| e.1 == 1),
+        "every job ran at its first attempt"
+    );
+    let (done, attempts): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), CAST(SUM(attempts) AS SIGNED) FROM job_queue WHERE status = 'done'",
+    )
+    .fetch_one(queue.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        (done, attempts),
+        (200, 200),
+        "all done, each at its first attempt"
+    );
+    assert_eq!(
+        claimed.iter().sum::<u64>(),
+        200,
+        "claims per worker: {claimed:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Retries, exhaustion and permanent errors.
+// ---------------------------------------------------------------------------------------
+
+#[job(name = "worker_flaky", max_attempts = 5, backoff = "constant(50ms)")]
+async fn flaky(ctx: JobContext) -> Result<(), JobError> {
+    if ctx.attempt() < 3 {
+        return Err(format!("flaky failure on attempt {}", ctx.attempt()).into());
+    }
+    Ok(())
+}
+
+#[job(
+    name = "worker_always_fails",
+    max_attempts = 3,
+    backoff = "constant(50ms)"
+)]
+async fn always_fails(ctx: JobContext) -> Result<(), JobError> {
+    Err(format!("upstream refused (attempt {})", ctx.attempt()).into())
+}
+
+#[job(
+    name = "worker_permanent",
+    max_attempts = 5,
+    backoff = "constant(50ms)"
+)]
+async fn permanent_failure() -> Result<(), JobError> {
+    Err(JobError::permanent("invoice 17 does not exist"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_until_success_exhaustion_and_permanent_errors() {
+    let (queue, _) = setup("worker_retries").await;
+    let flaky = queue.enqueue(Flaky {}).await.unwrap().id();
+    let exhausted = queue.enqueue(AlwaysFails {}).await.unwrap().id();
+    let permanent = queue.enqueue(PermanentFailure {}).await.unwrap().id();
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+
+    let r = wait_status(&queue, flaky, JobStatus::Done, Duration::from_secs(15)).await;
+    assert_eq!(r.attempts, 3, "failed twice, then succeeded");
+
+    let r = wait_status(
+        &queue,
+        exhausted,
+        JobStatus::Failed,
+        Duration::from_secs(15),
+    )
+    .await;
+    assert_eq!(r.attempts, 3, "every attempt was used");
+    assert_eq!(r.attempts, r.max_attempts);
+    assert_eq!(
+        r.last_error.as_deref(),
+        Some("upstream refused (attempt 3) (attempt 3 of 3)")
+    );
+    assert!(r.finished_at.is_some());
+
+    let r = wait_status(
+        &queue,
+        permanent,
+        JobStatus::Failed,
+        Duration::from_secs(15),
+    )
+    .await;
+    assert_eq!(r.attempts, 1, "a permanent error is not retried");
+    assert_eq!(
+        r.last_error.as_deref(),
+        Some("invoice 17 does not exist (permanent error, not retried)")
+    );
+
+    stop(&handle, task).await;
+    let m = handle.metrics();
+    assert_eq!(m.succeeded, 1);
+    assert_eq!(
+        m.retried,
+        2 + 2,
+        "two retries for each of the first two jobs"
+    );
+    assert_eq!(m.failed, 2);
+    assert_eq!(m.claimed, 3 + 3 + 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. Panics and payloads that do not fit are failures, and the worker goes on.
+// ---------------------------------------------------------------------------------------
+
+#[job(name = "worker_panics", max_attempts = 1)]
+async fn panics(order: u32) {
+    panic!("order {order} has no lines");
+}
+
+#[job(name = "worker_payload_target", max_attempts = 3)]
+async fn payload_target(title: String, pages: u32) {
+    let _ = (title, pages);
+}
+
+/// The same kind as `payload_target` with a field of another type, as an older release of
+/// the program might have enqueued it. Not registered: it only writes rows.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct OldPayloadTarget {
+    title: u64,
+    pages: u32,
+}
+
+impl Job for OldPayloadTarget {
+    const KIND: &'static str = PayloadTarget::KIND;
+    const OPTIONS: JobOptions = PayloadTarget::OPTIONS;
+    async fn run(self, _ctx: JobContext) -> Result<(), JobError> {
+        unreachable!("never registered, never run")
+    }
+}
+
+static AFTER_FAILURES_DB: OnceLock<MySqlPool> = OnceLock::new();
+
+#[job(name = "worker_after_failures")]
+async fn after_failures(ctx: JobContext) -> Result<(), JobError> {
+    record_effect(&AFTER_FAILURES_DB, &ctx).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn panics_and_bad_payloads_fail_clearly_and_the_worker_goes_on() {
+    let (queue, effects_pool) = setup("worker_panics").await;
+    AFTER_FAILURES_DB.set(effects_pool.clone()).unwrap();
+    let panicking = queue.enqueue(Panics { order: 7 }).await.unwrap().id();
+    let mismatched = queue
+        .enqueue(OldPayloadTarget { title: 5, pages: 3 })
+        .await
+        .unwrap()
+        .id();
+    // One slot: the job after the failures runs in the same slot they ran in.
+    let (handle, task) = start(quick_worker(&queue).concurrency(1).build().unwrap());
+
+    let r = wait_status(
+        &queue,
+        panicking,
+        JobStatus::Failed,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(r.attempts, 1);
+    assert_eq!(
+        r.last_error.as_deref(),
+        Some("job panicked: order 7 has no lines (attempt 1 of 1)")
+    );
+
+    let r = wait_status(
+        &queue,
+        mismatched,
+        JobStatus::Failed,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(r.attempts, 1, "a payload that does not fit is not retried");
+    let error = r.last_error.unwrap();
+    assert!(
+        error.contains("`worker_payload_target`") && error.contains("`title`"),
+        "the error names the kind and the field: {error}"
+    );
+    assert!(error.contains("expected a string"), "{error}");
+
+    let next = queue.enqueue(AfterFailures {}).await.unwrap().id();
+    let r = wait_status(&queue, next, JobStatus::Done, Duration::from_secs(10)).await;
+    assert_eq!(r.attempts, 1);
+    assert_eq!(effects(&effects_pool).await.len(), 1);
+
+    stop(&handle, task).await;
+    let m = handle.metrics();
+    assert_eq!((m.failed, m.succeeded, m.claimed), (2, 1, 3));
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. Lease renewal keeps a long job; renewals that cannot happen stop it.
+// ---------------------------------------------------------------------------------------
+
+/// About 3.5 s of work in small steps, stopping early if asked to; the effect is recorded
+/// only when the work is complete. Later attempts finish at once.
+async fn long_work(
+    ctx: &JobContext,
+    db: &OnceLock<MySqlPool>,
+    started: &Mailbox<JobContext>,
+) -> Result<(), JobError> {
+    started.send(ctx.clone());
+    if ctx.attempt() == 1 {
+        let end = Instant::now() + Duration::from_millis(3500);
+        while Instant::now() < end {
+            if ctx.is_cancelled() {
+                return Err(format!("stopped: {:?}", ctx.cancel_reason()).into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    record_effect(db, ctx).await
+}
+
+static RENEWED_DB: OnceLock<MySqlPool> = OnceLock::new();
+static RENEWED_STARTED: Mailbox<JobContext> = Mailbox::new();
+
+#[job(name = "worker_long_renewed", lease = "1s", max_attempts = 3)]
+async fn long_renewed(ctx: JobContext) -> Result<(), JobError> {
+    long_work(&ctx, &RENEWED_DB, &RENEWED_STARTED).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_longer_than_its_lease_is_renewed_and_runs_once() {
+    let (queue, effects_pool) = setup("worker_renewed").await;
+    RENEWED_DB.set(effects_pool.clone()).unwrap();
+    let mut started = RENEWED_STARTED.open();
+    let id = queue.enqueue(LongRenewed {}).await.unwrap().id();
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+
+    let ctx = receive(&mut started, "the job to start", Duration::from_secs(10)).await;
+    let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(15)).await;
+    assert_eq!(r.attempts, 1, "never reclaimed, never run again");
+    assert!(r.last_error.is_none(), "{:?}", r.last_error);
+    assert!(!ctx.is_cancelled());
+    assert_eq!(
+        effects(&effects_pool).await,
+        [(r.task_key.clone(), 1)],
+        "the work completed once"
+    );
+
+    stop(&handle, task).await;
+    let m = handle.metrics();
+    assert_eq!((m.reclaimed, m.lease_lost), (0, 0), "{m:?}");
+    assert_eq!((m.claimed, m.succeeded), (1, 1));
+    assert!(started.try_recv().is_err(), "the job started only once");
+}
+
+static BLOCKED_DB: OnceLock<MySqlPool> = OnceLock::new();
+static BLOCKED_STARTED: Mailbox<JobContext> = Mailbox::new();
+
+#[job(name = "worker_long_blocked", lease = "1s", max_attempts = 3)]
+async fn long_blocked(ctx: JobContext) -> Result<(), JobError> {
+    long_work(&ctx, &BLOCKED_DB, &BLOCKED_STARTED).await
+}
+
+/// Renewals are made impossible by a transaction that holds the job's row lock: the renewal
+/// `UPDATE` then waits on the lock, like a renewal stuck on a slow or partitioned server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back() {
+    let (queue, effects_pool) = setup("worker_blocked").await;
+    BLOCKED_DB.set(effects_pool.clone()).unwrap();
+    let mut started = BLOCKED_STARTED.open();
+    let id = queue.enqueue(LongBlocked {}).await.unwrap().id();
+    let first = quick_worker(&queue)
+        .owner("lease-a")
+        .maintenance(false)
+        .build()
+        .unwrap();
+    let (handle_a, task_a) = start(first);
+
+    let ctx = receive(&mut started, "the first attempt", Duration::from_secs(10)).await;
+    assert_eq!(ctx.attempt(), 1);
+    let claimed_at = Instant::now();
+    let mut blocker = queue.pool().begin().await.unwrap();
+    sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
+        .bind(id)
+        .fetch_one(&mut *blocker)
+        .await
+        .unwrap();
+
+    // The worker cannot vouch for the lease any more: it stops the job once three quarters
+    // of the 1 s lease have passed unrenewed, before another worker could take it.
+    tokio::time::timeout(Duration::from_secs(5), ctx.cancelled())
+        .await
+        .expect("the job is cancelled while its renewal is blocked");
+    assert_eq!(ctx.cancel_reason(), Some(CancelReason::LeaseLost));
+    assert!(
+        claimed_at.elapsed() < Duration::from_millis(1500),
+        "stopped after {:?}",
+        claimed_at.elapsed()
+    );
+    wait_metric(&handle_a, "the lost lease to be counted", 1, |m| {
+        m.lease_lost
+    })
+    .await;
+    // Nothing was written for that attempt (a plain read does not wait for the lock).
+    let r = row(&queue, id).await;
+    assert_eq!(
+        (r.status, r.attempts, r.lease_owner.as_deref()),
+        (JobStatus::Running, 1, Some("lease-a"))
+    );
+
+    blocker.rollback().await.unwrap();
+    stop(&handle_a, task_a).await;
+    let m = handle_a.metrics();
+    assert_eq!(
+        (
+            m.lease_lost,
+            m.succeeded,
+            m.retried,
+            m.failed,
+            m.handed_back
+        ),
+        (1, 0, 0, 0, 0),
+        "the first worker recorded nothing for the lost attempt: {m:?}"
+    );
+    let r = row(&queue, id).await;
+    assert_eq!((r.status, r.attempts), (JobStatus::Running, 1));
+
+    // Another worker takes the job back once the lease has expired, and runs it.
+    let (handle_b, task_b) = start(quick_worker(&queue).owner("lease-b").build().unwrap());
+    let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(15)).await;
+    assert_eq!(r.attempts, 2);
+    assert!(
+        r.last_error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("lease of lease-a expired during attempt 1")),
+        "{:?}",
+        r.last_error
+    );
+    stop(&handle_b, task_b).await;
+    let m = handle_b.metrics();
+    assert_eq!((m.reclaimed, m.claimed, m.succeeded), (1, 1, 1), "{m:?}");
+    assert_eq!(
+        effects(&effects_pool).await,
+        [(r.task_key.clone(), 2)],
+        "only the second attempt did the work"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. Shutdown hands running jobs back.
+// ---------------------------------------------------------------------------------------
+
+static COOPERATIVE_DB: OnceLock<MySqlPool> = OnceLock::new();
+static COOPERATIVE_STARTED: Mailbox<JobContext> = Mailbox::new();
+
+/// Stops when asked to.
+#[job(name = "worker_shutdown_cooperative")]
+async fn shutdown_cooperative(ctx: JobContext) -> Result<(), JobError> {
+    COOPERATIVE_STARTED.send(ctx.clone());
+    if ctx.attempt() == 1 {
+        ctx.cancelled().await;
+        return Err("stopped before the end".into());
+    }
+    record_effect(&COOPERATIVE_DB, &ctx).await
+}
+
+static STUBBORN_DB: OnceLock<MySqlPool> = OnceLock::new();
+static STUBBORN_STARTED: Mailbox<JobContext> = Mailbox::new();
+
+/// Ignores cancellation: only dropping it stops it.
+#[job(name = "worker_shutdown_stubborn")]
+async fn shutdown_stubborn(ctx: JobContext) -> Result<(), JobError> {
+    STUBBORN_STARTED.send(ctx.clone());
+    if ctx.attempt() == 1 {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    }
+    record_effect(&STUBBORN_DB, &ctx).await
+}
+
+const GRACE: Duration = Duration::from_millis(200);
+const CANCEL_GRACE: Duration = Duration::from_millis(200);
+/// Room for the final writes and a loaded machine.
+const MARGIN: Duration = Duration::from_millis(1000);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_cancels_a_running_job_and_hands_it_back() {
+    let (queue, effects_pool) = setup("worker_shutdown").await;
+    COOPERATIVE_DB.set(effects_pool.clone()).unwrap();
+    let mut started = COOPERATIVE_STARTED.open();
+    let id = queue.enqueue(ShutdownCooperative {}).await.unwrap().id();
+    let worker = quick_worker(&queue)
+        .shutdown_grace(GRACE)
+        .cancel_grace(CANCEL_GRACE)
+        .build()
+        .unwrap();
+    let (handle, task) = start(worker);
+    let ctx = receive(&mut started, "the job to start", Duration::from_secs(10)).await;
+
+    let t0 = Instant::now();
+    handle.shutdown();
+    task.await.unwrap().unwrap();
+    let elapsed = t0.elapsed();
+    assert!(
+        elapsed >= GRACE,
+        "the job had its grace period: {elapsed:?}"
+    );
+    assert!(elapsed < GRACE + CANCEL_GRACE + MARGIN, "{elapsed:?}");
+    assert_eq!(ctx.cancel_reason(), Some(CancelReason::Shutdown));
+
+    let r = row(&queue, id).await;
+    assert_eq!((r.status, r.attempts), (JobStatus::Ready, 1), "{r:?}");
+    assert_eq!(r.lease_owner, None);
+    let m = handle.metrics();
+    assert_eq!((m.handed_back, m.retried, m.failed), (1, 0, 0), "{m:?}");
+
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(10)).await;
+    assert_eq!(r.attempts, 2);
+    stop(&handle, task).await;
+    assert_eq!(effects(&effects_pool).await, [(r.task_key.clone(), 2)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drops_a_job_that_ignores_cancellation_and_hands_it_back() {
+    let (queue, effects_pool) = setup("worker_stubborn").await;
+    STUBBORN_DB.set(effects_pool.clone()).unwrap();
+    let mut started = STUBBORN_STARTED.open();
+    let id = queue.enqueue(ShutdownStubborn {}).await.unwrap().id();
+    let worker = quick_worker(&queue)
+        .shutdown_grace(GRACE)
+        .cancel_grace(CANCEL_GRACE)
+        .build()
+        .unwrap();
+    let handle = worker.handle();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(worker.run_until(async {
+        let _ = stop_rx.await;
+    }));
+    let ctx = receive(&mut started, "the job to start", Duration::from_secs(10)).await;
+
+    let t0 = Instant::now();
+    stop_tx.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    let elapsed = t0.elapsed();
+    assert!(
+        elapsed >= GRACE + CANCEL_GRACE,
+        "both grace periods were given: {elapsed:?}"
+    );
+    assert!(elapsed < GRACE + CANCEL_GRACE + MARGIN, "{elapsed:?}");
+    assert_eq!(ctx.cancel_reason(), Some(CancelReason::Shutdown));
+
+    let r = row(&queue, id).await;
+    assert_eq!((r.status, r.attempts), (JobStatus::Ready, 1), "{r:?}");
+    assert_eq!(handle.metrics().handed_back, 1);
+
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(10)).await;
+    assert_eq!(r.attempts, 2);
+    stop(&handle, task).await;
+    assert_eq!(effects(&effects_pool).await, [(r.task_key.clone(), 2)]);
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. Empty claims are counted by cause and logged as nothing worse than info.
+// ---------------------------------------------------------------------------------------
+
+#[job(name = "worker_empty_probe")]
+async fn empty_probe(n: u32) {
+    let _ = n;
+}
+
+fn polling_worker(queue: &Queue) -> (WorkerHandle, JoinHandle<jobqueue::Result<()>>) {
+    start(
+        Worker::builder(queue.clone())
+            .poll_interval(Duration::from_millis(20), Duration::from_millis(100))
+            .maintenance_interval(Duration::from_millis(100))
+            .build()
+            .unwrap(),
+    )
+}
+
+/// Waits until `counter` of the worker's metrics reaches `n`.
+async fn wait_metric(
+    handle: &WorkerHandle,
+    what: &str,
+    n: u64,
+    counter: impl Fn(&jobqueue::MetricsSnapshot) -> u64,
+) {
+    wait_for(what, Duration::from_secs(10), || async {
+        (counter(&handle.metrics()) >= n).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
+    let (logs, _guard) = LogCapture::install("debug,sqlx=warn,jobqueue_runtime=debug");
+    let url = fresh_database("worker_empty").await;
+    let queue = Queue::connect(&url).await.unwrap();
+    queue.migrate().await.unwrap();
+
+    // Nothing at all: idle.
+    let (handle, task) = polling_worker(&queue);
+    wait_metric(&handle, "idle empty claims", 4, |m| m.empty_idle).await;
+    stop(&handle, task).await;
+    let m = handle.metrics();
+    assert_eq!(
+        (m.claimed, m.empty_contended, m.empty_leased_only),
+        (0, 0, 0),
+        "{m:?}"
+    );
+    assert_eq!(m.database_errors, 0);
+
+    // Ready jobs, every one locked by another transaction: contended.
+    let ids: Vec<u64> = queue
+        .enqueue_many((0..3).map(|n| EmptyProbe { n }))
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id())
+        .collect();
+    let mut locker = queue.pool().begin().await.unwrap();
+    let locked: Vec<u64> = sqlx::query_scalar(
+        "SELECT id FROM job_queue WHERE status = 'ready' ORDER BY id FOR UPDATE",
+    )
+    .fetch_all(&mut *locker)
+    .await
+    .unwrap();
+    assert_eq!(locked, ids);
+    let (handle, task) = polling_worker(&queue);
+    wait_metric(&handle, "contended empty claims", 3, |m| m.empty_contended).await;
+    assert_eq!(
+        handle.metrics().claimed,
+        0,
+        "locked rows are skipped, not taken"
+    );
+    // Once the lock is gone the same worker runs them.
+    locker.rollback().await.unwrap();
+    wait_for("the jobs done", Duration::from_secs(10), || async {
+        (count_status(&queue, "done").await == 3).then_some(())
+    })
+    .await;
+    stop(&handle, task).await;
+    assert_eq!(handle.metrics().claimed, 3);
+
+    // Only running jobs, leased by someone else: leased-only.
+    queue
+        .enqueue_many((3..5).map(|n| EmptyProbe { n }))
+        .await
+        .unwrap();
+    let taken = queue
+        .store()
+        .claim("default", "elsewhere", 10)
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 2);
+    let (handle, task) = polling_worker(&queue);
+    wait_metric(&handle, "leased-only empty claims", 3, |m| {
+        m.empty_leased_only
+    })
+    .await;
+    stop(&handle, task).await;
+    let m = handle.metrics();
+    assert_eq!(
+        (m.claimed, m.reclaimed, m.empty_contended),
+        (0, 0, 0),
+        "{m:?}"
+    );
+    assert_eq!(count_status(&queue, "running").await, 2);
+
+    let text = logs.text();
+    assert!(
+        !logs.lines_with(&["worker starting"]).is_empty(),
+        "the capture sees the worker's logs:\n{text}"
+    );
+    let loud: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect();
+    assert!(
+        loud.is_empty(),
+        "empty claims logged warnings or errors: {loud:#?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. A kind this binary does not know is retried, then failed: never dropped.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_kind_is_retried_then_failed_never_dropped() {
+    let (queue, _) = setup("worker_unknown").await;
+    let id = sqlx::query(
+        "INSERT INTO job_queue (queue, kind, task_key, payload, status, run_at, max_attempts, \
+           lease_ms, created_at, updated_at) \
+         VALUES ('default', 'no_such_kind', 'no_such_kind:1', '{}', 'ready', UTC_TIMESTAMP(6), 2, \
+           30000, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+    )
+    .execute(queue.pool())
+    .await
+    .unwrap()
+    .last_insert_id();
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+
+    let (delay_us, error): (i64, String) = wait_for(
+        "the first attempt to be scheduled for a retry",
+        Duration::from_secs(10),
+        || async {
+            sqlx::query_as(
+                "SELECT TIMESTAMPDIFF(MICROSECOND, updated_at, run_at), CAST(last_error AS CHAR) \
+                 FROM job_queue \
+                 WHERE id = ? AND status = 'scheduled' AND attempts = 1",
+            )
+            .bind(id)
+            .fetch_optional(queue.pool())
+            .await
+            .unwrap()
+        },
+    )
+    .await;
+    assert!(
+        delay_us >= 500_000,
+        "retried after a delay, got {delay_us} µs"
+    );
+    assert!(
+        error.starts_with("job kind `no_such_kind` is not registered in this worker"),
+        "{error}"
+    );
+
+    let r = wait_status(&queue, id, JobStatus::Failed, Duration::from_secs(15)).await;
+    assert_eq!(r.attempts, 2);
+    let error = r.last_error.unwrap();
+    assert!(error.contains("`no_such_kind`"), "{error}");
+    assert!(error.ends_with("(attempt 2 of 2)"), "{error}");
+    stop(&handle, task).await;
+    let m = handle.metrics();
+    assert_eq!((m.claimed, m.retried, m.failed), (2, 1, 1), "{m:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. A per-job timeout cancels the attempt and counts it as failed.
+// ---------------------------------------------------------------------------------------
+
+static SLOW_STARTED: Mailbox<JobContext> = Mailbox::new();
+
+#[job(
+    name = "worker_too_slow",
+    timeout = "200ms",
+    max_attempts = 2,
+    backoff = "constant(50ms)"
+)]
+async fn too_slow(ctx: JobContext) {
+    SLOW_STARTED.send(ctx);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_cancels_the_attempt_and_counts_as_a_failure() {
+    let (queue, _) = setup("worker_timeout").await;
+    let mut started = SLOW_STARTED.open();
+    let id = queue.enqueue(TooSlow {}).await.unwrap().id();
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+
+    let first = receive(&mut started, "the first attempt", Duration::from_secs(10)).await;
+    let t0 = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), first.cancelled())
+        .await
+        .expect("the attempt is cancelled at its timeout");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert_eq!(first.cancel_reason(), Some(CancelReason::Timeout));
+
+    let second = receive(&mut started, "the retry", Duration::from_secs(10)).await;
+    assert_eq!(second.attempt(), 2, "the timed-out attempt counted");
+    let r = wait_status(&queue, id, JobStatus::Failed, Duration::from_secs(10)).await;
+    assert_eq!(r.attempts, 2);
+    assert_eq!(
+        r.last_error.as_deref(),
+        Some("timed out after 200ms (attempt 2 of 2)")
+    );
+    stop(&handle, task).await;
+    let m = handle.metrics();
+    assert_eq!((m.retried, m.failed), (1, 1), "{m:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. An enqueue in this process wakes an idle worker at once.
+// ---------------------------------------------------------------------------------------
+
+static WAKE_STARTED: Mailbox<Instant> = Mailbox::new();
+
+#[job(name = "worker_wake")]
+async fn wake_probe() {
+    WAKE_STARTED.send(Instant::now());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_wakes_an_idle_worker_before_its_next_poll() {
+    let (queue, _) = setup("worker_wake").await;
+    let mut started = WAKE_STARTED.open();
+    let worker = Worker::builder(queue.clone())
+        .poll_interval(Duration::from_secs(1), Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let (handle, task) = start(worker);
+    // Two empty claims: the worker now waits about 2 s before its next poll.
+    wait_metric(&handle, "two empty claims", 2, |m| m.empty_idle).await;
+
+    let enqueued_at = Instant::now();
+    let id = queue.enqueue(WakeProbe {}).await.unwrap().id();
+    let started_at = receive(&mut started, "the job to start", Duration::from_secs(10)).await;
+    let latency = started_at - enqueued_at;
+    assert!(
+        latency < Duration::from_millis(500),
+        "started after {latency:?}"
+    );
+    assert_eq!(
+        handle.metrics().empty_idle,
+        2,
+        "no poll happened in between"
+    );
+
+    wait_status(&queue, id, JobStatus::Done, Duration::from_secs(10)).await;
+    stop(&handle, task).await;
+}
