@@ -86,7 +86,9 @@ impl Scheduler {
 
     /// A scheduler that enqueues nothing.
     pub(crate) fn none() -> Self {
-        Scheduler { entries: Vec::new() }
+        Scheduler {
+            entries: Vec::new(),
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {

@@ -31,7 +31,7 @@ struct Config {
     cancel_grace: Duration,
     maintenance_interval: Duration,
     maintenance: bool,
-        retention: Retention,
+    retention: Retention,
     periodic: bool,
     owner: String,
 }
@@ -160,7 +160,7 @@ impl WorkerBuilder {
         self
     }
 
-        /// Whether this worker enqueues the ticks of periodic (`cron`) kinds. Default true: every
+    /// Whether this worker enqueues the ticks of periodic (`cron`) kinds. Default true: every
     /// node may, since each tick's task key makes it one job however many nodes enqueue it.
     /// Turn it off in deployments that should only run jobs. Needs maintenance on.
     pub fn periodic_jobs(mut self, on: bool) -> Self {
@@ -305,7 +305,7 @@ impl Worker {
                 cancel_grace: Duration::from_secs(5),
                 maintenance_interval: Duration::from_secs(1),
                 maintenance: true,
-                                retention: Retention::default(),
+                retention: Retention::default(),
                 periodic: true,
                 owner: default_owner(),
             },
@@ -367,7 +367,7 @@ impl Worker {
             self.metrics.clone(),
             background.clone(),
         ));
-                let scheduler = if cfg.periodic {
+        let scheduler = if cfg.periodic {
             crate::cron::Scheduler::new(&self.registry)?
         } else {
             crate::cron::Scheduler::none()
