@@ -59,7 +59,8 @@ pub struct EnqueueOptions {
     pub queue: Option<String>,
     /// Priority instead of the kind's (lower runs first).
     pub priority: Option<i16>,
-    /// Task key instead of the kind's template or derived key. At most 255 characters.
+    /// Task key instead of the kind's template or derived key. At most 255 characters, not
+    /// empty, no control characters, no trailing space.
     pub key: Option<String>,
     /// Attempts instead of the kind's.
     pub max_attempts: Option<u32>,

@@ -43,7 +43,7 @@ pub enum Error {
     },
 
     /// A job's arguments could not be serialized to JSON.
-    #[error("cannot serialize the arguments of job `{kind}`: {source}")]
+    #[error("cannot serialize the arguments of job `{kind}`: {source}; every argument must be serializable to JSON (map keys must serialize as strings or numbers)")]
     Serialize {
         /// The job kind.
         kind: &'static str,

@@ -50,7 +50,9 @@ pub(crate) fn validate_key(key: &str) -> Result<()> {
         reason: reason.to_owned(),
     };
     if key.is_empty() {
-        return Err(invalid("a task key must not be empty"));
+        return Err(invalid(
+            "a task key must not be empty; leave `key` unset to use the key derived from the job's arguments",
+        ));
     }
     let n = key.chars().count();
     if n > MAX_KEY_CHARS {
@@ -59,7 +61,16 @@ pub(crate) fn validate_key(key: &str) -> Result<()> {
         )));
     }
     if key.chars().any(char::is_control) {
-        return Err(invalid("a task key must not contain control characters"));
+        return Err(invalid(
+            "a task key must not contain control characters; remove them, or hash the part that has them",
+        ));
+    }
+    // `task_key` has a PAD SPACE collation: the server compares `"a "` equal to `"a"`, so a
+    // key with trailing spaces would be reported as a duplicate of a different job.
+    if key.ends_with(' ') {
+        return Err(invalid(
+            "a task key must not end with a space: the database ignores trailing spaces when it compares keys, so it would collide with the same key without them; trim the key",
+        ));
     }
     Ok(())
 }
