@@ -44,6 +44,7 @@ impl Enqueued {
 /// Per-enqueue overrides of the kind's defaults.
 ///
 /// ```
+/// # extern crate jobqueue_runtime as jobqueue;
 /// use std::time::Duration;
 /// use jobqueue::EnqueueOptions;
 ///
@@ -133,6 +134,7 @@ impl Queue {
     /// after [`Queue::wake_workers`].
     ///
     /// ```no_run
+    /// # extern crate jobqueue_runtime as jobqueue;
     /// # async fn demo<J: jobqueue::Job>(queue: jobqueue::Queue, pool: sqlx::MySqlPool, job: J) -> jobqueue::Result<()> {
     /// let mut tx = pool.begin().await?;
     /// sqlx::query("INSERT INTO orders (id) VALUES (?)").bind(7412).execute(&mut *tx).await?;

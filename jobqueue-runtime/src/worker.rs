@@ -218,6 +218,7 @@ impl WorkerBuilder {
 /// Runs jobs: claims them from the table, runs them, records how each attempt ended.
 ///
 /// ```no_run
+/// # extern crate jobqueue_runtime as jobqueue;
 /// # async fn demo(queue: jobqueue::Queue) -> jobqueue::Result<()> {
 /// use jobqueue::Worker;
 /// let worker = Worker::builder(queue).queues(["exports", "default"]).concurrency(16).build()?;

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Helpers shared by the scripts in this folder. Source it; it defines functions only.
+#
+#   ensure_cargo            exits 1 with advice when `cargo` is missing
+#   ensure_server_binaries  installs MariaDB's server binaries when no `mariadbd`/`mysqld`
+#                           exists (the tests start throwaway servers from them)
+set -euo pipefail
+
+# Where a server binary may be besides PATH (distributions put it in sbin, which is often
+# not on a user's PATH; the official MySQL tarball goes to /usr/local/mysql).
+JOBQUEUE_SERVER_DIRS=(/usr/sbin /usr/local/sbin /usr/local/mysql/bin)
+
+jq_say() {
+  printf '%s\n' "$*" >&2
+}
+
+# Prints the path of the first `mariadbd` (preferred) or `mysqld` found, or fails.
+find_server_binary() {
+  local name dir
+  local -a dirs
+  IFS=: read -r -a dirs <<<"${PATH:-}"
+  dirs+=("${JOBQUEUE_SERVER_DIRS[@]}")
+  for name in mariadbd mysqld; do
+    for dir in "${dirs[@]}"; do
+      if [[ -n "$dir" && -f "$dir/$name" && -x "$dir/$name" ]]; then
+        printf '%s\n' "$dir/$name"
+        return 0
+      fi
+    done
+  done
+  return 1
+}
+
+server_install_advice() {
+  jq_say "The tests start throwaway MariaDB/MySQL servers of their own and need the server binaries."
+  jq_say "Install them:"
+  jq_say "  Debian/Ubuntu: sudo apt-get install mariadb-server"
+  jq_say "  macOS:         brew install mariadb"
+  jq_say "  others:        the distribution's MariaDB server package (it must provide mariadbd"
+  jq_say "                 and mariadb-install-db), or MySQL 8.0's mysqld"
+  jq_say "There is no need to start the installed service: the tests start their own servers."
+}
+
+# Runs apt-get to install mariadb-server, as root directly or through sudo ("$@" is the
+# prefix: empty, or sudo with its options). The package's own service is kept from
+# starting, through the policy-rc.d hook Debian provides for that, unless such a hook
+# already exists.
+apt_install_server() {
+  local policy=/usr/sbin/policy-rc.d added_policy=0 status=0
+  if ! "$@" test -e "$policy"; then
+    "$@" sh -c "printf '#!/bin/sh\nexit 101\n' > $policy && chmod 755 $policy"
+    added_policy=1
+  fi
+  {
+    "$@" env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+      "$@" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends mariadb-server
+  } || status=$?
+  if [[ $added_policy == 1 ]]; then
+    "$@" rm -f "$policy"
+  fi
+  return "$status"
+}
+
+ensure_server_binaries() {
+  local found
+  if found=$(find_server_binary); then
+    return 0
+  fi
+  jq_say "No MariaDB/MySQL server binary (mariadbd or mysqld) on PATH or in ${JOBQUEUE_SERVER_DIRS[*]}."
+  local -a as_root=()
+  if [[ $(id -u) != 0 ]]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+      server_install_advice
+      exit 1
+    fi
+    # Without a terminal nobody can type a password: fail at once rather than hang.
+    if [[ -t 0 ]]; then as_root=(sudo); else as_root=(sudo -n); fi
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    jq_say "This is not a Debian/Ubuntu system (no apt-get), so nothing was installed."
+    server_install_advice
+    exit 1
+  fi
+  jq_say "Installing mariadb-server with apt-get${as_root[0]+ through sudo}..."
+  if ! apt_install_server ${as_root[@]+"${as_root[@]}"}; then
+    jq_say "Installing mariadb-server failed."
+    server_install_advice
+    exit 1
+  fi
+  if ! found=$(find_server_binary); then
+    jq_say "mariadb-server was installed but no mariadbd or mysqld can be found."
+    server_install_advice
+    exit 1
+  fi
+  jq_say "Using $found."
+}
+
+ensure_cargo() {
+  if command -v cargo >/dev/null 2>&1; then
+    return 0
+  fi
+  # rustup's default place, for shells that have not loaded its environment.
+  if [[ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]]; then
+    export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+    return 0
+  fi
+  jq_say "cargo was not found. Install Rust (1.85 or newer) with rustup, https://rustup.rs,"
+  jq_say "then open a new shell or run: . \"\$HOME/.cargo/env\""
+  exit 1
+}
