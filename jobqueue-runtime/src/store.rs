@@ -315,7 +315,8 @@ pub enum EmptyClaim {
 /// How a running job's attempt ends, as written by [`Store::finish`].
 #[derive(Debug, Clone)]
 pub enum Finish {
-    /// Back to `scheduled`, due after `delay`.
+    /// Back to `scheduled`, due after `delay`; to `cancelled` instead if an operator's
+    /// cancel request is pending (the worker may not have passed it on to the job yet).
     Retry {
         /// The wait before the next attempt.
         delay: Duration,
@@ -332,7 +333,8 @@ pub enum Finish {
         /// Why, kept in `last_error`.
         error: String,
     },
-    /// Back to `ready` at once with `attempts` kept (shutdown).
+    /// Back to `ready` at once with `attempts` kept (shutdown); to `cancelled` instead if an
+    /// operator's cancel request is pending.
     HandBack,
 }
 
@@ -518,7 +520,9 @@ impl Store {
         let (sql, error, delay_us) = match how {
             Finish::Retry { delay, error } => (
                 format!(
-                    "UPDATE job_queue SET status = 'scheduled', run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+                    "UPDATE job_queue SET status = IF(cancel_requested = 1, 'cancelled', 'scheduled'), \
+                     run_at = IF(cancel_requested = 1, run_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
+                     finished_at = IF(cancel_requested = 1, UTC_TIMESTAMP(6), NULL), \
                      lease_owner = NULL, lease_until = NULL, last_error = ?, updated_at = UTC_TIMESTAMP(6) {FENCE}"
                 ),
                 Some(error),
@@ -542,8 +546,11 @@ impl Store {
             ),
             Finish::HandBack => (
                 format!(
-                    "UPDATE job_queue SET status = 'ready', lease_owner = NULL, lease_until = NULL, \
-                     updated_at = UTC_TIMESTAMP(6) {FENCE}"
+                    "UPDATE job_queue SET status = IF(cancel_requested = 1, 'cancelled', 'ready'), \
+                     finished_at = IF(cancel_requested = 1, UTC_TIMESTAMP(6), NULL), \
+                     last_error = IF(cancel_requested = 1, \
+                       'cancelled on request; its worker shut down before passing the request on', last_error), \
+                     lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) {FENCE}"
                 ),
                 None,
                 None,

@@ -1,0 +1,778 @@
+//! Scheduling against a real server: delayed jobs start on time, priorities order a queue,
+//! cancellation before and during a run, operator retry, paused queues, and retries that
+//! wait in `scheduled`.
+//!
+//! Every test has its own database and its own job kinds. Jobs record each start in an
+//! `effects` table of their test's database with the database's clock (`UTC_TIMESTAMP(6)`)
+//! and an auto-increment sequence, so that start times are compared with `run_at` by the
+//! same clock that set it, and run order is read from the sequence.
+//!
+//! This binary registers no periodic kind: periodic jobs are tested in `cron.rs`.
+
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use jobqueue::{
+    job, CancelOutcome, CancelReason, EnqueueOptions, Job, JobContext, JobError, JobRecord,
+    JobStatus, Queue, Worker, WorkerHandle,
+};
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use tests::{count_status, fresh_database, init_tracing, wait_for};
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinHandle;
+
+// ---------------------------------------------------------------------------------------
+// Shared plumbing
+// ---------------------------------------------------------------------------------------
+
+/// A queue on a new, migrated database, and a separate pool on the same database for the
+/// jobs' effects, with the `effects` table created.
+async fn setup(prefix: &str) -> (Queue, MySqlPool) {
+    init_tracing();
+    let url = fresh_database(prefix).await;
+    let queue = Queue::connect(&url).await.expect("connect");
+    queue.migrate().await.expect("migrate");
+    let effects = MySqlPoolOptions::new()
+        .max_connections(5)
+        .connect(&url)
+        .await
+        .expect("connect the effects pool");
+    sqlx::query(
+        "CREATE TABLE effects (\
+           seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
+           task_key VARCHAR(255) NOT NULL, \
+           attempt INT NOT NULL, \
+           note VARCHAR(255) NOT NULL, \
+           started_at DATETIME(6) NOT NULL)",
+    )
+    .execute(&effects)
+    .await
+    .expect("create effects");
+    (queue, effects)
+}
+
+/// Records one effect of a job, stamped with the database's clock.
+async fn record(pool: &OnceLock<MySqlPool>, ctx: &JobContext, note: &str) -> Result<(), JobError> {
+    let pool = pool.get().expect("the test sets the effects pool first");
+    sqlx::query(
+        "INSERT INTO effects (task_key, attempt, note, started_at) \
+         VALUES (?, ?, ?, UTC_TIMESTAMP(6))",
+    )
+    .bind(ctx.task_key())
+    .bind(ctx.attempt())
+    .bind(note)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The effects of `task_key` as (attempt, note), in the order they were recorded.
+async fn effects_of(pool: &MySqlPool, task_key: &str) -> Vec<(i32, String)> {
+    sqlx::query_as("SELECT attempt, note FROM effects WHERE task_key = ? ORDER BY seq")
+        .bind(task_key)
+        .fetch_all(pool)
+        .await
+        .expect("read effects")
+}
+
+/// How long after its row's `run_at` the job's first effect was recorded, in microseconds
+/// (negative: before). Both times come from the database's clock.
+async fn start_lag_us(pool: &MySqlPool, id: u64) -> i64 {
+    sqlx::query_scalar(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, j.run_at, e.started_at) \
+         FROM job_queue j JOIN effects e ON e.task_key = j.task_key \
+         WHERE j.id = ? ORDER BY e.seq LIMIT 1",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await
+    .expect("read the start lag")
+}
+
+/// A channel from a test's jobs to the test, opened by the test before its worker starts.
+struct Mailbox<T>(Mutex<Option<mpsc::UnboundedSender<T>>>);
+
+impl<T> Mailbox<T> {
+    const fn new() -> Self {
+        Mailbox(Mutex::new(None))
+    }
+
+    fn open(&self) -> mpsc::UnboundedReceiver<T> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.0.lock().unwrap() = Some(tx);
+        rx
+    }
+
+    fn send(&self, value: T) {
+        if let Some(tx) = &*self.0.lock().unwrap() {
+            let _ = tx.send(value);
+        }
+    }
+}
+
+/// Runs `worker` on its own task.
+fn start(worker: Worker) -> (WorkerHandle, JoinHandle<jobqueue::Result<()>>) {
+    let handle = worker.handle();
+    (handle, tokio::spawn(worker.run()))
+}
+
+/// Shuts a worker down and waits for it to return.
+async fn stop(handle: &WorkerHandle, task: JoinHandle<jobqueue::Result<()>>) {
+    handle.shutdown();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the worker stops")
+        .expect("the worker task does not panic")
+        .expect("the worker returns Ok");
+}
+
+async fn row(queue: &Queue, id: u64) -> JobRecord {
+    queue.job(id).await.expect("read job").expect("job exists")
+}
+
+/// Waits until job `id` is in `status`, and returns its row.
+async fn wait_status(queue: &Queue, id: u64, status: JobStatus, timeout: Duration) -> JobRecord {
+    wait_for(&format!("job {id} to be {status}"), timeout, || async {
+        let r = row(queue, id).await;
+        (r.status == status).then_some(r)
+    })
+    .await
+}
+
+/// Microseconds from `a` to `b`.
+fn micros_between(
+    a: sqlx::types::chrono::NaiveDateTime,
+    b: sqlx::types::chrono::NaiveDateTime,
+) -> i64 {
+    (b - a).num_microseconds().expect("a small interval")
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. A delayed job starts no earlier than its time, and within the documented bound after.
+// ---------------------------------------------------------------------------------------
+
+static DELAYED_DB: OnceLock<MySqlPool> = OnceLock::new();
+
+#[job(name = "sched_delayed")]
+async fn delayed(ctx: JobContext, label: String) -> Result<(), JobError> {
+    record(&DELAYED_DB, &ctx, &label).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_job_starts_at_its_time_within_one_maintenance_interval() {
+    let (queue, effects) = setup("sched_delay").await;
+    DELAYED_DB.set(effects.clone()).unwrap();
+
+    // The worker docs: "a due job starts within about one maintenance interval of its
+    // time". Maintenance promotes due jobs every `maintenance` (±20 % jitter) and wakes the
+    // workers of its process at once; a worker in another process finds the job at its next
+    // poll, at most `poll_max` later. The margin covers the statements in between (promote,
+    // claim, the job's own insert) on a busy two-core test machine.
+    let maintenance = Duration::from_millis(500);
+    let poll_max = Duration::from_millis(500);
+    let margin = Duration::from_millis(500);
+    let bound = maintenance.mul_f64(1.2) + poll_max + margin;
+
+    // The worker is idle and polling before the jobs exist, as in production.
+    let (handle, task) = start(
+        Worker::builder(queue.clone())
+            .maintenance_interval(maintenance)
+            .poll_interval(Duration::from_millis(50), poll_max)
+            .build()
+            .unwrap(),
+    );
+
+    let by_delay = queue
+        .enqueue_with(
+            Delayed {
+                label: "delay".into(),
+            },
+            EnqueueOptions::default().delay(Duration::from_secs(2)),
+        )
+        .await
+        .unwrap()
+        .id();
+    // Three seconds from the database's now, by the database's clock.
+    let at: sqlx::types::chrono::NaiveDateTime =
+        sqlx::query_scalar("SELECT UTC_TIMESTAMP(6) + INTERVAL 3 SECOND")
+            .fetch_one(queue.pool())
+            .await
+            .unwrap();
+    let at = at.and_utc();
+    let by_time = queue
+        .enqueue_with(
+            Delayed {
+                label: "run_at".into(),
+            },
+            EnqueueOptions::default().run_at(at),
+        )
+        .await
+        .unwrap()
+        .id();
+
+    let r = row(&queue, by_delay).await;
+    assert_eq!(
+        r.status,
+        JobStatus::Scheduled,
+        "a delayed job waits in scheduled"
+    );
+    assert_eq!(
+        micros_between(r.created_at, r.run_at),
+        2_000_000,
+        "run_at is the database's now plus the delay, to the microsecond"
+    );
+    let r = row(&queue, by_time).await;
+    assert_eq!(r.status, JobStatus::Scheduled);
+    assert_eq!(r.run_at, at.naive_utc(), "run_at is stored as given (UTC)");
+
+    for id in [by_delay, by_time] {
+        wait_status(&queue, id, JobStatus::Done, Duration::from_secs(15)).await;
+    }
+    stop(&handle, task).await;
+
+    for (id, what) in [(by_delay, "delay(2s)"), (by_time, "run_at(now + 3s)")] {
+        let lag = start_lag_us(&effects, id).await;
+        println!(
+            "{what}: started {:.1} ms after run_at (bound {bound:?})",
+            lag as f64 / 1e3
+        );
+        assert!(lag >= 0, "{what}: started {lag} µs before its run_at");
+        assert!(
+            lag <= bound.as_micros() as i64,
+            "{what}: started {lag} µs after its run_at, over the bound of {bound:?}"
+        );
+        let r = row(&queue, id).await;
+        assert_eq!(r.attempts, 1);
+        assert_eq!(
+            effects_of(&effects, &r.task_key).await.len(),
+            1,
+            "{what} ran once"
+        );
+    }
+    assert_eq!(handle.metrics().promoted, 2, "both went through promotion");
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. One slot, 100 jobs of mixed priorities: lower priority first, ties in enqueue order.
+// ---------------------------------------------------------------------------------------
+
+static ORDERED_DB: OnceLock<MySqlPool> = OnceLock::new();
+
+/// The kind's own priority, used by the jobs enqueued without an override.
+const ORDERED_DEFAULT_PRIORITY: i16 = 1;
+
+#[job(name = "sched_ordered", priority = 1)]
+async fn ordered(ctx: JobContext, n: u32) -> Result<(), JobError> {
+    record(&ORDERED_DB, &ctx, &n.to_string()).await
+}
+
+/// Job `n`'s priority: every fourth keeps the kind's default, the others override it with a
+/// value in -3..=3, scattered so that equal priorities are interleaved with others.
+fn priority_of(n: u32) -> Option<i16> {
+    match n % 4 {
+        0 => None,
+        _ => Some(((n * 37) % 7) as i16 - 3),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_slot_runs_jobs_by_priority_then_enqueue_order() {
+    assert_eq!(Ordered::OPTIONS.priority, ORDERED_DEFAULT_PRIORITY);
+    let (queue, effects) = setup("sched_priority").await;
+    ORDERED_DB.set(effects.clone()).unwrap();
+
+    let mut ids = Vec::new();
+    for n in 0..100u32 {
+        let mut options = EnqueueOptions::default();
+        if let Some(p) = priority_of(n) {
+            options = options.priority(p);
+        }
+        let e = queue.enqueue_with(Ordered { n }, options).await.unwrap();
+        assert!(e.is_new());
+        ids.push(e.id());
+    }
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ids follow enqueue order"
+    );
+    for (n, id) in ids.iter().enumerate() {
+        let want = priority_of(n as u32).unwrap_or(ORDERED_DEFAULT_PRIORITY);
+        assert_eq!(row(&queue, *id).await.priority, want, "job {n}'s priority");
+    }
+
+    let (handle, task) = start(
+        Worker::builder(queue.clone())
+            .concurrency(1)
+            .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
+            .build()
+            .unwrap(),
+    );
+    wait_for("100 jobs done", Duration::from_secs(30), || async {
+        (count_status(&queue, "done").await == 100).then_some(())
+    })
+    .await;
+    stop(&handle, task).await;
+
+    let ran: Vec<u32> = sqlx::query_scalar::<_, String>("SELECT note FROM effects ORDER BY seq")
+        .fetch_all(&effects)
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let mut expected: Vec<u32> = (0..100).collect();
+    // A stable sort keeps enqueue order among equal priorities.
+    expected.sort_by_key(|&n| priority_of(n).unwrap_or(ORDERED_DEFAULT_PRIORITY));
+    assert_eq!(ran, expected, "run order: priority, then enqueue order");
+    let m = handle.metrics();
+    assert_eq!((m.claimed, m.succeeded), (100, 100));
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. Cancellation: before the start, while running, after the end; operator retry.
+// ---------------------------------------------------------------------------------------
+
+static CANCEL_DB: OnceLock<MySqlPool> = OnceLock::new();
+static CANCEL_STARTED: Mailbox<JobContext> = Mailbox::new();
+
+#[job(name = "sched_cancel_delayed")]
+async fn cancel_delayed(ctx: JobContext) -> Result<(), JobError> {
+    record(&CANCEL_DB, &ctx, "ran").await
+}
+
+/// Runs after `sched_cancel_delayed`'s time: once it is done, maintenance has promoted what
+/// was due and a worker has claimed since.
+#[job(name = "sched_cancel_sentinel")]
+async fn cancel_sentinel(ctx: JobContext) -> Result<(), JobError> {
+    record(&CANCEL_DB, &ctx, "ran").await
+}
+
+/// The first attempt works until it is asked to stop, then says why and fails; later
+/// attempts finish at once. One attempt only, so that a retry of the cancelled job shows
+/// `max_attempts` extended.
+#[job(name = "sched_cancel_running", lease = "1s", max_attempts = 1)]
+async fn cancel_running(ctx: JobContext) -> Result<(), JobError> {
+    record(&CANCEL_DB, &ctx, "started").await?;
+    if ctx.attempt() > 1 {
+        return Ok(());
+    }
+    CANCEL_STARTED.send(ctx.clone());
+    tokio::select! {
+        _ = ctx.cancelled() => {}
+        _ = tokio::time::sleep(Duration::from_secs(30)) => {
+            return Err(JobError::permanent("never asked to stop"));
+        }
+    }
+    let reason = ctx.cancel_reason();
+    record(&CANCEL_DB, &ctx, &format!("stopping: {reason:?}")).await?;
+    Err(format!("stopped on {reason:?}").into())
+}
+
+#[job(name = "sched_cancel_quick")]
+async fn cancel_quick(ctx: JobContext) -> Result<(), JobError> {
+    record(&CANCEL_DB, &ctx, "ran").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_before_start_while_running_and_after_the_end_then_retry() {
+    let (queue, effects) = setup("sched_cancel").await;
+    CANCEL_DB.set(effects.clone()).unwrap();
+    let mut started = CANCEL_STARTED.open();
+
+    // Before the start: a delayed job is cancelled at once and never runs.
+    let delayed = queue
+        .enqueue_with(
+            CancelDelayed {},
+            EnqueueOptions::default().delay(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap()
+        .id();
+    assert_eq!(
+        queue.cancel(delayed).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    let r = row(&queue, delayed).await;
+    assert_eq!(r.status, JobStatus::Cancelled);
+    assert_eq!(r.attempts, 0);
+    assert!(r.finished_at.is_some());
+    assert_eq!(
+        r.last_error.as_deref(),
+        Some("cancelled by an operator before it ran")
+    );
+    assert_eq!(
+        queue.cancel(delayed).await.unwrap(),
+        CancelOutcome::AlreadyFinished(JobStatus::Cancelled),
+        "a second cancel changes nothing"
+    );
+    let sentinel = queue
+        .enqueue_with(
+            CancelSentinel {},
+            EnqueueOptions::default().delay(Duration::from_millis(1500)),
+        )
+        .await
+        .unwrap()
+        .id();
+    assert!(row(&queue, sentinel).await.run_at > r.run_at);
+
+    let running = queue.enqueue(CancelRunning {}).await.unwrap().id();
+    let quick = queue.enqueue(CancelQuick {}).await.unwrap().id();
+    let (handle, task) = start(
+        Worker::builder(queue.clone())
+            .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
+            .maintenance_interval(Duration::from_millis(100))
+            .build()
+            .unwrap(),
+    );
+
+    // While running: the request reaches the job through its worker's next renewal (a
+    // third of the 1 s lease); the job sees `Requested`, stops, and the row ends cancelled
+    // without a retry.
+    let ctx = tokio::time::timeout(Duration::from_secs(10), started.recv())
+        .await
+        .expect("the long job starts")
+        .unwrap();
+    assert_eq!(ctx.id(), running);
+    assert_eq!(
+        queue.cancel(running).await.unwrap(),
+        CancelOutcome::Requested
+    );
+    let r = wait_status(
+        &queue,
+        running,
+        JobStatus::Cancelled,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(ctx.cancel_reason(), Some(CancelReason::Requested));
+    assert_eq!((r.attempts, r.max_attempts), (1, 1), "not retried");
+    assert_eq!(r.last_error.as_deref(), Some("stopped on Some(Requested)"));
+    assert!(r.finished_at.is_some() && r.lease_owner.is_none());
+    assert_eq!(
+        effects_of(&effects, &r.task_key).await,
+        [
+            (1, "started".into()),
+            (1, "stopping: Some(Requested)".into())
+        ]
+    );
+
+    // After the end: nothing to cancel.
+    wait_status(&queue, quick, JobStatus::Done, Duration::from_secs(10)).await;
+    assert_eq!(
+        queue.cancel(quick).await.unwrap(),
+        CancelOutcome::AlreadyFinished(JobStatus::Done)
+    );
+    assert_eq!(row(&queue, quick).await.status, JobStatus::Done);
+
+    // The job cancelled before its start stays cancelled past its time: the sentinel, due
+    // later, has been promoted and claimed, and the cancelled job has no effect.
+    wait_status(&queue, sentinel, JobStatus::Done, Duration::from_secs(10)).await;
+    let r = row(&queue, delayed).await;
+    assert!(queue.now().await.unwrap() > r.run_at);
+    assert_eq!((r.status, r.attempts), (JobStatus::Cancelled, 0));
+    assert!(
+        effects_of(&effects, &r.task_key).await.is_empty(),
+        "never ran"
+    );
+
+    // Operator retry of the cancelled running job: it runs again as attempt 2. Its history
+    // stays readable: attempts grow (they fence every claim), `max_attempts` is raised to
+    // make room for the new attempt, and `last_error` keeps the cancel.
+    assert!(queue.retry(running).await.unwrap());
+    let r = wait_status(&queue, running, JobStatus::Done, Duration::from_secs(10)).await;
+    assert_eq!((r.attempts, r.max_attempts), (2, 2));
+    assert!(!r.cancel_requested, "the retry cleared the old request");
+    assert_eq!(r.last_error.as_deref(), Some("stopped on Some(Requested)"));
+    assert_eq!(
+        effects_of(&effects, &r.task_key).await,
+        [
+            (1, "started".into()),
+            (1, "stopping: Some(Requested)".into()),
+            (2, "started".into())
+        ]
+    );
+    assert!(
+        !queue.retry(quick).await.unwrap(),
+        "a done job is not retried"
+    );
+
+    stop(&handle, task).await;
+    let m = handle.metrics();
+    assert_eq!(m.cancelled, 1, "{m:?}");
+    assert_eq!(m.retried, 0, "{m:?}");
+    assert_eq!(
+        m.claimed, 4,
+        "quick, sentinel, and the running job twice: {m:?}"
+    );
+    assert_eq!(m.succeeded, 3, "{m:?}");
+}
+
+/// A running job whose cancel is requested, but which fails (retryably) before its worker
+/// passes the request on, is not retried: the request stands.
+static CANCEL_FAILS_DB: OnceLock<MySqlPool> = OnceLock::new();
+static CANCEL_FAILS_STARTED: Mailbox<u64> = Mailbox::new();
+static CANCEL_FAILS_GO: Notify = Notify::const_new();
+
+#[job(
+    name = "sched_cancel_then_fail",
+    max_attempts = 3,
+    backoff = "constant(100ms)"
+)]
+async fn cancel_then_fail(ctx: JobContext) -> Result<(), JobError> {
+    record(&CANCEL_FAILS_DB, &ctx, "started").await?;
+    if ctx.attempt() == 1 {
+        CANCEL_FAILS_STARTED.send(ctx.id());
+        CANCEL_FAILS_GO.notified().await;
+        return Err("failed after the cancel request".into());
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_failing_after_a_cancel_request_is_cancelled_not_retried() {
+    let (queue, effects) = setup("sched_cancel_fail").await;
+    CANCEL_FAILS_DB.set(effects.clone()).unwrap();
+    let mut started = CANCEL_FAILS_STARTED.open();
+    let id = queue.enqueue(CancelThenFail {}).await.unwrap().id();
+    let (handle, task) = start(
+        Worker::builder(queue.clone())
+            .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
+            .maintenance_interval(Duration::from_millis(100))
+            .build()
+            .unwrap(),
+    );
+    let started_id = tokio::time::timeout(Duration::from_secs(10), started.recv())
+        .await
+        .expect("the job starts")
+        .unwrap();
+    assert_eq!(started_id, id);
+    // The default 30 s lease: the worker would pass the request on only at its renewal,
+    // 10 s from now; the job fails long before.
+    assert_eq!(queue.cancel(id).await.unwrap(), CancelOutcome::Requested);
+    CANCEL_FAILS_GO.notify_one();
+
+    let r = wait_for("the job to end", Duration::from_secs(10), || async {
+        let r = row(&queue, id).await;
+        matches!(
+            r.status,
+            JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled
+        )
+        .then_some(r)
+    })
+    .await;
+    assert_eq!(r.status, JobStatus::Cancelled, "{r:?}");
+    assert_eq!(r.attempts, 1, "not run again after the cancel request");
+    assert!(r.finished_at.is_some() && r.lease_owner.is_none(), "{r:?}");
+    assert_eq!(
+        r.last_error.as_deref(),
+        Some("failed after the cancel request")
+    );
+    assert_eq!(
+        effects_of(&effects, &r.task_key).await,
+        [(1, "started".into())]
+    );
+    stop(&handle, task).await;
+}
+
+/// The same at shutdown: a job whose cancel is requested, stopped by its worker's shutdown
+/// before the worker passed the request on, is cancelled instead of handed back.
+static CANCEL_SHUTDOWN_DB: OnceLock<MySqlPool> = OnceLock::new();
+static CANCEL_SHUTDOWN_STARTED: Mailbox<JobContext> = Mailbox::new();
+
+#[job(name = "sched_cancel_at_shutdown")]
+async fn cancel_at_shutdown(ctx: JobContext) -> Result<(), JobError> {
+    record(&CANCEL_SHUTDOWN_DB, &ctx, "started").await?;
+    CANCEL_SHUTDOWN_STARTED.send(ctx.clone());
+    ctx.cancelled().await;
+    Err(format!("stopped on {:?}", ctx.cancel_reason()).into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_stopped_at_shutdown_after_a_cancel_request_is_cancelled_not_handed_back() {
+    let (queue, effects) = setup("sched_cancel_shutdown").await;
+    CANCEL_SHUTDOWN_DB.set(effects.clone()).unwrap();
+    let mut started = CANCEL_SHUTDOWN_STARTED.open();
+    let id = queue.enqueue(CancelAtShutdown {}).await.unwrap().id();
+    let (handle, task) = start(
+        Worker::builder(queue.clone())
+            .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
+            .shutdown_grace(Duration::from_millis(100))
+            .build()
+            .unwrap(),
+    );
+    let ctx = tokio::time::timeout(Duration::from_secs(10), started.recv())
+        .await
+        .expect("the job starts")
+        .unwrap();
+    // The default 30 s lease: the request would reach the job at the renewal in 10 s; the
+    // shutdown stops it first.
+    assert_eq!(queue.cancel(id).await.unwrap(), CancelOutcome::Requested);
+    stop(&handle, task).await;
+    assert_eq!(ctx.cancel_reason(), Some(CancelReason::Shutdown));
+
+    let r = row(&queue, id).await;
+    assert_eq!(r.status, JobStatus::Cancelled, "{r:?}");
+    assert_eq!(r.attempts, 1);
+    assert!(r.finished_at.is_some() && r.lease_owner.is_none(), "{r:?}");
+    assert_eq!(
+        r.last_error.as_deref(),
+        Some("cancelled on request; its worker shut down before passing the request on")
+    );
+    assert_eq!(
+        effects_of(&effects, &r.task_key).await,
+        [(1, "started".into())]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. A paused queue keeps its jobs ready until it is resumed.
+// ---------------------------------------------------------------------------------------
+
+static PAUSED_DB: OnceLock<MySqlPool> = OnceLock::new();
+
+#[job(name = "sched_paused", queue = "sched_paused")]
+async fn paused_job(ctx: JobContext, n: u32) -> Result<(), JobError> {
+    record(&PAUSED_DB, &ctx, &n.to_string()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_queue_keeps_its_jobs_ready_until_resumed() {
+    let (queue, effects) = setup("sched_pause").await;
+    PAUSED_DB.set(effects.clone()).unwrap();
+    queue.pause("sched_paused").await.unwrap();
+    assert_eq!(queue.paused_queues().await.unwrap(), ["sched_paused"]);
+    let ids: Vec<u64> = queue
+        .enqueue_many((0..3).map(|n| PausedJob { n }))
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id())
+        .collect();
+    assert_eq!(ids.len(), 3);
+
+    let (handle, task) = start(
+        Worker::builder(queue.clone())
+            .queues(["sched_paused"])
+            .poll_interval(Duration::from_millis(20), Duration::from_millis(100))
+            .build()
+            .unwrap(),
+    );
+    wait_for(
+        "five empty claims on the paused queue",
+        Duration::from_secs(10),
+        || async { (handle.metrics().empty_paused >= 5).then_some(()) },
+    )
+    .await;
+    for &id in &ids {
+        let r = row(&queue, id).await;
+        assert_eq!((r.status, r.attempts), (JobStatus::Ready, 0), "job {id}");
+    }
+    let m = handle.metrics();
+    assert_eq!(m.claimed, 0, "{m:?}");
+    assert_eq!(
+        m.empty_idle + m.empty_contended + m.empty_leased_only,
+        0,
+        "{m:?}"
+    );
+    let stats = queue.stats().await.unwrap();
+    let s = stats.iter().find(|s| s.queue == "sched_paused").unwrap();
+    assert!(s.paused && s.ready == 3, "{s:?}");
+    let none: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM effects")
+        .fetch_one(&effects)
+        .await
+        .unwrap();
+    assert_eq!(none, 0, "nothing ran while paused");
+
+    queue.resume("sched_paused").await.unwrap();
+    assert!(queue.paused_queues().await.unwrap().is_empty());
+    for &id in &ids {
+        let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(10)).await;
+        assert_eq!(r.attempts, 1);
+    }
+    stop(&handle, task).await;
+    let m = handle.metrics();
+    assert_eq!((m.claimed, m.succeeded), (3, 3), "{m:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. A failed attempt waits for its backoff in `scheduled`, then runs again.
+// ---------------------------------------------------------------------------------------
+
+static RETRY_DB: OnceLock<MySqlPool> = OnceLock::new();
+
+#[job(name = "sched_retry_once", max_attempts = 3, backoff = "constant(1s)")]
+async fn retry_once(ctx: JobContext) -> Result<(), JobError> {
+    record(&RETRY_DB, &ctx, "started").await?;
+    if ctx.attempt() == 1 {
+        return Err("the first attempt fails".into());
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_waits_in_scheduled_for_its_backoff() {
+    let (queue, effects) = setup("sched_retry").await;
+    RETRY_DB.set(effects.clone()).unwrap();
+    let maintenance = Duration::from_millis(100);
+    let (handle, task) = start(
+        Worker::builder(queue.clone())
+            .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
+            .maintenance_interval(maintenance)
+            .build()
+            .unwrap(),
+    );
+    let id = queue.enqueue(RetryOnce {}).await.unwrap().id();
+
+    // The failure is written as `scheduled`, run_at = the write's now + 1 s ± 20 % jitter
+    // (`updated_at` is set by the same statement).
+    let r = wait_for(
+        "the failed attempt to be scheduled",
+        Duration::from_secs(10),
+        || async {
+            let r = row(&queue, id).await;
+            (r.status == JobStatus::Scheduled).then_some(r)
+        },
+    )
+    .await;
+    assert_eq!(r.attempts, 1);
+    assert_eq!(r.last_error.as_deref(), Some("the first attempt fails"));
+    assert!(r.lease_owner.is_none() && r.lease_until.is_none() && r.finished_at.is_none());
+    let wait = micros_between(r.updated_at, r.run_at);
+    assert!(
+        (800_000..=1_200_000).contains(&wait),
+        "run_at is {wait} µs after the failure, not 1 s ± 20 %"
+    );
+    let scheduled_run_at = r.run_at;
+
+    let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(10)).await;
+    assert_eq!(r.attempts, 2);
+    assert_eq!(r.run_at, scheduled_run_at, "promotion keeps run_at");
+    assert_eq!(
+        effects_of(&effects, &r.task_key).await,
+        [(1, "started".into()), (2, "started".into())]
+    );
+    let second_start_lag: i64 = sqlx::query_scalar(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, ?, started_at) FROM effects WHERE attempt = 2",
+    )
+    .bind(scheduled_run_at)
+    .fetch_one(&effects)
+    .await
+    .unwrap();
+    assert!(
+        second_start_lag >= 0,
+        "the retry started {second_start_lag} µs early"
+    );
+    let bound = maintenance.mul_f64(1.2) + Duration::from_millis(200 + 500);
+    assert!(
+        second_start_lag <= bound.as_micros() as i64,
+        "the retry started {second_start_lag} µs after its run_at (bound {bound:?})"
+    );
+
+    stop(&handle, task).await;
+    let m = handle.metrics();
+    assert_eq!(
+        (m.claimed, m.retried, m.succeeded, m.promoted),
+        (2, 1, 1, 1),
+        "{m:?}"
+    );
+}
