@@ -1,7 +1,18 @@
 //! Background jobs in a MySQL 8.0 / MariaDB 10.6+ table, claimed with
 //! `SELECT ... FOR UPDATE SKIP LOCKED`.
 //!
-//! See the README for the whole picture; the short of it:
+//! Jobs are rows of one InnoDB table, `job_queue`. Workers run inside your own binaries, on
+//! as many instances as you like: each claim is a short transaction that locks as many
+//! ready rows as the worker has free slots (rows other workers hold are skipped, never
+//! waited for) and marks them `running` under a lease; the job's code runs after the commit;
+//! the outcome is written with a statement fenced by the claim's owner and attempt number,
+//! so a worker that lost its lease cannot overwrite anything.
+//!
+//! # Defining jobs
+//!
+//! [`#[job]`](job) on an `async fn` makes it a job kind: it generates a struct of the
+//! arguments (serde-serialized into the row), an impl of [`Job`], and a link-time
+//! registration the worker finds by itself.
 //!
 //! ```no_run
 //! use jobqueue::{job, JobContext, JobError, Queue, Worker};
@@ -14,13 +25,50 @@
 //! }
 //!
 //! # async fn demo() -> jobqueue::Result<()> {
-//! let queue = Queue::connect("mysql://root@127.0.0.1/test").await?;
+//! let queue = Queue::connect("mysql://app:secret@127.0.0.1/shop").await?;
 //! queue.migrate().await?;
 //! queue.enqueue(ExportOrder { order_id: 7412, format: "csv".into() }).await?;
 //! Worker::builder(queue).queues(["exports"]).concurrency(16).build()?
 //!     .run_until(jobqueue::shutdown_signal()).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! # Enqueueing
+//!
+//! [`Queue::enqueue`] inserts one row and is idempotent: every job has a task key (derived
+//! from its kind and arguments, or rendered from the kind's `key` template, or given in
+//! [`EnqueueOptions::key`]), and a second enqueue of an existing key returns
+//! [`Enqueued::Duplicate`] with the existing job's id and logs it; the job never runs twice.
+//! [`Queue::enqueue_in`] enqueues inside your own transaction (the job exists if and only if
+//! it commits), [`Queue::enqueue_many`] inserts many with a few statements, and
+//! [`Queue::enqueue_with`] takes a delay, a start time, a priority or an explicit key.
+//!
+//! # Running jobs
+//!
+//! A [`Worker`] claims exactly its free slots, renews its leases while jobs run, retries
+//! failed attempts with the kind's [`Backoff`], and on shutdown lets running jobs finish
+//! for a grace period before handing the rest back. Every worker also runs maintenance:
+//! due delayed jobs are promoted, expired leases (a crashed worker's jobs) are reclaimed with
+//! their attempts kept, periodic (`cron`) jobs are enqueued once per tick across all nodes,
+//! and finished jobs are pruned after their [`Retention`].
+//!
+//! # Guarantees
+//!
+//! At-least-once execution, idempotent enqueue, and fenced writes. A job can still run twice
+//! when a worker finishes it but cannot record the outcome before its lease expires (a crash,
+//! a network cut, a server restart): make its side effects idempotent, keyed by
+//! [`JobContext::task_key`].
+//!
+//! # Server requirements
+//!
+//! MySQL 8.0.1+ or MariaDB 10.6+ (10.6.6+ recommended), the primary (never a replica),
+//! `binlog_format` ROW or MIXED when the binary log is on, no Galera. [`Queue::connect`]
+//! checks these and refuses an unsafe server with an error saying what to change.
+//!
+//! # Features
+//!
+//! - `testing`: `jobqueue::testing::TestServer`, a throwaway MariaDB/MySQL server for your own
+//!   tests, started from the server binaries on `PATH`.
 
 #[doc(inline)]
 pub use jobqueue_macros::job;
