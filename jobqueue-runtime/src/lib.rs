@@ -25,7 +25,7 @@ pub use enqueue::{EnqueueOptions, Enqueued};
 pub use error::{BoxError, Error, JobError, Result};
 pub use job::{CancelReason, IntoJobResult, Job, JobContext, JobOptions};
 pub use metrics::MetricsSnapshot;
-pub use queue::{JobRecord, JobStatus, Queue, QueueConfig};
+pub use queue::{redact_url, JobRecord, JobStatus, Queue, QueueConfig};
 pub use retry::Backoff;
 pub use server::ServerInfo;
 pub use worker::{shutdown_signal, Retention, Worker, WorkerBuilder, WorkerHandle};

@@ -347,8 +347,22 @@ pub struct JobRecord {
     pub finished_at: Option<NaiveDateTime>,
 }
 
-/// `url` with its password replaced by `***`, for messages.
-pub(crate) fn redact_url(url: &str) -> String {
+/// `url` with its password replaced by `***`, for messages and logs.
+///
+/// Use it wherever a database URL is shown: the runtime's own errors do (a URL that does
+/// not parse is named this way), and so does the `jobqueue` command-line tool. Only the
+/// password of the `user:password@` part changes; a URL without one, or a string that is
+/// not a URL, comes back as it is.
+///
+/// ```
+/// # extern crate jobqueue_runtime as jobqueue;
+/// assert_eq!(
+///     jobqueue::redact_url("mysql://app:s3cr3t@db:3306/jobs"),
+///     "mysql://app:***@db:3306/jobs"
+/// );
+/// assert_eq!(jobqueue::redact_url("mysql://root@db/jobs"), "mysql://root@db/jobs");
+/// ```
+pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_owned();
     };

@@ -1,0 +1,201 @@
+//! `jobqueue list` and `jobqueue show`: jobs as rows, and one job in full.
+
+use chrono::NaiveDateTime;
+use jobqueue::{Error, JobFilter, JobRecord, JobStatus, Queue};
+use serde_json::{json, Value};
+
+use crate::failure::Failure;
+use crate::render::{cut, plural, relative, timestamp, utc, Align, Out, Paint, Table};
+
+/// A job as the JSON output spells it: every column, times in RFC 3339 UTC.
+pub(crate) fn job_json(job: &JobRecord) -> Value {
+    json!({
+        "id": job.id,
+        "queue": job.queue,
+        "kind": job.kind,
+        "task_key": job.task_key,
+        "status": job.status.as_str(),
+        "priority": job.priority,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "run_at": utc(job.run_at),
+        "created_at": utc(job.created_at),
+        "updated_at": utc(job.updated_at),
+        "finished_at": job.finished_at.map(utc),
+        "lease_owner": job.lease_owner,
+        "lease_until": job.lease_until.map(utc),
+        "cancel_requested": job.cancel_requested,
+        "last_error": job.last_error,
+        "payload": job.payload,
+    })
+}
+
+/// Prints the jobs matching `filter`, newest first, at most `limit`.
+pub(crate) async fn list(
+    queue: &Queue,
+    filter: &JobFilter,
+    limit: u32,
+    json: bool,
+) -> Result<(), Failure> {
+    let now = queue.now().await?;
+    let jobs = queue.list(filter, limit).await?;
+    let total = if (jobs.len() as u64) < u64::from(limit) {
+        jobs.len() as u64
+    } else {
+        queue.count(filter).await?
+    };
+    let mut out = Out::stdout();
+    if json {
+        out.json(&json!({
+            "total": total,
+            "jobs": jobs.iter().map(job_json).collect::<Vec<_>>(),
+        }))?;
+        return Ok(out.flush()?);
+    }
+    if jobs.is_empty() {
+        out.line("no jobs match")?;
+        return Ok(out.flush()?);
+    }
+    let mut table = Table::new(&[
+        ("ID", Align::Right),
+        ("QUEUE", Align::Left),
+        ("KIND", Align::Left),
+        ("STATUS", Align::Left),
+        ("ATTEMPTS", Align::Right),
+        ("CREATED", Align::Right),
+        ("UPDATED", Align::Right),
+        ("LAST ERROR", Align::Left),
+    ]);
+    for job in &jobs {
+        table.row(vec![
+            (job.id.to_string(), Paint::Plain),
+            (job.queue.clone(), Paint::Plain),
+            (job.kind.clone(), Paint::Plain),
+            (job.status.to_string(), Paint::of_status(job.status)),
+            (
+                format!("{}/{}", job.attempts, job.max_attempts),
+                Paint::Plain,
+            ),
+            (relative(job.created_at, now), Paint::Plain),
+            (relative(job.updated_at, now), Paint::Plain),
+            (
+                job.last_error
+                    .as_deref()
+                    .map(|e| cut(e, 40))
+                    .unwrap_or_default(),
+                Paint::Red,
+            ),
+        ]);
+    }
+    out.raw(&table.render(out.palette))?;
+    if total > jobs.len() as u64 {
+        let more = format!(
+            "{} of {} shown, newest first; raise --limit or narrow with --status, --queue, --kind",
+            jobs.len(),
+            plural(total, "matching job", "matching jobs")
+        );
+        out.line(&out.paint(Paint::Dim, &more))?;
+    }
+    Ok(out.flush()?)
+}
+
+/// How `show` finds its job.
+#[derive(Debug)]
+pub(crate) enum Lookup {
+    /// By id.
+    Id(u64),
+    /// By task key.
+    Key(String),
+}
+
+/// Reads one job, or fails with "no job ...".
+pub(crate) async fn fetch(queue: &Queue, lookup: &Lookup) -> Result<JobRecord, Failure> {
+    let (job, what) = match lookup {
+        Lookup::Id(id) => (queue.job(*id).await?, format!("with id {id}")),
+        Lookup::Key(key) => (queue.job_by_key(key).await?, format!("with key {key:?}")),
+    };
+    job.ok_or_else(|| Failure::Queue(Error::NotFound(what)))
+}
+
+/// Prints one job in full.
+pub(crate) async fn show(queue: &Queue, lookup: &Lookup, json: bool) -> Result<(), Failure> {
+    let job = fetch(queue, lookup).await?;
+    let mut out = Out::stdout();
+    if json {
+        out.json(&job_json(&job))?;
+        return Ok(out.flush()?);
+    }
+    let now = queue.now().await?;
+    let p = out.palette;
+    let when = |t: NaiveDateTime| format!("{} ({})", timestamp(t), relative(t, now));
+    let mut fields: Vec<(&str, String)> = vec![
+        ("queue", job.queue.clone()),
+        ("kind", job.kind.clone()),
+        ("task key", job.task_key.clone()),
+        (
+            "status",
+            p.paint(Paint::of_status(job.status), job.status.as_str()),
+        ),
+        ("priority", job.priority.to_string()),
+        (
+            "attempts",
+            format!("{} of {}", job.attempts, job.max_attempts),
+        ),
+        (
+            if job.status == JobStatus::Scheduled {
+                "runs at"
+            } else {
+                "run at"
+            },
+            when(job.run_at),
+        ),
+        ("created", when(job.created_at)),
+        ("updated", when(job.updated_at)),
+    ];
+    if let Some(t) = job.finished_at {
+        fields.push(("finished", when(t)));
+    }
+    if let (Some(owner), Some(until)) = (&job.lease_owner, job.lease_until) {
+        let left = if until >= now {
+            format!(
+                "{} left",
+                crate::render::span((until - now).num_milliseconds() as f64 / 1e3)
+            )
+        } else {
+            p.paint(Paint::Yellow, "expired, waits for reclaim")
+        };
+        fields.push((
+            "lease",
+            format!("{owner} until {} ({left})", timestamp(until)),
+        ));
+    }
+    if job.cancel_requested {
+        fields.push((
+            "cancel",
+            p.paint(
+                Paint::Yellow,
+                "requested; the worker stops the job within a third of its lease",
+            ),
+        ));
+    }
+    out.line(&p.paint(Paint::Bold, &format!("job {}", job.id)))?;
+    for (name, value) in &fields {
+        out.line(&format!("  {:<10}{value}", format!("{name}")))?;
+    }
+    out.line(&p.paint(Paint::Bold, "last error"))?;
+    match &job.last_error {
+        Some(e) => {
+            for line in e.lines() {
+                out.line(&format!("  {}", p.paint(Paint::Red, line)))?;
+            }
+        }
+        None => out.line(&format!("  {}", p.paint(Paint::Dim, "none")))?,
+    }
+    out.line(&p.paint(Paint::Bold, "payload"))?;
+    let pretty =
+        serde_json::to_string_pretty(&job.payload).unwrap_or_else(|_| job.payload.to_string());
+    for line in pretty.lines() {
+        out.line(&format!("  {line}"))?;
+    }
+    Ok(out.flush()?)
+}

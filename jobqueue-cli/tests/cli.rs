@@ -1,0 +1,884 @@
+//! The `jobqueue` binary against a real server: each test prepares jobs with the library in a
+//! database of its own, runs the built binary as an operator would, and checks both what it
+//! prints and what it did to the rows.
+
+use std::time::Duration;
+
+use jobqueue::testing::TestServer;
+use jobqueue::{EnqueueOptions, Job, JobContext, JobError, JobOptions, JobStatus, Queue};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+// ---------------------------------------------------------------------------------------
+// Job kinds and the prepared set of jobs
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Serialize, Deserialize)]
+struct ExportOrder {
+    order_id: u64,
+    format: String,
+}
+
+impl Job for ExportOrder {
+    const KIND: &'static str = "export_order";
+    const OPTIONS: JobOptions = JobOptions::DEFAULT.queue("exports").max_attempts(3);
+
+    async fn run(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct SendEmail {
+    to: String,
+    template: String,
+}
+
+impl Job for SendEmail {
+    const KIND: &'static str = "send_email";
+    const OPTIONS: JobOptions = JobOptions::DEFAULT.max_attempts(5);
+
+    async fn run(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+/// The ids of the prepared jobs, by what was done to them.
+#[derive(Debug)]
+struct Prepared {
+    /// exports: ready.
+    ready: [u64; 2],
+    /// exports: used all 3 attempts, failed 10 minutes ago.
+    failed_out_of_attempts: u64,
+    /// exports: failed permanently on its first attempt.
+    failed_permanently: u64,
+    /// exports: running, lease valid for 30 more seconds.
+    running: u64,
+    /// exports: running, lease expired 5 seconds ago (waits for reclaim).
+    expired: u64,
+    /// default: done 30 seconds ago.
+    done_recently: u64,
+    /// default: done 10 and 8 days ago.
+    done_long_ago: [u64; 2],
+    /// default: failed on attempt 2 of 5.
+    failed_email: u64,
+    /// default: due in an hour.
+    scheduled: u64,
+    /// default: cancelled before it ran.
+    cancelled: u64,
+}
+
+impl Prepared {
+    fn failed(&self) -> [u64; 3] {
+        [
+            self.failed_out_of_attempts,
+            self.failed_permanently,
+            self.failed_email,
+        ]
+    }
+}
+
+/// Enqueues twelve jobs over two queues and moves them into every status with SQL, as
+/// workers would have.
+async fn prepare(queue: &Queue) -> Prepared {
+    let mut exports = Vec::new();
+    for order_id in 7411..=7416 {
+        let job = ExportOrder {
+            order_id,
+            format: "csv".into(),
+        };
+        exports.push(queue.enqueue(job).await.expect("enqueue").id());
+    }
+    let mut emails = Vec::new();
+    for (i, to) in ["ada", "grace", "edsger", "barbara", "alan", "margaret"]
+        .iter()
+        .enumerate()
+    {
+        let job = SendEmail {
+            to: format!("{to}@example.com"),
+            template: "welcome".into(),
+        };
+        let options = if i == 4 {
+            EnqueueOptions::default().delay(Duration::from_secs(3600))
+        } else {
+            EnqueueOptions::default()
+        };
+        emails.push(
+            queue
+                .enqueue_with(job, options)
+                .await
+                .expect("enqueue")
+                .id(),
+        );
+    }
+    let p = Prepared {
+        ready: [exports[0], exports[1]],
+        failed_out_of_attempts: exports[2],
+        failed_permanently: exports[3],
+        running: exports[4],
+        expired: exports[5],
+        done_recently: emails[0],
+        done_long_ago: [emails[1], emails[2]],
+        failed_email: emails[3],
+        scheduled: emails[4],
+        cancelled: emails[5],
+    };
+    let finished = |ago: &str, id: u64| {
+        format!(
+            "UPDATE job_queue SET status = 'done', attempts = 1, finished_at = UTC_TIMESTAMP(6) - INTERVAL {ago}, \
+             updated_at = UTC_TIMESTAMP(6) - INTERVAL {ago} WHERE id = {id}"
+        )
+    };
+    let statements = [
+        format!(
+            "UPDATE job_queue SET status = 'failed', attempts = 3, \
+             last_error = 'smtp: connection refused\nwhile sending the export', \
+             finished_at = UTC_TIMESTAMP(6) - INTERVAL 10 MINUTE, updated_at = UTC_TIMESTAMP(6) \
+             WHERE id = {}",
+            p.failed_out_of_attempts
+        ),
+        format!(
+            "UPDATE job_queue SET status = 'failed', attempts = 1, \
+             last_error = 'order 7414 does not exist', finished_at = UTC_TIMESTAMP(6), \
+             updated_at = UTC_TIMESTAMP(6) WHERE id = {}",
+            p.failed_permanently
+        ),
+        format!(
+            "UPDATE job_queue SET status = 'running', attempts = 1, lease_owner = 'worker-a', \
+             lease_until = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND WHERE id = {}",
+            p.running
+        ),
+        format!(
+            "UPDATE job_queue SET status = 'running', attempts = 2, lease_owner = 'worker-b', \
+             lease_until = UTC_TIMESTAMP(6) - INTERVAL 5 SECOND WHERE id = {}",
+            p.expired
+        ),
+        finished("30 SECOND", p.done_recently),
+        finished("10 DAY", p.done_long_ago[0]),
+        finished("8 DAY", p.done_long_ago[1]),
+        format!(
+            "UPDATE job_queue SET status = 'failed', attempts = 2, last_error = 'mailbox full', \
+             finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) WHERE id = {}",
+            p.failed_email
+        ),
+        format!(
+            "UPDATE job_queue SET status = 'cancelled', finished_at = UTC_TIMESTAMP(6), \
+             last_error = 'cancelled by an operator before it ran' WHERE id = {}",
+            p.cancelled
+        ),
+    ];
+    for sql in statements {
+        sqlx::query(&sql)
+            .execute(queue.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    p
+}
+
+// ---------------------------------------------------------------------------------------
+// Databases, rows and runs of the binary
+// ---------------------------------------------------------------------------------------
+
+fn server() -> &'static TestServer {
+    TestServer::shared().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A URL of a new, empty database (no tables).
+async fn empty_database(prefix: &str) -> String {
+    server()
+        .create_database(prefix)
+        .await
+        .unwrap_or_else(|e| panic!("cannot create a test database: {e}"))
+}
+
+/// A migrated database with the prepared jobs: its URL, a queue on it, and the job ids.
+async fn prepared_database(prefix: &str) -> (String, Queue, Prepared) {
+    let url = empty_database(prefix).await;
+    let queue = Queue::connect(&url).await.expect("connect");
+    queue.migrate().await.expect("migrate");
+    let prepared = prepare(&queue).await;
+    (url, queue, prepared)
+}
+
+/// Every row of both tables as text, to show that a command changed nothing (or only what
+/// it should).
+async fn rows(queue: &Queue) -> Vec<String> {
+    let mut rows: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(CONCAT_WS('|', id, queue, kind, status, attempts, max_attempts, \
+         IFNULL(lease_owner, '-'), IFNULL(lease_until, '-'), cancel_requested, \
+         IFNULL(last_error, '-'), run_at, updated_at, IFNULL(finished_at, '-')) AS CHAR) \
+         FROM job_queue ORDER BY id",
+    )
+    .fetch_all(queue.pool())
+    .await
+    .expect("read rows");
+    let paused: Vec<String> =
+        sqlx::query_scalar("SELECT CAST(queue AS CHAR) FROM job_queue_pause ORDER BY queue")
+            .fetch_all(queue.pool())
+            .await
+            .expect("read pauses");
+    rows.extend(paused.into_iter().map(|q| format!("paused|{q}")));
+    rows
+}
+
+/// The row of job `id` as [`rows`] shows it.
+fn row_of(rows: &[String], id: u64) -> Option<&String> {
+    rows.iter().find(|r| r.starts_with(&format!("{id}|")))
+}
+
+async fn status_of(queue: &Queue, id: u64) -> JobStatus {
+    queue
+        .job(id)
+        .await
+        .expect("read")
+        .expect("job exists")
+        .status
+}
+
+/// One run of the binary.
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// Asserts exit status 0 and returns standard output.
+    fn ok(&self) -> &str {
+        assert_eq!(self.code, Some(0), "expected success: {self:#?}");
+        &self.stdout
+    }
+
+    /// Parses standard output as JSON after asserting success.
+    fn json(&self) -> Value {
+        serde_json::from_str(self.ok())
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
+    }
+
+    /// Asserts the shape of a user error: status 2, nothing on standard output, exactly one
+    /// line on standard error starting with `error: `, no panic or backtrace. Returns it.
+    fn user_error(&self) -> &str {
+        assert_eq!(self.code, Some(2), "expected exit status 2: {self:#?}");
+        assert_eq!(self.stdout, "", "{self:#?}");
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "expected one line on stderr: {self:#?}");
+        assert!(lines[0].starts_with("error: "), "{self:#?}");
+        for word in ["panicked", "backtrace", "RUST_BACKTRACE"] {
+            assert!(!self.stderr.contains(word), "{self:#?}");
+        }
+        lines[0]
+    }
+}
+
+/// Runs `jobqueue ARGS` with `DATABASE_URL=url` (none if `None`), as an operator would from
+/// a script: no terminal, no inherited database or log settings.
+async fn jobqueue(url: Option<&str>, args: &[&str]) -> Run {
+    jobqueue_with_env(url, args, &[]).await
+}
+
+async fn jobqueue_with_env(url: Option<&str>, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobqueue"));
+    command
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env_remove("RUST_LOG")
+        .env_remove("NO_COLOR")
+        .stdin(std::process::Stdio::null());
+    if let Some(url) = url {
+        command.env("DATABASE_URL", url);
+    }
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .unwrap_or_else(|_| panic!("jobqueue {args:?} did not finish in 60 s"))
+        .expect("run jobqueue");
+    let run = Run {
+        code: output.status.code(),
+        stdout: String::from_utf8(output.stdout).expect("utf-8 stdout"),
+        stderr: String::from_utf8(output.stderr).expect("utf-8 stderr"),
+    };
+    assert!(
+        !run.stdout.contains('\x1b') && !run.stderr.contains('\x1b'),
+        "colour codes without a terminal: {run:#?}"
+    );
+    run
+}
+
+fn ids(jobs: &Value) -> Vec<u64> {
+    let mut ids: Vec<u64> = jobs
+        .as_array()
+        .expect("array of jobs")
+        .iter()
+        .map(|j| j["id"].as_u64().expect("id"))
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading: status, list, show
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn status_counts_match_the_table() {
+    let (url, queue, p) = prepared_database("cli_status").await;
+
+    let status = jobqueue(Some(&url), &["status", "--json"]).await.json();
+    let counted: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT CAST(queue AS CHAR), CAST(status AS CHAR), COUNT(*) FROM job_queue GROUP BY queue, status",
+    )
+    .fetch_all(queue.pool())
+    .await
+    .expect("count");
+    let queues = status["queues"].as_array().expect("queues");
+    assert_eq!(queues.len(), 2, "{status:#}");
+    for (q, s, n) in &counted {
+        let entry = queues
+            .iter()
+            .find(|e| e["queue"] == q.as_str())
+            .unwrap_or_else(|| panic!("queue {q} missing: {status:#}"));
+        assert_eq!(entry[s.as_str()], *n, "{q}/{s}: {status:#}");
+    }
+    let exports = queues.iter().find(|e| e["queue"] == "exports").unwrap();
+    let default = queues.iter().find(|e| e["queue"] == "default").unwrap();
+    assert_eq!(exports["ready"], 2);
+    assert_eq!(exports["running"], 2);
+    assert_eq!(exports["failed"], 2);
+    assert_eq!(exports["expired_leases"], 1);
+    assert_eq!(exports["failed_last_hour"], 2);
+    assert!(exports["oldest_ready_secs"].as_f64().is_some());
+    assert_eq!(default["done"], 3);
+    assert_eq!(default["done_last_minute"], 1);
+    assert_eq!(default["failed_last_hour"], 1);
+    assert_eq!(default["scheduled"], 1);
+    assert_eq!(default["cancelled"], 1);
+    assert!(default["oldest_ready_secs"].is_null());
+    assert_eq!(default["paused"], false);
+    let running = status["running"].as_array().expect("running");
+    assert_eq!(ids(&status["running"]), {
+        let mut v = vec![p.running, p.expired];
+        v.sort_unstable();
+        v
+    });
+    let expired = running.iter().find(|r| r["id"] == p.expired).unwrap();
+    assert_eq!(expired["lease_owner"], "worker-b");
+    assert!(expired["lease_left_secs"].as_f64().unwrap() < 0.0);
+    let valid = running.iter().find(|r| r["id"] == p.running).unwrap();
+    let left = valid["lease_left_secs"].as_f64().unwrap();
+    assert!(left > 0.0 && left <= 30.0, "{left}");
+
+    // The same figures, for people.
+    let text = jobqueue(Some(&url), &["status"]).await.ok().to_owned();
+    let line = |name: &str| -> Vec<String> {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no line for {name}:\n{text}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    // QUEUE STATE SCHEDULED READY RUNNING DONE FAILED CANCELLED ...
+    assert_eq!(
+        line("exports")[..8],
+        ["exports", "active", "0", "2", "2", "0", "2", "0"]
+    );
+    assert_eq!(
+        line("default")[..8],
+        ["default", "active", "1", "0", "0", "3", "1", "1"]
+    );
+    assert!(text.contains("worker-a"), "{text}");
+    assert!(text.contains("waits for reclaim"), "{text}");
+
+    // One queue only.
+    let one = jobqueue(Some(&url), &["status", "--queue", "default", "--json"])
+        .await
+        .json();
+    assert_eq!(one["queues"].as_array().unwrap().len(), 1);
+    assert_eq!(one["queues"][0]["queue"], "default");
+    assert_eq!(one["running"].as_array().unwrap().len(), 0);
+}
+
+#[tokio::test]
+async fn list_and_show() {
+    let (url, _queue, p) = prepared_database("cli_list").await;
+
+    let failed = jobqueue(Some(&url), &["list", "--status", "failed", "--json"])
+        .await
+        .json();
+    assert_eq!(failed["total"], 3);
+    let mut expected = p.failed().to_vec();
+    expected.sort_unstable();
+    assert_eq!(ids(&failed["jobs"]), expected);
+
+    let text = jobqueue(Some(&url), &["list", "--status", "failed"]).await;
+    let text = text.ok();
+    assert!(text.starts_with("ID"), "{text}");
+    assert_eq!(text.lines().count(), 4, "a heading and 3 jobs:\n{text}");
+    assert!(
+        // The last error on one line, cut to fit the table (`show` has it whole).
+        text.contains("smtp: connection refused while sending …"),
+        "{text}"
+    );
+    assert!(text.contains("mailbox full"), "{text}");
+    assert!(text.contains("3/3"), "{text}");
+
+    let some = jobqueue(
+        Some(&url),
+        &[
+            "list",
+            "--queue",
+            "exports",
+            "--kind",
+            "export_order",
+            "--limit",
+            "2",
+        ],
+    )
+    .await;
+    let some = some.ok();
+    assert!(some.contains("2 of 6 matching jobs shown"), "{some}");
+    let some = jobqueue(Some(&url), &["list", "-q", "exports", "-n", "2", "--json"])
+        .await
+        .json();
+    assert_eq!(some["total"], 6);
+    assert_eq!(some["jobs"].as_array().unwrap().len(), 2);
+    let none = jobqueue(Some(&url), &["list", "--kind", "nothing"]).await;
+    assert_eq!(none.ok(), "no jobs match\n");
+
+    // One job in full.
+    let id = p.failed_out_of_attempts.to_string();
+    let show = jobqueue(Some(&url), &["show", &id]).await;
+    let show = show.ok();
+    assert!(show.starts_with(&format!("job {id}\n")), "{show}");
+    for expected in [
+        "status    failed",
+        "attempts  3 of 3",
+        "kind      export_order",
+        "smtp: connection refused",
+        "while sending the export",
+        "\"order_id\": 7413",
+        "\"format\": \"csv\"",
+        "finished  ",
+    ] {
+        assert!(show.contains(expected), "{expected:?} missing:\n{show}");
+    }
+
+    let json = jobqueue(Some(&url), &["show", &id, "--json"]).await.json();
+    assert_eq!(json["id"], p.failed_out_of_attempts);
+    assert_eq!(json["status"], "failed");
+    assert_eq!(json["attempts"], 3);
+    assert_eq!(json["max_attempts"], 3);
+    assert_eq!(json["payload"]["order_id"], 7413);
+    assert!(json["finished_at"].as_str().unwrap().ends_with('Z'));
+    let key = json["task_key"].as_str().unwrap().to_owned();
+
+    let by_key = jobqueue(Some(&url), &["show", "--key", &key, "--json"])
+        .await
+        .json();
+    assert_eq!(by_key["id"], p.failed_out_of_attempts);
+
+    let running = jobqueue(Some(&url), &["show", &p.running.to_string()]).await;
+    assert!(running.ok().contains("worker-a until"), "{running:#?}");
+
+    let scheduled = jobqueue(Some(&url), &["show", &p.scheduled.to_string()]).await;
+    let scheduled = scheduled.ok();
+    assert!(scheduled.contains("status    scheduled"), "{scheduled}");
+    assert!(scheduled.contains("runs at   "), "{scheduled}");
+    assert!(scheduled.contains(" UTC (in "), "{scheduled}");
+
+    let missing = jobqueue(Some(&url), &["show", "999999"]).await;
+    assert!(
+        missing.user_error().contains("no job with id 999999"),
+        "{missing:#?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Changing: retry, cancel, pause, resume, purge
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn retry_failed_moves_exactly_the_failed_jobs() {
+    let (url, queue, p) = prepared_database("cli_retry").await;
+    let before = rows(&queue).await;
+
+    let dry = jobqueue(Some(&url), &["retry", "--failed", "--dry-run"]).await;
+    let dry = dry.ok();
+    assert!(dry.starts_with("would retry 3 failed jobs"), "{dry}");
+    assert!(
+        dry.contains("3 rows would change; nothing changed (dry run)"),
+        "{dry}"
+    );
+    let narrow = jobqueue(
+        Some(&url),
+        &["retry", "--failed", "-q", "exports", "--dry-run"],
+    )
+    .await;
+    assert!(narrow.ok().contains("2 rows would change"), "{narrow:#?}");
+    assert_eq!(rows(&queue).await, before, "a dry run changed rows");
+
+    let done = jobqueue(Some(&url), &["retry", "--failed"]).await;
+    let done = done.ok();
+    assert!(done.starts_with("retried 3 failed jobs"), "{done}");
+    assert!(done.trim_end().ends_with("3 rows changed"), "{done}");
+
+    let after = rows(&queue).await;
+    for id in before
+        .iter()
+        .map(|r| r.split('|').next().unwrap().parse::<u64>().unwrap())
+    {
+        if !p.failed().contains(&id) {
+            assert_eq!(row_of(&after, id), row_of(&before, id), "job {id} changed");
+        }
+    }
+    // Attempts are kept; max_attempts grows only where they were used up.
+    for (id, attempts, max_attempts) in [
+        (p.failed_out_of_attempts, 3, 4),
+        (p.failed_permanently, 1, 3),
+        (p.failed_email, 2, 5),
+    ] {
+        let job = queue.job(id).await.unwrap().unwrap();
+        assert_eq!(job.status, JobStatus::Ready, "job {id}");
+        assert_eq!(job.attempts, attempts, "job {id}");
+        assert_eq!(job.max_attempts, max_attempts, "job {id}");
+        assert!(job.finished_at.is_none(), "job {id}");
+    }
+    let again = jobqueue(Some(&url), &["retry", "--failed"]).await;
+    assert!(again.ok().contains("0 rows changed"), "{again:#?}");
+
+    // One job: a cancelled one comes back; a ready one is left alone.
+    let cancelled = p.cancelled.to_string();
+    let dry = jobqueue(Some(&url), &["retry", &cancelled, "--dry-run"]).await;
+    assert!(dry.ok().contains("1 row would change"), "{dry:#?}");
+    assert_eq!(status_of(&queue, p.cancelled).await, JobStatus::Cancelled);
+    let one = jobqueue(Some(&url), &["retry", &cancelled]).await;
+    let one = one.ok();
+    assert!(
+        one.starts_with(&format!("retried job {cancelled}")),
+        "{one}"
+    );
+    assert!(one.contains("cancelled -> ready"), "{one}");
+    assert!(one.trim_end().ends_with("1 row changed"), "{one}");
+    assert_eq!(status_of(&queue, p.cancelled).await, JobStatus::Ready);
+
+    let ready = jobqueue(Some(&url), &["retry", &p.ready[0].to_string()]).await;
+    let ready = ready.ok();
+    assert!(ready.starts_with("not retried"), "{ready}");
+    assert!(ready.contains("0 rows changed"), "{ready}");
+}
+
+#[tokio::test]
+async fn purge_deletes_only_old_done_jobs_and_dry_run_nothing() {
+    let (url, queue, p) = prepared_database("cli_purge").await;
+    let before = rows(&queue).await;
+
+    let dry = jobqueue(
+        Some(&url),
+        &[
+            "purge",
+            "--status",
+            "done",
+            "--older-than",
+            "7d",
+            "--dry-run",
+        ],
+    )
+    .await;
+    let dry = dry.ok();
+    assert!(
+        dry.starts_with("would delete 2 done jobs that finished more than 7d ago"),
+        "{dry}"
+    );
+    assert!(
+        dry.contains("2 rows would change; nothing changed"),
+        "{dry}"
+    );
+    assert_eq!(rows(&queue).await, before, "a dry run changed rows");
+
+    let done = jobqueue(Some(&url), &["purge", "--older-than", "7d"]).await;
+    let done = done.ok();
+    assert!(done.starts_with("deleted 2 done jobs"), "{done}");
+    assert!(done.trim_end().ends_with("2 rows changed"), "{done}");
+    let after = rows(&queue).await;
+    let mut expected = before.clone();
+    expected.retain(|r| {
+        p.done_long_ago
+            .iter()
+            .all(|id| !r.starts_with(&format!("{id}|")))
+    });
+    assert_eq!(after, expected);
+
+    let again = jobqueue(Some(&url), &["purge", "--older-than", "7d"]).await;
+    assert!(again.ok().contains("0 rows changed"), "{again:#?}");
+
+    let bad = jobqueue(Some(&url), &["purge", "--older-than", "seven days"]).await;
+    assert_eq!(bad.code, Some(2), "{bad:#?}");
+    assert!(bad.stderr.contains("e.g. 30s"), "{bad:#?}");
+    let bad = jobqueue(
+        Some(&url),
+        &["purge", "--status", "ready", "--older-than", "1d"],
+    )
+    .await;
+    assert_eq!(bad.code, Some(2), "{bad:#?}");
+}
+
+#[tokio::test]
+async fn cancel_ends_a_ready_job_cancelled() {
+    let (url, queue, p) = prepared_database("cli_cancel").await;
+    let id = p.ready[0].to_string();
+
+    let before = rows(&queue).await;
+    let dry = jobqueue(Some(&url), &["cancel", &id, "--dry-run"]).await;
+    assert!(
+        dry.ok()
+            .starts_with(&format!("would cancel job {id}: ready -> cancelled")),
+        "{dry:#?}"
+    );
+    assert_eq!(rows(&queue).await, before, "a dry run changed rows");
+
+    let out = jobqueue(Some(&url), &["cancel", &id]).await;
+    let out = out.ok();
+    assert!(
+        out.starts_with(&format!("cancelled job {id}: ready -> cancelled")),
+        "{out}"
+    );
+    assert!(out.trim_end().ends_with("1 row changed"), "{out}");
+    assert_eq!(status_of(&queue, p.ready[0]).await, JobStatus::Cancelled);
+    let job = queue.job(p.ready[0]).await.unwrap().unwrap();
+    assert!(job.finished_at.is_some());
+
+    let done = jobqueue(Some(&url), &["cancel", &p.done_recently.to_string()]).await;
+    let done = done.ok();
+    assert!(
+        done.contains("already ended (done)") && done.contains("0 rows changed"),
+        "{done}"
+    );
+
+    let running = jobqueue(Some(&url), &["cancel", &p.running.to_string()]).await;
+    let running = running.ok();
+    assert!(
+        running.contains("worker-a") && running.contains("1 row changed"),
+        "{running}"
+    );
+    let job = queue.job(p.running).await.unwrap().unwrap();
+    assert!(job.cancel_requested);
+    assert_eq!(job.status, JobStatus::Running);
+
+    let missing = jobqueue(Some(&url), &["cancel", "424242"]).await;
+    assert!(
+        missing.user_error().contains("no job with id 424242"),
+        "{missing:#?}"
+    );
+}
+
+#[tokio::test]
+async fn pause_and_resume() {
+    let (url, queue, _p) = prepared_database("cli_pause").await;
+
+    let dry = jobqueue(Some(&url), &["pause", "exports", "--dry-run"]).await;
+    assert!(dry.ok().contains("1 row would change"), "{dry:#?}");
+    assert!(queue.paused_queues().await.unwrap().is_empty());
+
+    let paused = jobqueue(Some(&url), &["pause", "exports"]).await;
+    assert!(
+        paused.ok().starts_with("paused queue exports"),
+        "{paused:#?}"
+    );
+    assert_eq!(queue.paused_queues().await.unwrap(), ["exports"]);
+    let again = jobqueue(Some(&url), &["pause", "exports"]).await;
+    assert!(
+        again.ok().contains("already paused; 0 rows changed"),
+        "{again:#?}"
+    );
+
+    let status = jobqueue(Some(&url), &["status", "--json"]).await.json();
+    let exports = status["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == "exports")
+        .unwrap()
+        .clone();
+    assert_eq!(exports["paused"], true);
+    let text = jobqueue(Some(&url), &["status"]).await;
+    assert!(
+        text.ok().lines().any(|l| l.starts_with("exports  paused")),
+        "{text:#?}"
+    );
+
+    let dry = jobqueue(Some(&url), &["resume", "exports", "--dry-run"]).await;
+    assert!(dry.ok().contains("1 row would change"), "{dry:#?}");
+    assert_eq!(queue.paused_queues().await.unwrap(), ["exports"]);
+    let resumed = jobqueue(Some(&url), &["resume", "exports"]).await;
+    assert!(resumed.ok().contains("1 row changed"), "{resumed:#?}");
+    assert!(queue.paused_queues().await.unwrap().is_empty());
+    let again = jobqueue(Some(&url), &["resume", "exports"]).await;
+    assert!(
+        again.ok().contains("not paused; 0 rows changed"),
+        "{again:#?}"
+    );
+
+    let bad = jobqueue(Some(&url), &["pause", "no spaces"]).await;
+    assert!(bad.user_error().contains("invalid queue name"), "{bad:#?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Migrations and errors
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn migrate_check_reports_pending_migrations_on_an_empty_database() {
+    let url = empty_database("cli_migrate").await;
+
+    let check = jobqueue(Some(&url), &["migrate", "--check"]).await;
+    assert_eq!(check.code, Some(1), "{check:#?}");
+    assert!(check.stdout.starts_with("pending: database "), "{check:#?}");
+    assert!(check.stdout.contains("20261130000001"), "{check:#?}");
+
+    let migrate = jobqueue(Some(&url), &["migrate"]).await;
+    assert!(
+        migrate.ok().starts_with("applied 1 migration"),
+        "{migrate:#?}"
+    );
+    let check = jobqueue(Some(&url), &["migrate", "--check"]).await;
+    assert!(check.ok().contains("up to date"), "{check:#?}");
+    let migrate = jobqueue(Some(&url), &["migrate"]).await;
+    assert!(migrate.ok().contains("up to date"), "{migrate:#?}");
+}
+
+#[tokio::test]
+async fn a_missing_table_is_one_line_with_the_fix() {
+    let url = empty_database("cli_no_table").await;
+    let database = url.rsplit('/').next().unwrap().to_owned();
+    let expected = format!(
+        "error: table job_queue does not exist in database {database}; run `jobqueue migrate` first"
+    );
+    for args in [
+        &["status"][..],
+        &["list", "--status", "failed"],
+        &["show", "1"],
+        &["retry", "--failed", "--dry-run"],
+        &["purge", "--older-than", "7d"],
+    ] {
+        let run = jobqueue(Some(&url), args).await;
+        assert_eq!(run.user_error(), expected, "jobqueue {args:?}");
+    }
+}
+
+#[tokio::test]
+async fn bad_urls_are_one_line_errors_with_the_fix() {
+    let no_url = jobqueue(None, &["status"]).await;
+    assert!(
+        no_url
+            .user_error()
+            .contains("set DATABASE_URL or pass --database-url"),
+        "{no_url:#?}"
+    );
+
+    let unparsable = jobqueue(Some("mysql://app:pw@localhost:port/shop"), &["status"]).await;
+    assert!(
+        unparsable
+            .user_error()
+            .contains("expected mysql://user:password@host:port/database"),
+        "{unparsable:#?}"
+    );
+
+    let other_scheme = jobqueue(Some("postgres://app@localhost/shop"), &["list"]).await;
+    assert!(
+        other_scheme
+            .user_error()
+            .contains("not a MySQL or MariaDB URL"),
+        "{other_scheme:#?}"
+    );
+
+    // A port nothing listens on: bind one, then let it go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("mysql://root@127.0.0.1:{port}/shop");
+    let unreachable = jobqueue(Some(&url), &["status", "--connect-timeout", "1s"]).await;
+    let line = unreachable.user_error();
+    assert!(line.contains("cannot connect to"), "{line}");
+    assert!(line.contains("check the host and port"), "{line}");
+
+    // A database that does not exist, on the real server.
+    let url = empty_database("cli_bad_db").await;
+    let missing = format!("{}_missing", url);
+    let unknown = jobqueue(Some(&missing), &["status"]).await;
+    let line = unknown.user_error();
+    assert!(line.contains("does not exist"), "{line}");
+    assert!(line.contains("CREATE DATABASE"), "{line}");
+
+    // Usage errors also exit with 2.
+    let usage = jobqueue(Some(&url), &["retry"]).await;
+    assert_eq!(usage.code, Some(2), "{usage:#?}");
+}
+
+#[tokio::test]
+async fn the_password_never_appears_in_output() {
+    let (root_url, queue, p) = prepared_database("cli_password").await;
+    let database = root_url.rsplit('/').next().unwrap().to_owned();
+    let user = format!("jqcli_{}", &database[database.len().saturating_sub(20)..]);
+    let password = "Pw-@-9f3k2x";
+    let encoded = "Pw-%40-9f3k2x";
+    for host in ["%", "localhost"] {
+        for sql in [
+            format!("CREATE USER '{user}'@'{host}' IDENTIFIED BY '{password}'"),
+            format!("GRANT ALL ON `{database}`.* TO '{user}'@'{host}'"),
+        ] {
+            sqlx::query(&sql).execute(queue.pool()).await.expect(&sql);
+        }
+    }
+    // mysql://root@host:port/db -> mysql://USER:PASSWORD@host:port/db
+    let (scheme, rest) = root_url.split_once("://").unwrap();
+    let (_, location) = rest.rsplit_once('@').unwrap();
+    let url = format!("{scheme}://{user}:{encoded}@{location}");
+    let elsewhere = format!(
+        "{scheme}://{user}:{encoded}@{}",
+        location.replace(&database, "elsewhere")
+    );
+    let bad_port = format!("{scheme}://{user}:{encoded}@127.0.0.1:notaport/{database}");
+    let closed_port = format!("{scheme}://{user}:{encoded}@127.0.0.1:1/{database}");
+
+    let id = p.failed_email.to_string();
+    let runs = [
+        jobqueue(Some(&url), &["status"]).await,
+        jobqueue(Some(&url), &["status", "--json"]).await,
+        jobqueue(Some(&url), &["list"]).await,
+        jobqueue(Some(&url), &["show", &id]).await,
+        jobqueue(Some(&url), &["retry", "--failed", "--dry-run"]).await,
+        jobqueue(Some(&url), &["migrate", "--check"]).await,
+        jobqueue(Some(&url), &["--help"]).await,
+        jobqueue(Some(&url), &["status", "--help"]).await,
+        jobqueue_with_env(Some(&url), &["list"], &[("RUST_LOG", "trace")]).await,
+        jobqueue(Some(&elsewhere), &["status"]).await,
+        jobqueue(Some(&bad_port), &["status"]).await,
+        jobqueue(Some(&closed_port), &["status", "--connect-timeout", "1s"]).await,
+        jobqueue(None, &["--database-url", &bad_port, "status"]).await,
+    ];
+    // The password worked: the successful runs read the prepared jobs.
+    assert!(runs[2].ok().contains("send_email"), "{:#?}", runs[2]);
+    assert!(runs[3].ok().contains("mailbox full"), "{:#?}", runs[3]);
+    assert!(runs[8].ok().contains("export_order"), "{:#?}", runs[8]);
+    // The failed ones named the URL, redacted.
+    for run in &runs[10..] {
+        assert!(
+            run.user_error().contains(&format!("{user}:***@")),
+            "{run:#?}"
+        );
+    }
+    for run in &runs {
+        for secret in [password, encoded] {
+            assert!(
+                !run.stdout.contains(secret) && !run.stderr.contains(secret),
+                "the password leaked: {run:#?}"
+            );
+        }
+    }
+}
