@@ -22,7 +22,9 @@ pub struct QueueConfig {
     /// Connections in the pool [`Queue::connect`] opens. Default 10: a worker uses about
     /// four (claims, completions, lease renewal, maintenance) whatever its concurrency.
     pub max_connections: u32,
-    /// How long to wait for a free connection before an operation fails. Default 30 s.
+    /// How long to wait for a connection before an operation fails. Default 5 s. It is also
+    /// how long a worker waits, while the server is unreachable, before it logs the outage
+    /// and backs off (sqlx keeps trying to connect until then).
     pub acquire_timeout: Duration,
     /// Connections are closed and replaced after this long. Default 30 min.
     pub max_lifetime: Duration,
@@ -37,7 +39,7 @@ impl Default for QueueConfig {
     fn default() -> Self {
         QueueConfig {
             max_connections: 10,
-            acquire_timeout: Duration::from_secs(30),
+            acquire_timeout: Duration::from_secs(5),
             max_lifetime: Duration::from_secs(30 * 60),
             max_payload_bytes: 1024 * 1024,
             check_server: true,

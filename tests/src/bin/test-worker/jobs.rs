@@ -1,0 +1,109 @@
+//! The job kinds of the `test-worker` process. The fault suite (`tests/tests/faults.rs`)
+//! includes this file too, so that it enqueues the very types the worker runs.
+//!
+//! Every run leaves rows in an `effects` table of the job's own database (see
+//! [`EFFECTS_TABLE`]), written through a pool of its own: a side effect that happens twice
+//! shows up as two rows, which is what the suite counts.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use jobqueue::{job, JobContext, JobError};
+use sqlx::MySqlPool;
+
+/// The table the jobs write their side effects to; the suite creates it next to the queue.
+/// No unique index: a duplicate side effect must be visible, not refused.
+#[allow(dead_code)] // used by the suite, not by the worker
+pub(crate) const EFFECTS_TABLE: &str = "CREATE TABLE effects (
+    seq      BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    task_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    job_id   BIGINT UNSIGNED NOT NULL,
+    attempt  INT UNSIGNED NOT NULL,
+    pid      INT UNSIGNED NOT NULL,
+    phase    VARCHAR(8) NOT NULL,
+    at       DATETIME(6) NOT NULL,
+    KEY effects_key (task_key)
+) ENGINE = InnoDB";
+
+/// The pool the jobs write their effects through, set by `main` before the worker starts.
+pub(crate) static EFFECTS: OnceLock<MySqlPool> = OnceLock::new();
+
+/// Records one row of `phase` for this attempt, with the database's clock.
+async fn record(ctx: &JobContext, phase: &str) -> Result<(), JobError> {
+    let pool = EFFECTS
+        .get()
+        .ok_or("the effects pool is not set; jobs run only in test-worker")?;
+    sqlx::query(
+        "INSERT INTO effects (task_key, job_id, attempt, pid, phase, at) \
+         VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",
+    )
+    .bind(ctx.task_key())
+    .bind(ctx.id())
+    .bind(ctx.attempt())
+    .bind(std::process::id())
+    .bind(phase)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Sleeps `sleep_ms` (stopping early if cancelled), fails its first `fail_first` attempts on
+/// purpose, then records one `done` effect. Its task key is `name`; its lease 10 s, so that a
+/// claim orphaned by a restart of the server comes back within the suite's patience.
+#[job(
+    name = "effect",
+    key = "{name}",
+    lease = "10s",
+    max_attempts = 5,
+    backoff = "constant(200ms)"
+)]
+pub(crate) async fn effect(
+    ctx: JobContext,
+    name: String,
+    sleep_ms: u64,
+    fail_first: u32,
+) -> Result<(), JobError> {
+    if sleep_ms > 0 {
+        tokio::select! {
+            _ = ctx.cancelled() => {
+                return Err(format!("{name}: stopped while sleeping ({:?})", ctx.cancel_reason()).into());
+            }
+            _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
+        }
+    }
+    if ctx.attempt() <= fail_first {
+        return Err(format!(
+            "{name}: failing attempt {} of the first {fail_first} on purpose",
+            ctx.attempt()
+        )
+        .into());
+    }
+    record(&ctx, "done").await
+}
+
+/// Records a `start` effect, runs for `ms` (the worker renews its 2 s lease meanwhile) or
+/// until cancelled, then records a `done` effect.
+#[job(
+    name = "slow",
+    key = "{name}",
+    lease = "2s",
+    max_attempts = 3,
+    backoff = "constant(200ms)"
+)]
+pub(crate) async fn slow(ctx: JobContext, name: String, ms: u64) -> Result<(), JobError> {
+    record(&ctx, "start").await?;
+    tokio::select! {
+        _ = ctx.cancelled() => {
+            return Err(format!("{name}: stopped ({:?})", ctx.cancel_reason()).into());
+        }
+        _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+    }
+    record(&ctx, "done").await
+}
+
+/// A periodic kind: every second, one `done` effect per tick. Enqueued only by workers
+/// started with `--periodic`.
+#[job(name = "tick", cron = "* * * * * *", lease = "5s", max_attempts = 1)]
+pub(crate) async fn tick(ctx: JobContext) -> Result<(), JobError> {
+    record(&ctx, "done").await
+}
