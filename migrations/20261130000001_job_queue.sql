@@ -12,7 +12,10 @@ CREATE TABLE job_queue (
     id               BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
     queue            VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     kind             VARCHAR(128) NOT NULL,
-    task_key         VARCHAR(255) NOT NULL,
+    -- Bytes, not text: keys compare byte for byte, trailing spaces and case included
+    -- (a text collation would pad, and call "x " a duplicate of "x"). At most 255
+    -- characters of UTF-8.
+    task_key         VARBINARY(1020) NOT NULL,
     payload          JSON NOT NULL,
     status           ENUM('scheduled', 'ready', 'running', 'done', 'failed', 'cancelled') NOT NULL,
     priority         SMALLINT NOT NULL DEFAULT 0,

@@ -61,7 +61,8 @@ pub struct EnqueueOptions {
     /// Priority instead of the kind's (lower runs first).
     pub priority: Option<i16>,
     /// Task key instead of the kind's template or derived key. At most 255 characters, not
-    /// empty, no control characters, no trailing space.
+    /// empty, no control characters. Keys compare byte for byte (case and trailing spaces
+    /// count).
     pub key: Option<String>,
     /// Attempts instead of the kind's.
     pub max_attempts: Option<u32>,

@@ -65,13 +65,6 @@ pub(crate) fn validate_key(key: &str) -> Result<()> {
             "a task key must not contain control characters; remove them, or hash the part that has them",
         ));
     }
-    // `task_key` has a PAD SPACE collation: the server compares `"a "` equal to `"a"`, so a
-    // key with trailing spaces would be reported as a duplicate of a different job.
-    if key.ends_with(' ') {
-        return Err(invalid(
-            "a task key must not end with a space: the database ignores trailing spaces when it compares keys, so it would collide with the same key without them; trim the key",
-        ));
-    }
     Ok(())
 }
 
