@@ -1,0 +1,405 @@
+//! What `#[job]` expands to: the function as written, the argument struct, its `Job` impl and
+//! one registration.
+
+use proc_macro2::{Literal, Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::ext::IdentExt;
+use syn::spanned::Spanned;
+use syn::{Ident, ItemFn, LitStr, Pat, ReturnType, Type};
+
+use crate::args::{self, BackoffSpec, JobArgs, KeyTemplate, Segment};
+use crate::diagnostics::Errors;
+use crate::duration::Millis;
+use crate::sig::{self, JobSignature, Param};
+
+/// Expands `#[job(args)] item`. On `Err` the caller emits the item unchanged beside the errors.
+pub(crate) fn job(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    let mut errors = Errors::default();
+    let args = args::parse(args, &mut errors);
+    let func: ItemFn = match syn::parse2(item) {
+        Ok(func) => func,
+        Err(e) => {
+            errors.push(syn::Error::new(
+                e.span(),
+                "`#[job]` goes on an `async fn`: its arguments become the job's payload",
+            ));
+            errors.finish()?;
+            unreachable!("an error was just pushed");
+        }
+    };
+    let sig = sig::check(&func, &mut errors);
+    let key = args
+        .key
+        .as_ref()
+        .map(|key| key_format(key, &func, &sig, &mut errors));
+    errors.finish()?;
+    Ok(generate(&args, &func, &sig, key))
+}
+
+fn generate(
+    args: &JobArgs,
+    func: &ItemFn,
+    sig: &JobSignature<'_>,
+    key: Option<TokenStream>,
+) -> TokenStream {
+    let root = match &args.krate {
+        Some(path) => path.to_token_stream(),
+        None => quote!(::jobqueue),
+    };
+    let vis = &func.vis;
+    let fn_name = &func.sig.ident;
+    let fn_name_text = fn_name.unraw().to_string();
+    let ty = Ident::new(&upper_camel(&fn_name_text), fn_name.span());
+    let type_path_suffix = format!("::{ty}");
+    let kind = match &args.name {
+        Some(name) => name.clone(),
+        None => LitStr::new(&fn_name_text, fn_name.span()),
+    };
+    let doc = format!(" Arguments of the [`{fn_name_text}`] job.");
+    let serde_crate = LitStr::new(
+        &quote!(#root::__private::serde).to_string().replace(' ', ""),
+        Span::call_site(),
+    );
+
+    // Each field gets a line of docs: crates that deny `missing_docs` take the struct as theirs.
+    let fields = sig.args().map(|(ident, ty)| {
+        let doc = format!(" The `{}` argument.", ident.unraw());
+        quote!(#[doc = #doc] pub #ident: #ty)
+    });
+    let derive_default = args
+        .cron
+        .as_ref()
+        .map(|_| quote!(, ::core::default::Default));
+
+    let options = job_options(args, &root);
+    let task_key = key.map(|format| {
+        quote! {
+            fn task_key(&self) -> #root::Result<::std::string::String> {
+                ::core::result::Result::Ok(#root::__private::fit_key(#format))
+            }
+        }
+    });
+
+    let ctx = if sig.context().is_some() {
+        format_ident!("ctx")
+    } else {
+        format_ident!("_ctx")
+    };
+    let call_args = sig.params.iter().map(|param| match param {
+        Param::Context { .. } => ctx.to_token_stream(),
+        Param::Arg { ident, .. } => quote!(self.#ident),
+    });
+    // Spanned at the return type, so an unsupported one is reported there.
+    let into_result = match &func.sig.output {
+        ReturnType::Type(_, ret) => quote_spanned!(ret.span()=>
+            #root::__private::IntoJobResult::into_job_result(output)
+        ),
+        ReturnType::Default => quote!(#root::__private::IntoJobResult::into_job_result(output)),
+    };
+    let bound_checks = argument_bound_checks(args, sig, &root);
+
+    let cron_payload = args.cron.as_ref().map(|_| {
+        quote! {
+            .with_cron_payload(|| #root::__private::serde_json::to_value(
+                <#ty as ::core::default::Default>::default()
+            ))
+        }
+    });
+
+    quote! {
+        #func
+
+        #bound_checks
+
+        #[doc = #doc]
+        #[derive(#root::__private::serde::Serialize, #root::__private::serde::Deserialize #derive_default)]
+        #[serde(crate = #serde_crate)]
+        #vis struct #ty {
+            #(#fields,)*
+        }
+
+        impl #root::Job for #ty {
+            const KIND: &'static str = #kind;
+            const OPTIONS: #root::JobOptions = #options;
+            #task_key
+            async fn run(self, #ctx: #root::JobContext) -> ::core::result::Result<(), #root::JobError> {
+                let output = #fn_name(#(#call_args),*).await;
+                #into_result
+            }
+        }
+
+        #root::__private::inventory::submit! {
+            #root::__private::JobDescriptor::of::<#ty>(
+                ::core::concat!(::core::module_path!(), #type_path_suffix)
+            )
+            #cron_payload
+        }
+    }
+}
+
+/// Requires of each argument type what a job needs, spanned at the type so that an error
+/// lands on it. (The derives and the `Job` impl fail on such a type too, but they can only
+/// point at the attribute.)
+fn argument_bound_checks(
+    args: &JobArgs,
+    sig: &JobSignature<'_>,
+    root: &TokenStream,
+) -> TokenStream {
+    let types: Vec<&Type> = sig.args().map(|(_, ty)| ty).collect();
+    if types.is_empty() {
+        return TokenStream::new();
+    }
+    // A cron tick builds the arguments with `Default`.
+    let default = args
+        .cron
+        .as_ref()
+        .map(|_| quote!(+ ::core::default::Default));
+    let checks = types
+        .iter()
+        .map(|ty| quote_spanned!(ty.span()=> job_argument::<#ty>();));
+    quote! {
+        const _: () = {
+            const fn job_argument<T>()
+            where
+                T: #root::__private::serde::Serialize
+                    + #root::__private::serde::de::DeserializeOwned
+                    + ::core::marker::Send
+                    + ::core::marker::Sync
+                    #default,
+            {
+            }
+            #(#checks)*
+        };
+    }
+}
+
+/// `JobOptions::DEFAULT` with a builder call for each option given.
+fn job_options(args: &JobArgs, root: &TokenStream) -> TokenStream {
+    let mut options = quote!(#root::JobOptions::DEFAULT);
+    if let Some(queue) = &args.queue {
+        options.extend(quote!(.queue(#queue)));
+    }
+    if let Some(n) = args.max_attempts {
+        let n = Literal::u32_unsuffixed(n);
+        options.extend(quote!(.max_attempts(#n)));
+    }
+    if let Some(lease) = args.lease {
+        let lease = duration(lease);
+        options.extend(quote!(.lease(#lease)));
+    }
+    if let Some(timeout) = args.timeout {
+        let timeout = duration(timeout);
+        options.extend(quote!(.timeout(#timeout)));
+    }
+    if let Some(priority) = args.priority {
+        let priority = Literal::i16_unsuffixed(priority);
+        options.extend(quote!(.priority(#priority)));
+    }
+    if let Some(backoff) = &args.backoff {
+        let backoff = match *backoff {
+            BackoffSpec::Exponential { base, max } => {
+                let (base, max) = (duration(base), duration(max));
+                quote!(#root::Backoff::Exponential { base: #base, max: #max })
+            }
+            BackoffSpec::Linear { step, max } => {
+                let (step, max) = (duration(step), duration(max));
+                quote!(#root::Backoff::Linear { step: #step, max: #max })
+            }
+            BackoffSpec::Constant(wait) => {
+                let wait = duration(wait);
+                quote!(#root::Backoff::Constant(#wait))
+            }
+        };
+        options.extend(quote!(.backoff(#backoff)));
+    }
+    if let Some(cron) = &args.cron {
+        options.extend(quote!(.cron(#cron)));
+    }
+    options
+}
+
+fn duration(d: Millis) -> TokenStream {
+    if d.0 % 1000 == 0 {
+        let secs = Literal::u64_unsuffixed(d.0 / 1000);
+        quote!(::core::time::Duration::from_secs(#secs))
+    } else {
+        let millis = Literal::u64_unsuffixed(d.0);
+        quote!(::core::time::Duration::from_millis(#millis))
+    }
+}
+
+/// The `format!` that renders a key template, after checking that every placeholder names
+/// an argument.
+fn key_format(
+    key: &KeyTemplate,
+    func: &ItemFn,
+    sig: &JobSignature<'_>,
+    errors: &mut Errors,
+) -> TokenStream {
+    let mut format = String::new();
+    let mut values = Vec::new();
+    for segment in &key.segments {
+        match segment {
+            Segment::Text(text) => format.push_str(&text.replace('{', "{{").replace('}', "}}")),
+            Segment::Arg(name) => {
+                match sig.args().find(|(ident, _)| ident.unraw() == name) {
+                    Some((ident, _)) => {
+                        format.push_str("{}");
+                        // The template's span: a type without `Display` is reported at the key.
+                        let field = match ident.to_string().strip_prefix("r#") {
+                            Some(raw) => Ident::new_raw(raw, key.lit.span()),
+                            None => Ident::new(&ident.to_string(), key.lit.span()),
+                        };
+                        values.push(quote_spanned!(key.lit.span()=> self.#field));
+                    }
+                    None => errors.push_spanned(&key.lit, unknown_placeholder(name, func, sig)),
+                }
+            }
+        }
+    }
+    let format = LitStr::new(&format, key.lit.span());
+    quote!(::std::format!(#format #(, #values)*))
+}
+
+fn unknown_placeholder(name: &str, func: &ItemFn, sig: &JobSignature<'_>) -> String {
+    let fn_name = func.sig.ident.unraw();
+    let is_context = matches!(
+        sig.context(),
+        Some(Pat::Ident(p)) if p.ident.unraw() == name
+    );
+    let args: Vec<String> = sig
+        .args()
+        .map(|(ident, _)| format!("`{{{}}}`", ident.unraw()))
+        .collect();
+    let known = if args.is_empty() {
+        format!("`{fn_name}` takes no arguments, so its key can only be fixed text")
+    } else {
+        format!("the arguments of `{fn_name}` are {}", args.join(", "))
+    };
+    if is_context {
+        format!("`{{{name}}}` in the key is the job's `JobContext`, which is not part of the payload; {known}")
+    } else {
+        format!("`{{{name}}}` in the key is not an argument of `{fn_name}`; {known}")
+    }
+}
+
+/// `export_order` -> `ExportOrder`.
+fn upper_camel(snake: &str) -> String {
+    snake
+        .split('_')
+        .flat_map(|word| {
+            let mut chars = word.chars();
+            chars
+                .next()
+                .map(|first| first.to_uppercase().chain(chars))
+                .into_iter()
+                .flatten()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn struct_names() {
+        assert_eq!(upper_camel("export_order"), "ExportOrder");
+        assert_eq!(upper_camel("cleanup"), "Cleanup");
+        assert_eq!(upper_camel("_send_v2__now"), "SendV2Now");
+        assert_eq!(upper_camel("send_SMS"), "SendSMS");
+    }
+
+    #[test]
+    fn mistakes_in_options_and_signature_are_reported_together() {
+        let error = job(
+            quote!(queue = "", key = "{missing}"),
+            quote!(
+                fn f(a: &str, ctx: JobContext) {}
+            ),
+        )
+        .unwrap_err();
+        let messages: Vec<String> = error.into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(messages.len(), 4, "{messages:#?}");
+        assert!(messages[0].contains("`queue` must be 1 to 64 characters"));
+        assert!(messages[1].contains("must be `async`"));
+        assert!(messages[2].contains("instead of `&str`"));
+        // `a` was rejected, so the key finds no argument at all.
+        assert!(messages[3].contains("`{missing}` in the key is not an argument of `f`"));
+    }
+
+    #[test]
+    fn key_placeholders_name_arguments() {
+        let error = job(
+            quote!(key = "{ctx}:{id}:{nope}"),
+            quote!(
+                async fn f(ctx: JobContext, id: u64, name: String) {}
+            ),
+        )
+        .unwrap_err();
+        let messages: Vec<String> = error.into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            messages,
+            [
+                "`{ctx}` in the key is the job's `JobContext`, which is not part of the payload; the arguments of `f` are `{id}`, `{name}`",
+                "`{nope}` in the key is not an argument of `f`; the arguments of `f` are `{id}`, `{name}`",
+            ]
+        );
+    }
+
+    #[test]
+    fn crate_option_replaces_every_root_path() {
+        let out = job(
+            quote!(
+                crate = "jq",
+                cron = "0 * * * * *",
+                key = "{id}",
+                backoff = "constant(1s)"
+            ),
+            quote!(
+                async fn f(id: u64) {}
+            ),
+        )
+        .unwrap()
+        .to_string();
+        assert!(!out.contains("jobqueue"), "{out}");
+        assert!(
+            out.contains("jq :: __private :: inventory :: submit !"),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"serde (crate = "jq::__private::serde")"#),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn expansion_calls_the_function_in_its_parameter_order() {
+        let out = job(
+            quote!(key = "k:{{{id}}}"),
+            quote!(
+                async fn f(id: u64, ctx: JobContext, name: String) {}
+            ),
+        )
+        .unwrap()
+        .to_string();
+        assert!(
+            out.contains("f (self . id , ctx , self . name) . await"),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"format ! ("k:{{{}}}" , self . id)"#),
+            "{out}"
+        );
+
+        let out = job(
+            quote!(key = "{type}"),
+            quote!(
+                async fn g(r#type: u8) {}
+            ),
+        )
+        .unwrap()
+        .to_string();
+        assert!(out.contains(r#"format ! ("{}" , self . r#type)"#), "{out}");
+    }
+}

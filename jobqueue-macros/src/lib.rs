@@ -1,0 +1,255 @@
+//! The `#[job]` attribute of `jobqueue`. Use it through the `jobqueue` crate, which
+//! re-exports it as `jobqueue::job`.
+
+mod args;
+mod diagnostics;
+mod duration;
+mod expand;
+mod sig;
+
+use proc_macro::TokenStream;
+
+/// Turns an `async fn` into a kind of background job.
+///
+/// ```no_run
+/// use jobqueue::{job, JobContext, JobError, Queue};
+///
+/// /// Export one order as a file.
+/// #[job(queue = "exports", max_attempts = 5, key = "export:{order_id}")]
+/// async fn export_order(ctx: JobContext, order_id: u64, format: String) -> Result<(), JobError> {
+///     println!("exporting order {order_id} as {format} (attempt {})", ctx.attempt());
+///     Ok(())
+/// }
+///
+/// # async fn demo(queue: Queue) -> jobqueue::Result<()> {
+/// // The arguments become a struct: enqueue one, and a worker calls `export_order` with them.
+/// queue.enqueue(ExportOrder { order_id: 7412, format: "csv".into() }).await?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # What it generates
+///
+/// - The function itself, exactly as written: it stays callable, from tests for instance
+///   (`JobContext::detached` makes a context outside a worker).
+/// - A struct named after the function in `UpperCamelCase` (`export_order` gives
+///   `ExportOrder`), with the function's visibility and one `pub` field per argument, in
+///   order; the `JobContext` parameter is not a field. It implements `serde::Serialize` and
+///   `serde::Deserialize` (and `Default` for a [`cron`](#cron) job): it is the job's payload,
+///   stored as JSON.
+/// - `impl jobqueue::Job` for the struct: the kind name, the options below, the task key
+///   and `run`, which calls the function with the fields and the worker's context.
+/// - A registration of the kind, so that every worker of the binary finds it by name with
+///   no list to maintain. Two kinds with one name are refused when a worker starts.
+///
+/// # The function
+///
+/// - It is an `async fn`, without generics or a `where` clause, and not a method (no
+///   `self`).
+/// - Each argument is a plain name (`mut` is fine) with an owned type: `String`, not `&str`.
+///   The type implements `Serialize`, `Deserialize`, `Send` and `Sync`; a payload stored by
+///   one release is decoded by the next, so change argument types with care (a new
+///   `Option` argument decodes old payloads as `None`).
+/// - It may take a `JobContext`, in any position: the parameter whose type is named
+///   `JobContext` (`JobContext`, `jobqueue::JobContext`). The context gives the job's id,
+///   attempt and task key, and `ctx.cancelled()`, which resolves when the job should stop.
+/// - It returns `()` or `Result<(), E>` for any `E` that converts into `JobError`: every
+///   `std` error, `anyhow::Error`, `String`. An error fails the attempt, and the job is
+///   retried after its [`backoff`](#backoff) while attempts remain; return
+///   `JobError::permanent(..)` for a failure that retrying cannot fix.
+///
+/// Every mistake in the function or the options is reported in one build, at the offending
+/// token, and the function is still compiled so the rest of the crate keeps working.
+///
+/// # Options
+///
+/// All are optional: `#[job]` alone gives a job with every default.
+///
+/// ## `name`
+///
+/// The kind name stored with each job and used to find its code: 1 to 128 bytes, unique in
+/// the binary. Default: the function's name. Set it when two jobs in different modules share
+/// a function name, or to rename a function while jobs of the old name may still wait in
+/// the table.
+///
+/// ```
+/// # use jobqueue::job;
+/// #[job(name = "billing.sync_account")]
+/// async fn sync(account_id: u64) {}
+/// ```
+///
+/// ## `queue`
+///
+/// The queue the kind's jobs go to; workers choose the queues they serve. 1 to 64
+/// characters of `A-Z a-z 0-9 _ . : -`. Default: `"default"`.
+///
+/// ```
+/// # use jobqueue::job;
+/// #[job(queue = "exports")]
+/// async fn export_order(order_id: u64) {}
+/// ```
+///
+/// ## `max_attempts`
+///
+/// How many times a job runs before it is marked `failed`, counting the first run. At
+/// least 1. Default: 25.
+///
+/// ```
+/// # use jobqueue::job;
+/// #[job(max_attempts = 5)]
+/// async fn charge_card(payment_id: u64) {}
+/// ```
+///
+/// ## `lease`
+///
+/// How long a worker's claim on a running job lasts without renewal. The worker renews it
+/// every third of the lease, so a job may run for much longer; a crashed worker's job is
+/// claimed again after one lease. At least 1 s. Default: 30 s.
+///
+/// Durations here and below are a number and a unit (`ms`, `s`, `m`, `h`, `d`), or several
+/// from the largest unit down: `"500ms"`, `"30s"`, `"1h30m"`.
+///
+/// ```
+/// # use jobqueue::job;
+/// #[job(lease = "2m")]
+/// async fn transcode(video_id: u64) {}
+/// ```
+///
+/// ## `timeout`
+///
+/// The longest one attempt may run: then its context is cancelled and the attempt counts
+/// as failed. Default: no limit.
+///
+/// ```
+/// # use jobqueue::job;
+/// #[job(timeout = "10m")]
+/// async fn build_report(report_id: u64) {}
+/// ```
+///
+/// ## `priority`
+///
+/// Within a queue, jobs with a lower priority are claimed first. `-32768` to `32767`.
+/// Default: 0.
+///
+/// ```
+/// # use jobqueue::job;
+/// #[job(priority = -10)]
+/// async fn send_password_reset(user_id: u64) {}
+/// ```
+///
+/// ## `key`
+///
+/// The task key, the job's idempotency key: while a job with a key exists in the table,
+/// enqueueing another job with an equal key is reported as a duplicate and adds nothing. The
+/// template is text with `{argument}` placeholders, each replaced by the argument's
+/// `Display`; `{{` and `}}` are literal braces. A key longer than 255 characters keeps its
+/// first 200 and ends with a hash of the whole.
+///
+/// Default: derived from the arguments, `kind:` followed by 128 bits, in hex, of the
+/// SHA-256 of the arguments' canonical JSON (object keys sorted, no whitespace): equal
+/// arguments give equal keys, in every process and release.
+///
+/// ```
+/// # use jobqueue::job;
+/// #[job(key = "export:{order_id}")]
+/// async fn export_order(order_id: u64, format: String) {}
+/// ```
+///
+/// ## `backoff`
+///
+/// The wait before each retry: `"exponential(base, max)"` waits `base`, then twice as
+/// long after each failed attempt, up to `max`; `"linear(step, max)"` waits `step` times
+/// the number of failed attempts, up to `max`; `"constant(wait)"` always waits `wait`.
+/// Every wait is jittered by ±20 %. Default: `"exponential(1s, 1h)"`: about 1 s, 2 s, 4 s,
+/// ... 2048 s, then 1 h.
+///
+/// ```
+/// # use jobqueue::job;
+/// #[job(backoff = "linear(10s, 10m)")]
+/// async fn call_webhook(url: String) {}
+/// ```
+///
+/// ## `cron`
+///
+/// A schedule on which the workers enqueue the job by themselves, in UTC: six fields
+/// `sec min hour day month weekday`, or five without the seconds. Each tick is enqueued
+/// once however many workers run, its arguments built with `Default`, so every argument
+/// type implements `Default` (or there are none). The schedule is checked at compile time.
+/// Default: none.
+///
+/// ```
+/// # use jobqueue::job;
+/// #[job(cron = "0 */5 * * * *")]
+/// async fn prune_sessions() {}
+/// ```
+///
+/// ## `crate`
+///
+/// The path of the `jobqueue` crate, for code that reaches it under another name (a
+/// renamed dependency, or a re-export). Default: `::jobqueue`.
+///
+/// ```
+/// extern crate jobqueue as jq;
+///
+/// #[jq::job(crate = "jq")]
+/// async fn ping() {}
+/// ```
+///
+/// # Equivalent code without `#[job]`
+///
+/// The first example expands to this (and to a compile-time check of each argument type,
+/// placed so that a type that does not fit is reported at the type itself). Write it by
+/// hand where the macro does not fit, for instance to implement `run` differently:
+///
+/// ```
+/// use jobqueue::{IntoJobResult, Job, JobContext, JobError, JobOptions};
+///
+/// /// Export one order as a file.
+/// async fn export_order(ctx: JobContext, order_id: u64, format: String) -> Result<(), JobError> {
+///     Ok(())
+/// }
+///
+/// /// Arguments of the [`export_order`] job.
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct ExportOrder {
+///     /// The `order_id` argument.
+///     pub order_id: u64,
+///     /// The `format` argument.
+///     pub format: String,
+/// }
+///
+/// impl Job for ExportOrder {
+///     const KIND: &'static str = "export_order";
+///     const OPTIONS: JobOptions = JobOptions::DEFAULT.queue("exports").max_attempts(5);
+///
+///     fn task_key(&self) -> jobqueue::Result<String> {
+///         Ok(jobqueue::key::fit_key(format!("export:{}", self.order_id)))
+///     }
+///
+///     async fn run(self, ctx: JobContext) -> Result<(), JobError> {
+///         let output = export_order(ctx, self.order_id, self.format).await;
+///         output.into_job_result()
+///     }
+/// }
+///
+/// jobqueue::register!(ExportOrder);
+/// # assert!(jobqueue::registry::lookup("export_order").is_some());
+/// ```
+///
+/// An option given as a duration becomes a `Duration` (`lease = "2m"` gives
+/// `.lease(Duration::from_secs(120))`), and `backoff` a `jobqueue::Backoff`
+/// (`"linear(10s, 10m)"` gives `.backoff(Backoff::Linear { step: Duration::from_secs(10),
+/// max: Duration::from_secs(600) })`).
+#[proc_macro_attribute]
+pub fn job(args: TokenStream, item: TokenStream) -> TokenStream {
+    match expand::job(args.into(), item.clone().into()) {
+        Ok(tokens) => tokens.into(),
+        Err(errors) => {
+            // The function as written still compiles beside the errors, so the rest of the
+            // crate (and the IDE) keeps working.
+            let mut out = item;
+            out.extend(TokenStream::from(errors.to_compile_error()));
+            out
+        }
+    }
+}
