@@ -171,9 +171,7 @@ impl Queue {
         I: IntoIterator<Item = J>,
     {
         let news = self.prepare_many(jobs, &EnqueueOptions::default())?;
-        let mut tx = self.inner.pool.begin().await?;
-        let outcomes = store::insert_many(&mut tx, &news).await?;
-        tx.commit().await?;
+        let outcomes = self.store().insert_many(&news).await?;
         for (n, o) in news.iter().zip(&outcomes) {
             self.record(n, *o);
         }

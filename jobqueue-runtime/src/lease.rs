@@ -230,9 +230,17 @@ async fn sort_out(
     if !cancel_now.is_empty() {
         let ids: Vec<u64> = cancel_now.iter().map(|c| c.0).collect();
         let sent = Instant::now();
-        if let Ok(n) = store.renew(owner, &ids, true).await {
-            if n == ids.len() as u64 {
-                mark_renewed(leases, &cancel_now, sent);
+        match store.renew(owner, &ids, true).await {
+            Ok(n) if n == ids.len() as u64 => mark_renewed(leases, &cancel_now, sent),
+            // A short count is sorted out at the next tick, like any other.
+            Ok(_) => {}
+            Err(e) => {
+                metrics.add(
+                    &metrics.database_errors,
+                    "jobqueue_database_errors_total",
+                    1,
+                );
+                tracing::error!(error = %e, jobs = ids.len(), "lease renewal failed; retrying shortly");
             }
         }
     }

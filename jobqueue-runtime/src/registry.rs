@@ -61,6 +61,12 @@ impl JobDescriptor {
         self
     }
 
+    /// Sets the tick arguments of a periodic kind to `J::default()` (what `#[job(cron)]`
+    /// and `jobqueue::register!(Type, periodic)` use).
+    pub const fn with_default_payload<J: Job + Default>(self) -> Self {
+        self.with_cron_payload(default_payload::<J>)
+    }
+
     /// The kind name.
     pub fn kind(&self) -> &'static str {
         self.kind
@@ -97,6 +103,10 @@ impl fmt::Debug for JobDescriptor {
 }
 
 inventory::collect!(JobDescriptor);
+
+fn default_payload<J: Job + Default>() -> std::result::Result<Value, serde_json::Error> {
+    serde_json::to_value(J::default())
+}
 
 fn run_erased<J: Job>(payload: Value, ctx: JobContext) -> RunFuture {
     Box::pin(async move {

@@ -181,6 +181,12 @@ async fn existing_id(conn: &mut MySqlConnection, key: &str) -> Result<Option<u64
     Ok(id)
 }
 
+/// Jobs per multi-row `INSERT` of [`insert_many`].
+const BULK_CHUNK: usize = 500;
+
+/// Payload bytes per multi-row `INSERT` of [`insert_many`].
+const BULK_BYTES: usize = 4 * 1024 * 1024;
+
 /// Inserts many jobs with few statements: one `SELECT` of the keys that exist, one
 /// multi-row `INSERT` of the rest, one `SELECT` of their ids, per chunk of 500. Returns one
 /// outcome per input job, in order. Meant to run inside a transaction.
@@ -189,18 +195,37 @@ pub(crate) async fn insert_many(
     jobs: &[NewJob],
 ) -> Result<Vec<Enqueued>> {
     let mut out = Vec::with_capacity(jobs.len());
-    for chunk in jobs.chunks(500) {
-        out.extend(insert_chunk(conn, chunk).await?);
+    let mut start = 0;
+    while start < jobs.len() {
+        // At most BULK_CHUNK rows and BULK_BYTES of payload per statement, so that one
+        // statement stays well under the server's `max_allowed_packet` (16 MiB by default
+        // on MariaDB) whatever the payloads weigh.
+        let mut end = start;
+        let mut bytes = 0;
+        while end < jobs.len()
+            && end - start < BULK_CHUNK
+            && (end == start || bytes + jobs[end].payload.len() <= BULK_BYTES)
+        {
+            bytes += jobs[end].payload.len();
+            end += 1;
+        }
+        out.extend(insert_chunk(conn, &jobs[start..end]).await?);
+        start = end;
     }
     Ok(out)
 }
 
 async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
     let keys: Vec<&str> = jobs.iter().map(|j| j.key.as_str()).collect();
-    let existing = ids_by_key(conn, &keys, true).await?;
+    // A plain read: a locking one would take gap locks on keys that do not exist yet, which
+    // deadlock two batches enqueued at once. A key inserted by someone else after this read
+    // makes the INSERT fail with a duplicate, handled below.
+    let existing = ids_by_key(conn, &keys, false).await?;
     // The first job of each key not yet in the table is inserted; every other one is a
     // duplicate (of the table's row, or of the earlier job in this batch).
     let mut seen = std::collections::HashSet::new();
+    // Rows keep the caller's order: ids, and so claim order, follow it. Two batches that
+    // share keys can deadlock on them; the transaction is then retried whole.
     let fresh: Vec<&NewJob> = jobs
         .iter()
         .filter(|j| !existing.contains_key(j.key.as_str()) && seen.insert(j.key.as_str()))
@@ -210,7 +235,10 @@ async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec
             "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, created_at, updated_at) VALUES {}",
             vec![VALUES_ROW; fresh.len()].join(", ")
         );
-        let mut q = sqlx::query(&sql).persistent(false);
+        // A full chunk, the usual case of a large batch, has one arity: keep it prepared
+        // (parsing a statement of 500 rows costs about as much as running it). Other
+        // arities are prepared for one use only, so that they cannot pile up on the server.
+        let mut q = sqlx::query(&sql).persistent(fresh.len() == BULK_CHUNK);
         for job in &fresh {
             q = bind_new(q, job);
         }
@@ -260,12 +288,12 @@ async fn ids_by_key<'k>(
     }
     let sql = format!(
         "SELECT id, task_key FROM job_queue WHERE task_key IN ({}){}",
-        placeholders(keys.len()),
+        placeholders(padded_len(keys.len())),
         if locking { " LOCK IN SHARE MODE" } else { "" }
     );
-    let mut q = sqlx::query(&sql).persistent(false);
-    for k in keys {
-        q = q.bind(*k);
+    let mut q = sqlx::query(&sql);
+    for k in padded(keys) {
+        q = q.bind(k);
     }
     for row in q.fetch_all(&mut *conn).await? {
         let id: u64 = row.try_get(0)?;
@@ -297,6 +325,9 @@ pub struct Claimed {
     pub max_attempts: u32,
     /// Its lease length.
     pub lease: Duration,
+    /// A local instant taken just before the claim's `UPDATE`: the lease runs out no earlier
+    /// than `claimed_at + lease` by this process's monotonic clock.
+    pub claimed_at: std::time::Instant,
 }
 
 /// Why a claim found nothing. None of these is an error.
@@ -407,6 +438,10 @@ impl Store {
             for id in padded(&ids) {
                 q = q.bind(id);
             }
+            // The server's lease starts while this statement runs: a local clock read just
+            // before it is never later than the server's, so deadlines derived from it are
+            // conservative.
+            let sent = std::time::Instant::now();
             let matched = q.execute(&mut *conn).await?.rows_affected();
             if matched != ids.len() as u64 {
                 tracing::warn!(
@@ -418,7 +453,7 @@ impl Store {
             }
             let claimed = rows
                 .iter()
-                .map(claimed_from_row)
+                .map(|r| claimed_from_row(r, sent))
                 .collect::<sqlx::Result<Vec<_>>>()?;
             Ok((claimed, true))
         })
@@ -751,6 +786,20 @@ impl Store {
         })
     }
 
+    /// Inserts many jobs in one transaction at READ COMMITTED, retried whole after a
+    /// deadlock or lock wait timeout. See [`insert_many`].
+    pub(crate) async fn insert_many(&self, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        let outcome: Result<Vec<Enqueued>> = transaction!(self, |conn| {
+            match insert_many(conn, jobs).await {
+                Ok(outcomes) => Ok((Ok(outcomes), true)),
+                Err(Error::Database(e)) => Err(e),
+                // Not a database error: nothing to retry; undo and report it.
+                Err(other) => Ok((Err(other), false)),
+            }
+        })?;
+        outcome
+    }
+
     /// Inserts a periodic job's tick (no log of duplicates: with N nodes, N - 1 of them
     /// find the tick taken, which is the point).
     pub(crate) async fn insert_tick(&self, job: &NewJob) -> Result<Enqueued> {
@@ -801,7 +850,7 @@ impl Store {
     }
 }
 
-fn claimed_from_row(r: &MySqlRow) -> sqlx::Result<Claimed> {
+fn claimed_from_row(r: &MySqlRow, claimed_at: std::time::Instant) -> sqlx::Result<Claimed> {
     let lease_ms: u32 = r.try_get("lease_ms")?;
     let attempts: u32 = r.try_get("attempts")?;
     Ok(Claimed {
@@ -817,6 +866,7 @@ fn claimed_from_row(r: &MySqlRow) -> sqlx::Result<Claimed> {
         attempt: attempts + 1,
         max_attempts: r.try_get("max_attempts")?,
         lease: Duration::from_millis(lease_ms.into()),
+        claimed_at,
     })
 }
 
@@ -925,7 +975,15 @@ pub(crate) fn placeholders(n: usize) -> String {
 /// Each `IN (...)` arity is its own prepared statement on the server, which caps how many
 /// there may be; padding lists to a power of two keeps the arities to a handful.
 pub(crate) fn padded_len(n: usize) -> usize {
-    n.max(1).next_power_of_two()
+    // Four sizes cover every list the worker sends (claims take at most 100 rows, writes
+    // and renewals go in chunks of at most 128).
+    match n {
+        0..=1 => 1,
+        2..=8 => 8,
+        9..=32 => 32,
+        33..=128 => 128,
+        _ => n.next_power_of_two(),
+    }
 }
 
 /// `items` padded to [`padded_len`] by repeating the last item (harmless inside `IN`).

@@ -278,6 +278,29 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// What the claim loop hands to each job it starts.
+struct Running<'a> {
+    leases: &'a Leases,
+    reports: &'a mpsc::Sender<Report>,
+    /// Fired in phase two of a shutdown.
+    shutdown: &'a CancellationToken,
+}
+
+/// Stops a worker's background tasks and jobs when `run_until`'s future is dropped.
+struct StopOnDrop {
+    background: CancellationToken,
+    leases: Leases,
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if !self.background.is_cancelled() {
+            self.leases.cancel_all(CancelReason::Shutdown);
+            self.background.cancel();
+        }
+    }
+}
+
 /// How one attempt ended, before it is written.
 #[derive(Debug)]
 enum Outcome {
@@ -361,8 +384,20 @@ impl Worker {
 
         let leases = Leases::default();
         let background = CancellationToken::new();
+        // Renewals and outcomes get two connections of their own: jobs that use the queue's
+        // pool (or a pool smaller than the concurrency) must not make a renewal wait for a
+        // connection until the lease is gone.
+        let lease_store = Store {
+            pool: sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(2)
+                .acquire_timeout(self.queue.inner.config.acquire_timeout)
+                .max_lifetime(self.queue.inner.config.max_lifetime)
+                .connect_lazy_with((*self.queue.inner.pool.connect_options()).clone()),
+            set_isolation: false,
+            metrics: self.metrics.clone(),
+        };
         let renewer = tokio::spawn(lease::renew_loop(
-            self.store.clone(),
+            lease_store.clone(),
             cfg.owner.clone(),
             leases.clone(),
             self.metrics.clone(),
@@ -389,16 +424,27 @@ impl Worker {
         });
         let (report_tx, report_rx) = mpsc::channel::<Report>(cfg.concurrency * 4 + 16);
         let writer = tokio::spawn(write_outcomes(
-            self.store.clone(),
+            lease_store.clone(),
             cfg.owner.clone(),
             leases.clone(),
             self.metrics.clone(),
             report_rx,
         ));
 
+        // If this future is dropped instead of shut down, stop the background tasks and the
+        // jobs: their leases then expire and other workers take them, as after a crash.
+        let _guard = StopOnDrop {
+            background: background.clone(),
+            leases: leases.clone(),
+        };
+        let shutdown = CancellationToken::new();
+        let run = Running {
+            leases: &leases,
+            reports: &report_tx,
+            shutdown: &shutdown,
+        };
         let mut jobs = JoinSet::new();
-        self.claim_loop(signal, &leases, &report_tx, &mut jobs)
-            .await;
+        self.claim_loop(signal, &run, &mut jobs).await;
 
         // Phase one: no more claims; running jobs get the grace period.
         if !jobs.is_empty() {
@@ -412,6 +458,7 @@ impl Worker {
                     "shutdown grace period over: cancelling running jobs and handing them back"
                 );
                 leases.cancel_all(CancelReason::Shutdown);
+                shutdown.cancel();
                 drain(&mut jobs).await;
             }
         }
@@ -424,6 +471,7 @@ impl Worker {
         if let Some(m) = maintenance {
             let _ = m.await;
         }
+        lease_store.pool.close().await;
         tracing::info!(owner = %cfg.owner, metrics = ?self.metrics.snapshot(), "worker stopped");
         Ok(())
     }
@@ -431,8 +479,7 @@ impl Worker {
     async fn claim_loop(
         &self,
         signal: impl Future<Output = ()>,
-        leases: &Leases,
-        reports: &mpsc::Sender<Report>,
+        run: &Running<'_>,
         jobs: &mut JoinSet<()>,
     ) {
         let cfg = &*self.config;
@@ -467,16 +514,15 @@ impl Worker {
                 refill_at = None;
                 let free = cfg.concurrency - jobs.len();
                 let began = tokio::time::Instant::now();
-                let result = self.claim(free).await;
+                let result = self.claim(free, run, jobs).await;
                 claim_took = began.elapsed().min(cfg.poll_min);
                 match result {
-                    Ok(claimed) => {
+                    Ok(n) => {
                         if in_outage {
                             tracing::info!("database reachable again; claiming resumed");
                             in_outage = false;
                         }
                         error_delay = Duration::from_millis(100);
-                        let n = claimed.len();
                         if n == 0 {
                             next_poll = tokio::time::Instant::now() + jitter(idle_delay, 0.2);
                             idle_delay = (idle_delay * 2).min(cfg.poll_max);
@@ -485,9 +531,6 @@ impl Worker {
                             saturated = n == free;
                             // A partial batch drained the queue for now: poll soon after.
                             next_poll = tokio::time::Instant::now() + cfg.poll_min;
-                            for c in claimed {
-                                self.spawn_job(c, leases, reports, jobs);
-                            }
                         }
                     }
                     Err(e) => {
@@ -528,43 +571,46 @@ impl Worker {
                         idle_delay = cfg.poll_min;
                     }
                 }
-                _ = tokio::time::sleep_until(next_poll) => {
+                // With every slot busy there is nothing to poll for: a finished job wakes us.
+                _ = tokio::time::sleep_until(next_poll), if jobs.len() < cfg.concurrency => {
                     want_claim = true;
                 }
             }
         }
     }
 
-    /// Claims up to `free` jobs over the served queues, in their order.
-    async fn claim(&self, free: usize) -> Result<Vec<Claimed>> {
-        let mut claimed = Vec::new();
+    /// Claims up to `free` jobs over the served queues, in their order, and starts them.
+    /// Each queue's claim is started as soon as it commits, so an error on a later queue
+    /// cannot strand jobs already claimed. Returns how many were started.
+    async fn claim(&self, free: usize, run: &Running<'_>, jobs: &mut JoinSet<()>) -> Result<usize> {
+        let mut claimed = 0;
         for queue in &self.config.queues {
-            let want = (free - claimed.len()).min(100);
+            let want = (free - claimed).min(100);
             if want == 0 {
                 break;
             }
-            claimed.extend(self.store.claim(queue, &self.config.owner, want).await?);
+            let batch = self.store.claim(queue, &self.config.owner, want).await?;
+            claimed += batch.len();
+            if !batch.is_empty() {
+                self.metrics.claimed(batch.len() as u64);
+                tracing::debug!(queue = %queue, jobs = batch.len(), "claimed");
+            }
+            for c in batch {
+                self.spawn_job(c, run, jobs);
+            }
         }
-        if claimed.is_empty() {
+        if claimed == 0 {
             let reason = self.store.classify_empty(&self.config.queues).await?;
             self.metrics.empty(reason);
             if reason == EmptyClaim::Contended {
                 tracing::debug!("claim found only jobs locked by other claimers");
             }
-        } else {
-            self.metrics.claimed(claimed.len() as u64);
-            tracing::debug!(jobs = claimed.len(), "claimed");
         }
         Ok(claimed)
     }
 
-    fn spawn_job(
-        &self,
-        c: Claimed,
-        leases: &Leases,
-        reports: &mpsc::Sender<Report>,
-        jobs: &mut JoinSet<()>,
-    ) {
+    fn spawn_job(&self, c: Claimed, run: &Running<'_>, jobs: &mut JoinSet<()>) {
+        let (leases, reports, shutdown) = (run.leases, run.reports, run.shutdown);
         let ctx = JobContext {
             id: c.id,
             attempt: c.attempt,
@@ -580,7 +626,7 @@ impl Worker {
             Held {
                 attempt: c.attempt,
                 lease: c.lease,
-                renewed_at: Instant::now(),
+                renewed_at: c.claimed_at,
                 ctx: ctx.clone(),
                 cancel_seen: false,
             },
@@ -602,6 +648,7 @@ impl Worker {
             .join(", ");
         let reports = reports.clone();
         let cancel_grace = self.config.cancel_grace;
+        let shutdown = shutdown.clone();
         jobs.spawn(
             async move {
                 let outcome = run_one(
@@ -610,6 +657,7 @@ impl Worker {
                     c.payload,
                     ctx.clone(),
                     cancel_grace,
+                    shutdown,
                     known,
                 )
                 .await;
@@ -646,8 +694,11 @@ enum Ran {
     Finished(std::result::Result<(), RunError>),
     Panicked(String),
     TimedOut(Duration),
-    /// Dropped unfinished: lease lost, or shutdown and it did not stop in time.
-    Abandoned,
+    /// Dropped unfinished: lease lost (`hand_back` false: write nothing), or shutdown and it
+    /// did not stop in time (`hand_back` true).
+    Abandoned {
+        hand_back: bool,
+    },
     UnknownKind(String),
 }
 
@@ -657,6 +708,7 @@ async fn run_one(
     payload: std::result::Result<serde_json::Value, String>,
     ctx: JobContext,
     cancel_grace: Duration,
+    shutdown: CancellationToken,
     known: String,
 ) -> Ran {
     let Some(d) = descriptor else {
@@ -679,33 +731,33 @@ async fn run_one(
         }
     };
     let mut deadline = std::pin::pin!(deadline);
-    let ran = loop {
-        tokio::select! {
-            r = &mut run => break finished(r),
-            _ = &mut deadline => {
-                ctx.cancel(CancelReason::Timeout);
-                break Ran::TimedOut(timeout.unwrap_or_default());
-            }
-            _ = ctx.cancelled(), if ctx.cancel_reason() != Some(CancelReason::Requested) => {
-                match ctx.cancel_reason() {
-                    Some(CancelReason::Shutdown) => {
-                        // The job may stop by itself; it is dropped after `cancel_grace`.
-                        break tokio::select! {
-                            r = &mut run => finished(r),
-                            _ = tokio::time::sleep(cancel_grace) => Ran::Abandoned,
-                        };
-                    }
-                    // An operator's cancel: the job decides how to stop; keep awaiting it.
-                    Some(CancelReason::Requested) => continue,
-                    // Lease lost (or timeout): another worker may run it now; stop at once.
-                    _ => break Ran::Abandoned,
-                }
-            }
+    let ran = tokio::select! {
+        r = &mut run => finished(r),
+        _ = &mut deadline => {
+            ctx.cancel(CancelReason::Timeout);
+            Ran::TimedOut(timeout.unwrap_or_default())
         }
+        // Phase two of a shutdown (whatever the job was told before, an operator's cancel
+        // included): it may stop by itself, and is dropped after `cancel_grace`.
+        _ = shutdown.cancelled() => tokio::select! {
+            r = &mut run => finished(r),
+            _ = tokio::time::sleep(cancel_grace) => Ran::Abandoned { hand_back: true },
+        },
+        // Lease lost: another worker may run it now; stop at once. (An operator's cancel
+        // only tells the job, which decides how to stop.)
+        _ = lease_lost(&ctx) => Ran::Abandoned { hand_back: false },
     };
     metrics::histogram!("jobqueue_job_duration_seconds", "kind" => d.kind())
         .record(started.elapsed().as_secs_f64());
     ran
+}
+
+/// Resolves when the job's lease is lost.
+async fn lease_lost(ctx: &JobContext) {
+    ctx.cancelled().await;
+    if ctx.cancel_reason() != Some(CancelReason::LeaseLost) {
+        std::future::pending::<()>().await;
+    }
 }
 
 fn finished(
@@ -760,10 +812,8 @@ fn decide(ran: Ran, ctx: &JobContext, descriptor: Option<&JobDescriptor>) -> Opt
         Ran::Panicked(msg) => failed_attempt(format!("job panicked: {msg}")),
         Ran::TimedOut(t) => failed_attempt(format!("timed out after {t:?}")),
         Ran::UnknownKind(msg) => failed_attempt(msg),
-        Ran::Abandoned => match reason {
-            Some(CancelReason::Shutdown) => Outcome::Finish(Finish::HandBack),
-            _ => return None,
-        },
+        Ran::Abandoned { hand_back: true } => Outcome::Finish(Finish::HandBack),
+        Ran::Abandoned { hand_back: false } => return None,
     })
 }
 
@@ -777,7 +827,20 @@ async fn write_outcomes(
     mut reports: mpsc::Receiver<Report>,
 ) {
     let mut batch = Vec::new();
+    // Outcomes that arrive within one write's duration of the first are written with it:
+    // jobs claimed together end together, and are then recorded in one statement (one
+    // commit) instead of several, at the cost of at most one write's delay.
+    let mut write_took = Duration::ZERO;
     while reports.recv_many(&mut batch, 256).await > 0 {
+        let gather_until = tokio::time::Instant::now() + write_took;
+        while batch.len() < 256 {
+            let room = 256 - batch.len();
+            let more = reports.recv_many(&mut batch, room);
+            if !matches!(tokio::time::timeout_at(gather_until, more).await, Ok(n) if n > 0) {
+                break;
+            }
+        }
+        let began = Instant::now();
         let mut delay = Duration::from_millis(100);
         loop {
             // Nothing is written for a claim the renewer has given up on.
@@ -806,6 +869,7 @@ async fn write_outcomes(
                 }
             }
         }
+        write_took = began.elapsed().min(Duration::from_millis(50));
         batch.clear();
     }
 }
@@ -917,30 +981,52 @@ async fn maintenance_loop(mut m: Maintenance, every: Duration, stop: Cancellatio
                     failing = false;
                 }
             }
-            Err(e) => {
+            // Each failed step was logged by `maintain`; count the pass once.
+            Err(_) => {
                 failing = true;
                 m.metrics.add(
                     &m.metrics.database_errors,
                     "jobqueue_database_errors_total",
                     1,
                 );
-                tracing::error!(error = %e, "maintenance failed; retrying at the next interval");
             }
         }
     }
 }
 
+/// One maintenance pass. Each step runs even if an earlier one failed (a periodic job
+/// that cannot be enqueued must not stop reclaims); the first error is returned after all.
 async fn maintain(m: &mut Maintenance) -> Result<()> {
-    let (store, queue, metrics) = (&m.store, &m.queue, &*m.metrics);
-    if !m.scheduler.is_empty() {
-        let now = queue.now().await?.and_utc();
-        let n = m.scheduler.run(store, now).await?;
-        if n > 0 {
-            queue.wake_workers();
+    let steps = [
+        ("periodic jobs", enqueue_ticks(m).await),
+        ("promotion", promote_due(m).await),
+        ("reclaim", reclaim_expired(m).await),
+        ("pruning", prune_finished(m).await),
+    ];
+    let mut first = None;
+    for (step, result) in steps {
+        if let Err(e) = result {
+            tracing::error!(error = %e, step, "maintenance step failed; retrying at the next interval");
+            first.get_or_insert(e);
         }
     }
+    first.map_or(Ok(()), Err)
+}
+
+async fn enqueue_ticks(m: &mut Maintenance) -> Result<()> {
+    if !m.scheduler.is_empty() {
+        let now = m.queue.now().await?.and_utc();
+        let n = m.scheduler.run(&m.store, now).await?;
+        if n > 0 {
+            m.queue.wake_workers();
+        }
+    }
+    Ok(())
+}
+
+async fn promote_due(m: &Maintenance) -> Result<()> {
     const PROMOTE_BATCH: usize = 500;
-    const RECLAIM_BATCH: usize = 100;
+    let (store, queue, metrics) = (&m.store, &m.queue, &*m.metrics);
     loop {
         let n = store.promote(PROMOTE_BATCH).await?;
         if n > 0 {
@@ -949,9 +1035,14 @@ async fn maintain(m: &mut Maintenance) -> Result<()> {
             queue.wake_workers();
         }
         if (n as usize) < PROMOTE_BATCH {
-            break;
+            return Ok(());
         }
     }
+}
+
+async fn reclaim_expired(m: &Maintenance) -> Result<()> {
+    const RECLAIM_BATCH: usize = 100;
+    let (store, queue, metrics) = (&m.store, &m.queue, &*m.metrics);
     loop {
         let r = store.reclaim(RECLAIM_BATCH).await?;
         let total = r.ready.len() + r.failed.len() + r.cancelled.len();
@@ -976,9 +1067,12 @@ async fn maintain(m: &mut Maintenance) -> Result<()> {
             queue.wake_workers();
         }
         if total < RECLAIM_BATCH {
-            break;
+            return Ok(());
         }
     }
+}
+
+async fn prune_finished(m: &mut Maintenance) -> Result<()> {
     if m.last_prune.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
         m.last_prune = Some(Instant::now());
         let r = m.retention;

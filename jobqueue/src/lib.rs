@@ -92,16 +92,42 @@ pub use jobqueue_runtime::*;
 /// jobqueue::register!(Reindex);
 /// assert!(jobqueue::registry::lookup("reindex").is_some());
 /// ```
+///
+/// A periodic kind (`OPTIONS.cron` set) runs each tick with `Default::default()` arguments:
+/// register it with `jobqueue::register!(Type, periodic)`, which requires `Type: Default`.
+///
+/// ```
+/// use jobqueue::{Job, JobContext, JobError, JobOptions};
+///
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// struct Heartbeat {}
+///
+/// impl Job for Heartbeat {
+///     const KIND: &'static str = "heartbeat";
+///     const OPTIONS: JobOptions = JobOptions::DEFAULT.cron("*/10 * * * * *");
+///     async fn run(self, _ctx: JobContext) -> Result<(), JobError> { Ok(()) }
+/// }
+///
+/// jobqueue::register!(Heartbeat, periodic);
+/// assert!(jobqueue::registry::Registry::load().is_ok());
+/// ```
 #[macro_export]
 macro_rules! register {
-    ($job:ty) => {
+    (@submit $job:ty, $($with:tt)*) => {
         $crate::__private::inventory::submit! {
             $crate::__private::JobDescriptor::of::<$job>(::core::concat!(
                 ::core::module_path!(),
                 "::",
                 ::core::stringify!($job)
             ))
+            $($with)*
         }
+    };
+    ($job:ty) => {
+        $crate::register!(@submit $job,);
+    };
+    ($job:ty, periodic) => {
+        $crate::register!(@submit $job, .with_default_payload::<$job>());
     };
 }
 
