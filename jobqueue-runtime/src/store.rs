@@ -584,7 +584,7 @@ impl Store {
                     "UPDATE job_queue SET status = IF(cancel_requested = 1, 'cancelled', 'ready'), \
                      finished_at = IF(cancel_requested = 1, UTC_TIMESTAMP(6), NULL), \
                      last_error = IF(cancel_requested = 1, \
-                       'cancelled on request; its worker shut down before passing the request on', last_error), \
+                       'cancelled on request; its worker shut down before the job stopped', last_error), \
                      lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) {FENCE}"
                 ),
                 None,
@@ -619,7 +619,7 @@ impl Store {
             return Ok(0);
         }
         let mut matched = 0;
-        for chunk in ids.chunks(256) {
+        for chunk in ids.chunks(128) {
             let sql = format!(
                 "UPDATE job_queue SET lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms * 1000 MICROSECOND \
                  WHERE id IN ({}) AND status = 'running' AND lease_owner = ?{}",
@@ -646,7 +646,7 @@ impl Store {
         claims: &[(u64, u32)],
     ) -> Result<Vec<LeaseState>> {
         let mut out = Vec::with_capacity(claims.len());
-        for chunk in claims.chunks(256) {
+        for chunk in claims.chunks(128) {
             let sql = format!(
                 "SELECT id, attempts, status = 'running' AND lease_owner <=> ?, cancel_requested \
                  FROM job_queue WHERE id IN ({})",
@@ -975,8 +975,8 @@ pub(crate) fn placeholders(n: usize) -> String {
 /// Each `IN (...)` arity is its own prepared statement on the server, which caps how many
 /// there may be; padding lists to a power of two keeps the arities to a handful.
 pub(crate) fn padded_len(n: usize) -> usize {
-    // Four sizes cover every list the worker sends (claims take at most 100 rows, writes
-    // and renewals go in chunks of at most 128).
+    // Four sizes cover every list the worker sends (claims take at most 100 rows; writes,
+    // renewals and lease checks go in chunks of at most 128).
     match n {
         0..=1 => 1,
         2..=8 => 8,
