@@ -616,7 +616,7 @@ async fn a_job_stopped_at_shutdown_after_a_cancel_request_is_cancelled_not_hande
     assert!(r.finished_at.is_some() && r.lease_owner.is_none(), "{r:?}");
     assert_eq!(
         r.last_error.as_deref(),
-        Some("cancelled on request; its worker shut down before passing the request on")
+        Some("cancelled on request; its worker shut down before the job stopped")
     );
     assert_eq!(
         effects_of(&effects, &r.task_key).await,
