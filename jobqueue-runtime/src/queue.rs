@@ -19,8 +19,9 @@ use crate::store::{self, Store};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct QueueConfig {
-    /// Connections in the pool [`Queue::connect`] opens. Default 10: a worker uses about
-    /// four (claims, completions, lease renewal, maintenance) whatever its concurrency.
+    /// Connections in the pool [`Queue::connect`] opens, for enqueues, claims and
+    /// maintenance. Default 10. Each worker opens two more of its own for lease renewals and
+    /// outcomes, so jobs that use this pool cannot starve them.
     pub max_connections: u32,
     /// How long to wait for a connection before an operation fails. Default 5 s. It is also
     /// how long a worker waits, while the server is unreachable, before it logs the outage
