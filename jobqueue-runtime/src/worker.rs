@@ -563,6 +563,7 @@ impl Worker {
                     }
                 }
                 _ = tokio::time::sleep_until(refill_at.unwrap_or(next_poll)), if refill_at.is_some() => {
+                    refill_at = None;
                     want_claim = true;
                 }
                 changed = wake.changed() => {

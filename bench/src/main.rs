@@ -1,0 +1,129 @@
+//! `jobqueue-bench`: throughput, latency, memory and scaling of jobqueue, each measured
+//! against a hand-written SQL claim loop in the same run.
+//!
+//! ```text
+//! cargo run --release -p jobqueue-bench -- [--quick] [--runs N] [--json-out FILE]
+//! ```
+//!
+//! Without `DATABASE_URL` it starts a throwaway MariaDB/MySQL server with durable settings
+//! (`innodb_flush_log_at_trx_commit=1`); with it, it creates databases of its own on that
+//! server and drops them at the end. It prints a table and writes the same figures as JSON.
+//! See `bench/README.md` for the scenarios and what each figure means.
+
+mod baseline;
+mod child;
+mod env;
+mod jobs;
+mod report;
+mod scenarios;
+mod util;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Command line of the benchmark.
+#[derive(Parser, Debug)]
+#[command(
+    name = "jobqueue-bench",
+    about = "Benchmark jobqueue against a hand-written SQL claim loop, in the same run",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct RunArgs {
+    /// Fewer and smaller runs: about two minutes instead of about ten.
+    #[arg(long)]
+    pub(crate) quick: bool,
+    /// Runs of each scenario in each mode; the median is reported. Default 3 (1 with --quick).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub(crate) runs: Option<u32>,
+    /// Where to write the figures as JSON.
+    #[arg(long, default_value = "target/bench.json")]
+    pub(crate) json_out: PathBuf,
+    /// Only these scenarios (comma-separated). Default: all of them.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub(crate) only: Vec<Scenario>,
+}
+
+/// The scenarios, in the order they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Scenario {
+    /// Drain pre-enqueued no-op jobs with 1 and 4 worker processes.
+    Drain,
+    /// Enqueue one by one and in bulk, with and without duplicates.
+    Enqueue,
+    /// Time from enqueue to job start, in-process and from another process.
+    Latency,
+    /// Drain speed with a large history in the table against an empty table.
+    Scale,
+    /// Peak memory of a worker process, and the queries an idle worker sends.
+    Resources,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// One worker process of a scenario; the benchmark starts these itself.
+    #[command(hide = true)]
+    Worker(child::WorkerArgs),
+}
+
+/// The two ways of running the queue that every scenario compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Mode {
+    /// jobqueue: `#[job]` kinds, `Queue::enqueue*`, `Worker`.
+    Framework,
+    /// Plain sqlx statements written by hand.
+    Baseline,
+}
+
+impl Mode {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Mode::Framework => "framework",
+            Mode::Baseline => "baseline",
+        }
+    }
+
+    /// Both modes, the one that goes first alternating from run to run.
+    pub(crate) fn order(run: u32) -> [Mode; 2] {
+        if run % 2 == 0 {
+            [Mode::Framework, Mode::Baseline]
+        } else {
+            [Mode::Baseline, Mode::Framework]
+        }
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            // The fills' large statements would trip sqlx's slow-statement warning.
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,sqlx::query=error".into()),
+        )
+        .init();
+    match cli.command {
+        Some(Command::Worker(args)) => runtime()?.block_on(child::worker_main(args)),
+        None => {
+            // Before any thread exists: the throwaway server reads its options from here.
+            env::prefer_durable_server_settings();
+            runtime()?.block_on(scenarios::run_all(cli.run))
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
