@@ -36,11 +36,8 @@ async fn transcode(ctx: JobContext, video: String, steps: u32) -> Result<(), Job
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    // Logs go to stderr; RUST_LOG overrides the default level.
+    examples::init_logging("warn");
     let queue = examples::connect("long_job").await?;
 
     println!("1. a 6 s job with a 2 s lease runs to the end:");

@@ -39,11 +39,8 @@ async fn resize_image(ctx: JobContext, image_id: u32) -> Result<(), JobError> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    // Logs go to stderr; RUST_LOG overrides the default level.
+    examples::init_logging("warn");
     if std::env::args().nth(1).as_deref() == Some("worker") {
         return run_worker().await;
     }
@@ -77,15 +74,7 @@ async fn main() -> anyhow::Result<()> {
         .enqueue_many((1..=300).map(|image_id| ResizeImage { image_id }))
         .await?;
     println!("enqueued {} jobs", jobs.len());
-    loop {
-        let done: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'done'")
-            .fetch_one(queue.pool())
-            .await?;
-        if done == 300 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    examples::wait_until_done(&queue, 300).await?;
     println!("all 300 done in {:.1}s", started.elapsed().as_secs_f64());
 
     let rows: Vec<(u32, i64)> = sqlx::query_as("SELECT pid, COUNT(*) FROM ran_by GROUP BY pid")

@@ -122,12 +122,8 @@ async fn show_order(
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,jobqueue_runtime=info".into()),
-        )
-        .init();
+    // Logs go to stderr; RUST_LOG overrides the default level.
+    examples::init_logging("warn,jobqueue_runtime=info");
     let demo = std::env::args().any(|a| a == "--demo");
     let queue = examples::connect("outbox_service").await?;
     sqlx::query(
@@ -200,16 +196,9 @@ async fn run_demo(addr: SocketAddr, queue: &Queue) -> anyhow::Result<()> {
     let created = send_order(addr, r#"{"id": 3, "customer": "cy", "total_cents": 1500}"#).await?;
     println!("POST order 3 -> {created}");
 
-    // Wait for the exports to run.
-    for _ in 0..100 {
-        let done: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'done'")
-            .fetch_one(queue.pool())
-            .await?;
-        if done == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Wait (up to 10 s) for the two exports to run; the checks below tell what is missing.
+    let _ =
+        tokio::time::timeout(Duration::from_secs(10), examples::wait_until_done(queue, 2)).await;
     let orders: Vec<(u64, bool)> =
         sqlx::query_as("SELECT id, exported_at IS NOT NULL FROM orders ORDER BY id")
             .fetch_all(queue.pool())

@@ -68,12 +68,8 @@ async fn build_report(ctx: JobContext, name: String, seconds: u64) -> Result<(),
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,jobqueue_runtime=info".into()),
-        )
-        .init();
+    // Logs go to stderr; RUST_LOG overrides the default level.
+    examples::init_logging("warn,jobqueue_runtime=info");
 
     // `DATABASE_URL`, or a database on a throwaway server; then `Queue::connect` and `migrate`.
     let queue: Queue = examples::connect("quickstart").await?;

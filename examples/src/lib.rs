@@ -1,10 +1,21 @@
 //! Runnable examples of jobqueue (the `*.rs` files beside this crate; the README lists their
-//! commands), and the little they share: connecting to `DATABASE_URL` or a throwaway server,
-//! and waiting for a job to finish.
+//! commands), and the little they share: logging, connecting to `DATABASE_URL` or a
+//! throwaway server, and waiting for jobs to finish.
 
 use std::time::Duration;
 
 use jobqueue::{JobRecord, JobStatus, Queue};
+
+/// Logs to standard error at the level `RUST_LOG` asks for, else at `default_filter` (an
+/// `EnvFilter` directive such as `"warn"` or `"warn,jobqueue_runtime=info"`).
+pub fn init_logging(default_filter: &str) {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_filter.into()),
+        )
+        .init();
+}
 
 /// `DATABASE_URL`, or, when it is unset, the URL of a new database on a throwaway server
 /// started from the MariaDB/MySQL binaries on PATH (it goes away with this process).
@@ -26,19 +37,13 @@ pub async fn connect(name: &str) -> anyhow::Result<Queue> {
 
 /// Waits until job `id` is done, failed or cancelled (polling the table).
 pub async fn wait_until_finished(queue: &Queue, id: u64) -> anyhow::Result<JobRecord> {
-    loop {
-        let job = queue
-            .job(id)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("job {id} vanished"))?;
-        if matches!(
+    poll_job(queue, id, Duration::from_millis(100), |job| {
+        matches!(
             job.status,
             JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled
-        ) {
-            return Ok(job);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        )
+    })
+    .await
 }
 
 /// Waits until job `id` has `status` (polling the table).
@@ -47,14 +52,40 @@ pub async fn wait_for_status(
     id: u64,
     status: JobStatus,
 ) -> anyhow::Result<JobRecord> {
+    poll_job(queue, id, Duration::from_millis(50), |job| {
+        job.status == status
+    })
+    .await
+}
+
+/// Waits until `count` jobs are done (all queues; polling the table).
+pub async fn wait_until_done(queue: &Queue, count: i64) -> anyhow::Result<()> {
+    loop {
+        let done: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'done'")
+            .fetch_one(queue.pool())
+            .await?;
+        if done >= count {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Reads job `id` every `every` until `ready` accepts it.
+async fn poll_job(
+    queue: &Queue,
+    id: u64,
+    every: Duration,
+    ready: impl Fn(&JobRecord) -> bool,
+) -> anyhow::Result<JobRecord> {
     loop {
         let job = queue
             .job(id)
             .await?
             .ok_or_else(|| anyhow::anyhow!("job {id} vanished"))?;
-        if job.status == status {
+        if ready(&job) {
             return Ok(job);
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(every).await;
     }
 }

@@ -487,11 +487,7 @@ mod tests {
     fn messages(tokens: TokenStream) -> Vec<String> {
         let mut errors = Errors::default();
         parse(tokens, &mut errors);
-        errors
-            .finish()
-            .err()
-            .map(|e| e.into_iter().map(|e| e.to_string()).collect())
-            .unwrap_or_default()
+        errors.messages()
     }
 
     #[test]

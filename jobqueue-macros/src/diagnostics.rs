@@ -25,4 +25,16 @@ impl Errors {
     pub(crate) fn finish(self) -> syn::Result<()> {
         self.0.map_or(Ok(()), Err)
     }
+
+    /// The message of every error pushed, in order (for tests).
+    #[cfg(test)]
+    pub(crate) fn messages(self) -> Vec<String> {
+        self.finish().err().map(messages).unwrap_or_default()
+    }
+}
+
+/// The message of every error combined in `error`, in order (for tests).
+#[cfg(test)]
+pub(crate) fn messages(error: syn::Error) -> Vec<String> {
+    error.into_iter().map(|e| e.to_string()).collect()
 }

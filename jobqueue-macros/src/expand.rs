@@ -319,7 +319,7 @@ mod tests {
             ),
         )
         .unwrap_err();
-        let messages: Vec<String> = error.into_iter().map(|e| e.to_string()).collect();
+        let messages = crate::diagnostics::messages(error);
         assert_eq!(messages.len(), 4, "{messages:#?}");
         assert!(messages[0].contains("`queue` must be 1 to 64 characters"));
         assert!(messages[1].contains("must be `async`"));
@@ -337,7 +337,7 @@ mod tests {
             ),
         )
         .unwrap_err();
-        let messages: Vec<String> = error.into_iter().map(|e| e.to_string()).collect();
+        let messages = crate::diagnostics::messages(error);
         assert_eq!(
             messages,
             [

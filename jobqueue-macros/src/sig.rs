@@ -215,11 +215,7 @@ mod tests {
     fn errors_of(func: ItemFn) -> Vec<String> {
         let mut errors = Errors::default();
         check(&func, &mut errors);
-        errors
-            .finish()
-            .err()
-            .map(|e| e.into_iter().map(|e| e.to_string()).collect())
-            .unwrap_or_default()
+        errors.messages()
     }
 
     #[test]

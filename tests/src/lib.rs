@@ -3,14 +3,26 @@
 //! Every test gets its own database on the shared test server (see
 //! `jobqueue::testing::TestServer`), so tests run in parallel without seeing each other's
 //! jobs.
+//!
+//! Besides databases, it holds the plumbing the in-process worker tests (`worker.rs`,
+//! `scheduling.rs`, `regressions.rs`) share: an `effects` table that jobs record their side
+//! effects in ([`fresh_queue_with_effects`], [`record_effect`]), a [`Mailbox`] from a test's
+//! jobs to the test, starting and stopping a [`Worker`] ([`start`], [`stop`]), and waiting
+//! for a job's status ([`wait_status`]).
 
+use std::fmt;
 use std::future::Future;
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use jobqueue::testing::TestServer;
-use jobqueue::Queue;
+use jobqueue::{
+    JobContext, JobError, JobRecord, JobStatus, Queue, Worker, WorkerBuilder, WorkerHandle,
+};
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 /// The test server of this process (started on first use).
 pub fn server() -> &'static TestServer {
@@ -25,12 +37,16 @@ pub async fn fresh_database(prefix: &str) -> String {
         .unwrap_or_else(|e| panic!("cannot create a test database: {e}"))
 }
 
-/// A queue on a new database, migrated.
-pub async fn fresh_queue(prefix: &str) -> Queue {
-    let url = fresh_database(prefix).await;
-    let queue = Queue::connect(&url).await.expect("connect");
+/// A queue on the database at `url`, migrated.
+pub async fn migrated_queue(url: &str) -> Queue {
+    let queue = Queue::connect(url).await.expect("connect");
     queue.migrate().await.expect("migrate");
     queue
+}
+
+/// A queue on a new database, migrated.
+pub async fn fresh_queue(prefix: &str) -> Queue {
+    migrated_queue(&fresh_database(prefix).await).await
 }
 
 /// Logs to the test's output (shown on failure), once per process.
@@ -64,13 +80,200 @@ where
 }
 
 /// Count of jobs in `status` (all queues).
-pub async fn count_status(queue: &Queue, status: &str) -> i64 {
+pub async fn count_status(queue: &Queue, status: JobStatus) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM job_queue WHERE status = ?")
-        .bind(status)
+        .bind(status.as_str())
         .fetch_one(queue.pool())
         .await
-        .expect("count")
+        .expect("count jobs")
 }
+
+/// Job `id`'s row; panics if there is none.
+pub async fn row(queue: &Queue, id: u64) -> JobRecord {
+    queue
+        .job(id)
+        .await
+        .expect("read job")
+        .unwrap_or_else(|| panic!("job {id} does not exist"))
+}
+
+/// Waits until job `id` is in `status`, and returns its row.
+pub async fn wait_status(
+    queue: &Queue,
+    id: u64,
+    status: JobStatus,
+    timeout: Duration,
+) -> JobRecord {
+    wait_for(&format!("job {id} to be {status}"), timeout, || async {
+        let r = row(queue, id).await;
+        (r.status == status).then_some(r)
+    })
+    .await
+}
+
+// ---------------------------------------------------------------------------------------
+// Side effects of in-process jobs
+// ---------------------------------------------------------------------------------------
+
+/// A queue on a new, migrated database (with [`init_tracing`] done), and a separate pool on
+/// the same database for the jobs' side effects, so that they do not compete with the
+/// workers for connections. The pool's database has an `effects` table:
+///
+/// - `seq`: an auto-increment sequence, the order the effects were recorded in;
+/// - `task_key`, `attempt`: the job and the attempt that did it;
+/// - `note`: what the job says about it;
+/// - `started_at`: when, by the database's clock (`UTC_TIMESTAMP(6)`), so that it compares
+///   with `run_at` by the same clock that set it.
+///
+/// Jobs reach the pool through a `static` `OnceLock` the test sets before its worker starts
+/// (see [`record_effect`]), so that "exactly once" is counted where a user would count it.
+pub async fn fresh_queue_with_effects(prefix: &str) -> (Queue, MySqlPool) {
+    init_tracing();
+    let url = fresh_database(prefix).await;
+    let queue = migrated_queue(&url).await;
+    let effects = MySqlPoolOptions::new()
+        .max_connections(5)
+        .connect(&url)
+        .await
+        .expect("connect the effects pool");
+    sqlx::query(
+        "CREATE TABLE effects (\
+           seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
+           task_key VARCHAR(255) NOT NULL, \
+           attempt INT NOT NULL, \
+           note VARCHAR(255) NOT NULL, \
+           started_at DATETIME(6) NOT NULL)",
+    )
+    .execute(&effects)
+    .await
+    .expect("create effects");
+    (queue, effects)
+}
+
+/// Records one side effect of a job in the `effects` table of [`fresh_queue_with_effects`],
+/// stamped with the database's clock. `pool` is the test's `static`, set before its worker
+/// starts.
+pub async fn record_effect(
+    pool: &OnceLock<MySqlPool>,
+    ctx: &JobContext,
+    note: &str,
+) -> Result<(), JobError> {
+    let pool = pool.get().expect("the test sets the effects pool first");
+    sqlx::query(
+        "INSERT INTO effects (task_key, attempt, note, started_at) \
+         VALUES (?, ?, ?, UTC_TIMESTAMP(6))",
+    )
+    .bind(ctx.task_key())
+    .bind(ctx.attempt())
+    .bind(note)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Every side effect recorded, as (task_key, attempt), ordered by key and attempt.
+pub async fn effects(pool: &MySqlPool) -> Vec<(String, i32)> {
+    sqlx::query_as("SELECT task_key, attempt FROM effects ORDER BY task_key, attempt")
+        .fetch_all(pool)
+        .await
+        .expect("read effects")
+}
+
+/// The side effects of `task_key` as (attempt, note), in the order they were recorded.
+pub async fn effects_of(pool: &MySqlPool, task_key: &str) -> Vec<(i32, String)> {
+    sqlx::query_as("SELECT attempt, note FROM effects WHERE task_key = ? ORDER BY seq")
+        .bind(task_key)
+        .fetch_all(pool)
+        .await
+        .expect("read effects")
+}
+
+// ---------------------------------------------------------------------------------------
+// Messages from jobs to their test
+// ---------------------------------------------------------------------------------------
+
+/// A channel from a test's jobs to the test. Jobs reach it through a `static`
+/// (`static STARTED: Mailbox<JobContext> = Mailbox::new();`) and [`Mailbox::send`] what the
+/// test waits for; the test [`Mailbox::open`]s it before its worker starts and
+/// [`receive`]s from the receiver.
+pub struct Mailbox<T>(Mutex<Option<mpsc::UnboundedSender<T>>>);
+
+impl<T> Mailbox<T> {
+    /// A mailbox nobody listens to yet: messages sent before [`Mailbox::open`] are dropped.
+    pub const fn new() -> Self {
+        Mailbox(Mutex::new(None))
+    }
+
+    /// Starts listening; messages sent from now on arrive at the receiver returned (which
+    /// replaces any earlier one).
+    pub fn open(&self) -> mpsc::UnboundedReceiver<T> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.0.lock().unwrap() = Some(tx);
+        rx
+    }
+
+    /// Sends `value` to the test, if it listens.
+    pub fn send(&self, value: T) {
+        if let Some(tx) = &*self.0.lock().unwrap() {
+            let _ = tx.send(value);
+        }
+    }
+}
+
+impl<T> Default for Mailbox<T> {
+    fn default() -> Self {
+        Mailbox::new()
+    }
+}
+
+impl<T> fmt::Debug for Mailbox<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mailbox").finish_non_exhaustive()
+    }
+}
+
+/// The next message, or a panic naming `what` after `timeout`.
+pub async fn receive<T>(rx: &mut mpsc::UnboundedReceiver<T>, what: &str, timeout: Duration) -> T {
+    tokio::time::timeout(timeout, rx.recv())
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {timeout:?} waiting for {what}"))
+        .expect("mailbox open")
+}
+
+// ---------------------------------------------------------------------------------------
+// In-process workers
+// ---------------------------------------------------------------------------------------
+
+/// The task a [`start`]ed worker runs on.
+pub type WorkerTask = JoinHandle<jobqueue::Result<()>>;
+
+/// A worker with quick polling (20 ms to 200 ms) and maintenance (every 100 ms), for tests
+/// that wait on retries, promotions and reclaims rather than on timers.
+pub fn quick_worker(queue: &Queue) -> WorkerBuilder {
+    Worker::builder(queue.clone())
+        .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
+        .maintenance_interval(Duration::from_millis(100))
+}
+
+/// Runs `worker` on its own task.
+pub fn start(worker: Worker) -> (WorkerHandle, WorkerTask) {
+    let handle = worker.handle();
+    (handle, tokio::spawn(worker.run()))
+}
+
+/// Shuts a worker down and waits (up to 30 s) for it to return `Ok`.
+pub async fn stop(handle: &WorkerHandle, task: WorkerTask) {
+    handle.shutdown();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the worker stops")
+        .expect("the worker task does not panic")
+        .expect("the worker returns Ok");
+}
+
+// ---------------------------------------------------------------------------------------
+// Logs
+// ---------------------------------------------------------------------------------------
 
 /// Log lines captured from `tracing`, for tests that assert what was logged.
 #[derive(Clone, Default, Debug)]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use jobqueue::cron::tick_key;
 use jobqueue::{Job, Queue};
 use sqlx::types::chrono::NaiveDateTime;
-use tests::{fresh_database, init_tracing, wait_for};
+use tests::{fresh_database, init_tracing, migrated_queue, wait_for};
 use tokio::process::{Child, Command};
 
 #[allow(dead_code)]
@@ -79,8 +79,7 @@ async fn three_processes_run_each_tick_of_an_every_second_job_exactly_once() {
     init_tracing();
     assert_eq!(Tick::OPTIONS.cron, Some("* * * * * *"));
     let url = fresh_database("cron_ticks").await;
-    let queue = Queue::connect(&url).await.expect("connect");
-    queue.migrate().await.expect("migrate");
+    let queue = migrated_queue(&url).await;
     sqlx::query(EFFECTS_TABLE)
         .execute(queue.pool())
         .await

@@ -29,7 +29,7 @@ use serde_json::Value;
 use sqlx::mysql::MySqlPool;
 use sqlx::types::chrono::NaiveDateTime;
 use sqlx::{Connection as _, MySqlConnection};
-use tests::{fresh_database, wait_for};
+use tests::{count_status, fresh_database, migrated_queue, row, wait_for, wait_status};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::task::JoinHandle;
@@ -49,8 +49,7 @@ const WORKER_BIN: &str = env!("CARGO_BIN_EXE_test-worker");
 
 /// A migrated queue on `url`, with the `effects` table the jobs write to.
 async fn prepare(url: &str) -> Queue {
-    let queue = Queue::connect(url).await.expect("connect");
-    queue.migrate().await.expect("migrate");
+    let queue = migrated_queue(url).await;
     sqlx::query(jobs::EFFECTS_TABLE)
         .execute(queue.pool())
         .await
@@ -112,37 +111,11 @@ async fn done_effects(pool: &MySqlPool) -> i64 {
         .expect("count effects")
 }
 
-async fn count_status(pool: &MySqlPool, status: JobStatus) -> i64 {
-    sqlx::query_scalar("SELECT COUNT(*) FROM job_queue WHERE status = ?")
-        .bind(status.as_str())
-        .fetch_one(pool)
-        .await
-        .expect("count jobs")
-}
-
 async fn db_now(pool: &MySqlPool) -> NaiveDateTime {
     sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
         .fetch_one(pool)
         .await
         .expect("read the database clock")
-}
-
-async fn job(queue: &Queue, id: u64) -> jobqueue::JobRecord {
-    queue.job(id).await.expect("read job").expect("job exists")
-}
-
-/// Waits until job `id` has `status`, and returns its row.
-async fn wait_status(
-    queue: &Queue,
-    id: u64,
-    status: JobStatus,
-    timeout: Duration,
-) -> jobqueue::JobRecord {
-    wait_for(&format!("job {id} to be {status}"), timeout, || async {
-        let r = job(queue, id).await;
-        (r.status == status).then_some(r)
-    })
-    .await
 }
 
 /// `later - earlier`, in seconds.
@@ -440,7 +413,7 @@ async fn a_row_locked_by_another_transaction_is_skipped_not_waited_for() {
         0,
         "a worker waited for the locked row"
     );
-    let row = job(&queue, locked).await;
+    let row = row(&queue, locked).await;
     assert_eq!((row.status, row.attempts), (JobStatus::Ready, 0));
     let effects = effect_rows(queue.pool()).await;
     assert_eq!(effects.len(), 9, "{effects:?}");
@@ -681,7 +654,7 @@ async fn a_killed_worker_s_jobs_come_back_after_one_lease() {
     for id in &quick_ids {
         let n = effects.iter().filter(|e| e.job_id == *id).count();
         assert_eq!(n, 1, "job {id}");
-        assert_eq!(job(&queue, *id).await.attempts, 1);
+        assert_eq!(row(&queue, *id).await.attempts, 1);
     }
     let m = rescuer.terminate().await;
     assert_eq!(counter(&m, "reclaimed"), 3, "{m}");
@@ -893,7 +866,7 @@ async fn a_paused_worker_that_wakes_after_its_lease_changes_nothing() {
         .await;
     println!("the resumed worker logs: {}", message(&record));
 
-    let after = job(&queue, id).await;
+    let after = row(&queue, id).await;
     assert_eq!(after.status, JobStatus::Done);
     assert_eq!(after.attempts, 2);
     assert_eq!(after.lease_owner, None);
@@ -1000,7 +973,7 @@ async fn workers_ride_out_a_database_restart() {
         "database restart: {reruns} side effect(s) repeated (an attempt interrupted after its \
          effect, before its outcome was recorded); {reclaimed} job(s) needed more than one attempt"
     );
-    assert_eq!(count_status(pool, JobStatus::Failed).await, 0);
+    assert_eq!(count_status(&queue, JobStatus::Failed).await, 0);
 
     // Each worker logged the outage, and that it was over.
     for w in &mut workers {
@@ -1051,7 +1024,7 @@ async fn ten_thousand_jobs_over_four_processes_run_exactly_once() {
         .unwrap();
     assert!(outcomes.iter().all(|o| o.is_new()));
     wait_for("every job done", Duration::from_secs(180), || async {
-        (count_status(pool, JobStatus::Done).await == JOBS).then_some(())
+        (count_status(&queue, JobStatus::Done).await == JOBS).then_some(())
     })
     .await;
     let took = began.elapsed();
@@ -1066,7 +1039,7 @@ async fn ten_thousand_jobs_over_four_processes_run_exactly_once() {
         (JOBS, JOBS),
         "each side effect exactly once"
     );
-    assert_eq!(count_status(pool, JobStatus::Failed).await, 0);
+    assert_eq!(count_status(&queue, JobStatus::Failed).await, 0);
     let max_attempts: u32 = sqlx::query_scalar("SELECT MAX(attempts) FROM job_queue")
         .fetch_one(pool)
         .await
@@ -1251,8 +1224,8 @@ async fn bad_input_gets_a_clear_error_and_harms_nothing_else() {
     }
     // A payload error is permanent: one attempt. An unknown kind may be deployed later: it
     // is retried until its attempts run out.
-    assert_eq!(job(&queue, wrong_type).await.attempts, 1);
-    assert_eq!(job(&queue, unknown).await.attempts, 2);
+    assert_eq!(row(&queue, wrong_type).await.attempts, 1);
+    assert_eq!(row(&queue, unknown).await.attempts, 2);
 
     for id in odd_ids.iter().chain([&normal]) {
         wait_status(&queue, *id, JobStatus::Done, Duration::from_secs(30)).await;

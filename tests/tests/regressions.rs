@@ -13,87 +13,18 @@
 //! Every test has its own database and its own job kinds (one registry serves the whole
 //! binary).
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use jobqueue::{
-    job, CancelOutcome, CancelReason, JobContext, JobError, JobRecord, JobStatus, Queue,
-    QueueConfig, Worker, WorkerHandle,
+    job, CancelOutcome, CancelReason, JobContext, JobError, JobStatus, Queue, QueueConfig, Worker,
 };
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::types::chrono::NaiveDateTime;
-use tests::{fresh_database, fresh_queue, init_tracing, wait_for};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-
-// ---------------------------------------------------------------------------------------
-// Shared plumbing
-// ---------------------------------------------------------------------------------------
-
-/// A channel from a test's jobs to the test, opened by the test before its worker starts.
-struct Mailbox<T>(Mutex<Option<mpsc::UnboundedSender<T>>>);
-
-impl<T> Mailbox<T> {
-    const fn new() -> Self {
-        Mailbox(Mutex::new(None))
-    }
-
-    fn open(&self) -> mpsc::UnboundedReceiver<T> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        *self.0.lock().unwrap() = Some(tx);
-        rx
-    }
-
-    fn send(&self, value: T) {
-        if let Some(tx) = &*self.0.lock().unwrap() {
-            let _ = tx.send(value);
-        }
-    }
-}
-
-/// The next message, or a panic naming `what` after `timeout`.
-async fn receive<T>(rx: &mut mpsc::UnboundedReceiver<T>, what: &str, timeout: Duration) -> T {
-    tokio::time::timeout(timeout, rx.recv())
-        .await
-        .unwrap_or_else(|_| panic!("timed out after {timeout:?} waiting for {what}"))
-        .expect("mailbox open")
-}
-
-/// Runs `worker` on its own task.
-fn start(worker: Worker) -> (WorkerHandle, JoinHandle<jobqueue::Result<()>>) {
-    let handle = worker.handle();
-    (handle, tokio::spawn(worker.run()))
-}
-
-/// Shuts a worker down and waits for it to return.
-async fn stop(handle: &WorkerHandle, task: JoinHandle<jobqueue::Result<()>>) {
-    handle.shutdown();
-    tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("the worker stops")
-        .expect("the worker task does not panic")
-        .expect("the worker returns Ok");
-}
-
-async fn row(queue: &Queue, id: u64) -> JobRecord {
-    queue.job(id).await.expect("read job").expect("job exists")
-}
-
-/// Waits until job `id` is in `status`, and returns its row.
-async fn wait_status(queue: &Queue, id: u64, status: JobStatus, timeout: Duration) -> JobRecord {
-    wait_for(&format!("job {id} to be {status}"), timeout, || async {
-        let r = row(queue, id).await;
-        (r.status == status).then_some(r)
-    })
-    .await
-}
-
-/// A worker with quick polling and maintenance.
-fn quick_worker(queue: &Queue) -> jobqueue::WorkerBuilder {
-    Worker::builder(queue.clone())
-        .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
-        .maintenance_interval(Duration::from_millis(100))
-}
+use tests::{
+    fresh_database, fresh_queue, init_tracing, quick_worker, receive, row, start, stop, wait_for,
+    wait_status, Mailbox,
+};
 
 // ---------------------------------------------------------------------------------------
 // 1. Shutdown is bounded for a job with a pending operator cancel that ignores it.

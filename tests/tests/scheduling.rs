@@ -3,77 +3,29 @@
 //! wait in `scheduled`.
 //!
 //! Every test has its own database and its own job kinds. Jobs record each start in an
-//! `effects` table of their test's database with the database's clock (`UTC_TIMESTAMP(6)`)
-//! and an auto-increment sequence, so that start times are compared with `run_at` by the
-//! same clock that set it, and run order is read from the sequence.
+//! `effects` table of their test's database (`tests::fresh_queue_with_effects`) with the
+//! database's clock (`UTC_TIMESTAMP(6)`) and an auto-increment sequence, so that start times
+//! are compared with `run_at` by the same clock that set it, and run order is read from the
+//! sequence.
 //!
 //! This binary registers no periodic kind: periodic jobs are tested in `cron.rs`.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use jobqueue::{
-    job, CancelOutcome, CancelReason, EnqueueOptions, Job, JobContext, JobError, JobRecord,
-    JobStatus, Queue, Worker, WorkerHandle,
+    job, CancelOutcome, CancelReason, EnqueueOptions, Job, JobContext, JobError, JobStatus, Worker,
 };
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
-use tests::{count_status, fresh_database, init_tracing, wait_for};
-use tokio::sync::{mpsc, Notify};
-use tokio::task::JoinHandle;
+use sqlx::mysql::MySqlPool;
+use tests::{
+    count_status, effects_of, fresh_queue_with_effects, quick_worker, receive, record_effect, row,
+    start, stop, wait_for, wait_status, Mailbox,
+};
+use tokio::sync::Notify;
 
 // ---------------------------------------------------------------------------------------
-// Shared plumbing
+// Start times (the rest of the plumbing is in `tests/src/lib.rs`)
 // ---------------------------------------------------------------------------------------
-
-/// A queue on a new, migrated database, and a separate pool on the same database for the
-/// jobs' effects, with the `effects` table created.
-async fn setup(prefix: &str) -> (Queue, MySqlPool) {
-    init_tracing();
-    let url = fresh_database(prefix).await;
-    let queue = Queue::connect(&url).await.expect("connect");
-    queue.migrate().await.expect("migrate");
-    let effects = MySqlPoolOptions::new()
-        .max_connections(5)
-        .connect(&url)
-        .await
-        .expect("connect the effects pool");
-    sqlx::query(
-        "CREATE TABLE effects (\
-           seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
-           task_key VARCHAR(255) NOT NULL, \
-           attempt INT NOT NULL, \
-           note VARCHAR(255) NOT NULL, \
-           started_at DATETIME(6) NOT NULL)",
-    )
-    .execute(&effects)
-    .await
-    .expect("create effects");
-    (queue, effects)
-}
-
-/// Records one effect of a job, stamped with the database's clock.
-async fn record(pool: &OnceLock<MySqlPool>, ctx: &JobContext, note: &str) -> Result<(), JobError> {
-    let pool = pool.get().expect("the test sets the effects pool first");
-    sqlx::query(
-        "INSERT INTO effects (task_key, attempt, note, started_at) \
-         VALUES (?, ?, ?, UTC_TIMESTAMP(6))",
-    )
-    .bind(ctx.task_key())
-    .bind(ctx.attempt())
-    .bind(note)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// The effects of `task_key` as (attempt, note), in the order they were recorded.
-async fn effects_of(pool: &MySqlPool, task_key: &str) -> Vec<(i32, String)> {
-    sqlx::query_as("SELECT attempt, note FROM effects WHERE task_key = ? ORDER BY seq")
-        .bind(task_key)
-        .fetch_all(pool)
-        .await
-        .expect("read effects")
-}
 
 /// How long after its row's `run_at` the job's first effect was recorded, in microseconds
 /// (negative: before). Both times come from the database's clock.
@@ -87,56 +39,6 @@ async fn start_lag_us(pool: &MySqlPool, id: u64) -> i64 {
     .fetch_one(pool)
     .await
     .expect("read the start lag")
-}
-
-/// A channel from a test's jobs to the test, opened by the test before its worker starts.
-struct Mailbox<T>(Mutex<Option<mpsc::UnboundedSender<T>>>);
-
-impl<T> Mailbox<T> {
-    const fn new() -> Self {
-        Mailbox(Mutex::new(None))
-    }
-
-    fn open(&self) -> mpsc::UnboundedReceiver<T> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        *self.0.lock().unwrap() = Some(tx);
-        rx
-    }
-
-    fn send(&self, value: T) {
-        if let Some(tx) = &*self.0.lock().unwrap() {
-            let _ = tx.send(value);
-        }
-    }
-}
-
-/// Runs `worker` on its own task.
-fn start(worker: Worker) -> (WorkerHandle, JoinHandle<jobqueue::Result<()>>) {
-    let handle = worker.handle();
-    (handle, tokio::spawn(worker.run()))
-}
-
-/// Shuts a worker down and waits for it to return.
-async fn stop(handle: &WorkerHandle, task: JoinHandle<jobqueue::Result<()>>) {
-    handle.shutdown();
-    tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("the worker stops")
-        .expect("the worker task does not panic")
-        .expect("the worker returns Ok");
-}
-
-async fn row(queue: &Queue, id: u64) -> JobRecord {
-    queue.job(id).await.expect("read job").expect("job exists")
-}
-
-/// Waits until job `id` is in `status`, and returns its row.
-async fn wait_status(queue: &Queue, id: u64, status: JobStatus, timeout: Duration) -> JobRecord {
-    wait_for(&format!("job {id} to be {status}"), timeout, || async {
-        let r = row(queue, id).await;
-        (r.status == status).then_some(r)
-    })
-    .await
 }
 
 /// Microseconds from `a` to `b`.
@@ -155,12 +57,12 @@ static DELAYED_DB: OnceLock<MySqlPool> = OnceLock::new();
 
 #[job(name = "sched_delayed")]
 async fn delayed(ctx: JobContext, label: String) -> Result<(), JobError> {
-    record(&DELAYED_DB, &ctx, &label).await
+    record_effect(&DELAYED_DB, &ctx, &label).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delayed_job_starts_at_its_time_within_one_maintenance_interval() {
-    let (queue, effects) = setup("sched_delay").await;
+    let (queue, effects) = fresh_queue_with_effects("sched_delay").await;
     DELAYED_DB.set(effects.clone()).unwrap();
 
     // The worker docs: "a due job starts within about one maintenance interval of its
@@ -263,7 +165,7 @@ const ORDERED_DEFAULT_PRIORITY: i16 = 1;
 
 #[job(name = "sched_ordered", priority = 1)]
 async fn ordered(ctx: JobContext, n: u32) -> Result<(), JobError> {
-    record(&ORDERED_DB, &ctx, &n.to_string()).await
+    record_effect(&ORDERED_DB, &ctx, &n.to_string()).await
 }
 
 /// Job `n`'s priority: every fourth keeps the kind's default, the others override it with a
@@ -278,7 +180,7 @@ fn priority_of(n: u32) -> Option<i16> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_slot_runs_jobs_by_priority_then_enqueue_order() {
     assert_eq!(Ordered::OPTIONS.priority, ORDERED_DEFAULT_PRIORITY);
-    let (queue, effects) = setup("sched_priority").await;
+    let (queue, effects) = fresh_queue_with_effects("sched_priority").await;
     ORDERED_DB.set(effects.clone()).unwrap();
 
     let mut ids = Vec::new();
@@ -308,7 +210,7 @@ async fn one_slot_runs_jobs_by_priority_then_enqueue_order() {
             .unwrap(),
     );
     wait_for("100 jobs done", Duration::from_secs(30), || async {
-        (count_status(&queue, "done").await == 100).then_some(())
+        (count_status(&queue, JobStatus::Done).await == 100).then_some(())
     })
     .await;
     stop(&handle, task).await;
@@ -337,14 +239,14 @@ static CANCEL_STARTED: Mailbox<JobContext> = Mailbox::new();
 
 #[job(name = "sched_cancel_delayed")]
 async fn cancel_delayed(ctx: JobContext) -> Result<(), JobError> {
-    record(&CANCEL_DB, &ctx, "ran").await
+    record_effect(&CANCEL_DB, &ctx, "ran").await
 }
 
 /// Runs after `sched_cancel_delayed`'s time: once it is done, maintenance has promoted what
 /// was due and a worker has claimed since.
 #[job(name = "sched_cancel_sentinel")]
 async fn cancel_sentinel(ctx: JobContext) -> Result<(), JobError> {
-    record(&CANCEL_DB, &ctx, "ran").await
+    record_effect(&CANCEL_DB, &ctx, "ran").await
 }
 
 /// The first attempt works until it is asked to stop, then says why and fails; later
@@ -352,7 +254,7 @@ async fn cancel_sentinel(ctx: JobContext) -> Result<(), JobError> {
 /// `max_attempts` extended.
 #[job(name = "sched_cancel_running", lease = "1s", max_attempts = 1)]
 async fn cancel_running(ctx: JobContext) -> Result<(), JobError> {
-    record(&CANCEL_DB, &ctx, "started").await?;
+    record_effect(&CANCEL_DB, &ctx, "started").await?;
     if ctx.attempt() > 1 {
         return Ok(());
     }
@@ -364,18 +266,18 @@ async fn cancel_running(ctx: JobContext) -> Result<(), JobError> {
         }
     }
     let reason = ctx.cancel_reason();
-    record(&CANCEL_DB, &ctx, &format!("stopping: {reason:?}")).await?;
+    record_effect(&CANCEL_DB, &ctx, &format!("stopping: {reason:?}")).await?;
     Err(format!("stopped on {reason:?}").into())
 }
 
 #[job(name = "sched_cancel_quick")]
 async fn cancel_quick(ctx: JobContext) -> Result<(), JobError> {
-    record(&CANCEL_DB, &ctx, "ran").await
+    record_effect(&CANCEL_DB, &ctx, "ran").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_before_start_while_running_and_after_the_end_then_retry() {
-    let (queue, effects) = setup("sched_cancel").await;
+    let (queue, effects) = fresh_queue_with_effects("sched_cancel").await;
     CANCEL_DB.set(effects.clone()).unwrap();
     let mut started = CANCEL_STARTED.open();
 
@@ -417,21 +319,17 @@ async fn cancel_before_start_while_running_and_after_the_end_then_retry() {
 
     let running = queue.enqueue(CancelRunning {}).await.unwrap().id();
     let quick = queue.enqueue(CancelQuick {}).await.unwrap().id();
-    let (handle, task) = start(
-        Worker::builder(queue.clone())
-            .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
-            .maintenance_interval(Duration::from_millis(100))
-            .build()
-            .unwrap(),
-    );
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
 
     // While running: the request reaches the job through its worker's next renewal (a
     // third of the 1 s lease); the job sees `Requested`, stops, and the row ends cancelled
     // without a retry.
-    let ctx = tokio::time::timeout(Duration::from_secs(10), started.recv())
-        .await
-        .expect("the long job starts")
-        .unwrap();
+    let ctx = receive(
+        &mut started,
+        "the long job to start",
+        Duration::from_secs(10),
+    )
+    .await;
     assert_eq!(ctx.id(), running);
     assert_eq!(
         queue.cancel(running).await.unwrap(),
@@ -519,7 +417,7 @@ static CANCEL_FAILS_GO: Notify = Notify::const_new();
     backoff = "constant(100ms)"
 )]
 async fn cancel_then_fail(ctx: JobContext) -> Result<(), JobError> {
-    record(&CANCEL_FAILS_DB, &ctx, "started").await?;
+    record_effect(&CANCEL_FAILS_DB, &ctx, "started").await?;
     if ctx.attempt() == 1 {
         CANCEL_FAILS_STARTED.send(ctx.id());
         CANCEL_FAILS_GO.notified().await;
@@ -530,21 +428,12 @@ async fn cancel_then_fail(ctx: JobContext) -> Result<(), JobError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_failing_after_a_cancel_request_is_cancelled_not_retried() {
-    let (queue, effects) = setup("sched_cancel_fail").await;
+    let (queue, effects) = fresh_queue_with_effects("sched_cancel_fail").await;
     CANCEL_FAILS_DB.set(effects.clone()).unwrap();
     let mut started = CANCEL_FAILS_STARTED.open();
     let id = queue.enqueue(CancelThenFail {}).await.unwrap().id();
-    let (handle, task) = start(
-        Worker::builder(queue.clone())
-            .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
-            .maintenance_interval(Duration::from_millis(100))
-            .build()
-            .unwrap(),
-    );
-    let started_id = tokio::time::timeout(Duration::from_secs(10), started.recv())
-        .await
-        .expect("the job starts")
-        .unwrap();
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let started_id = receive(&mut started, "the job to start", Duration::from_secs(10)).await;
     assert_eq!(started_id, id);
     // The default 30 s lease: the worker would pass the request on only at its renewal,
     // 10 s from now; the job fails long before.
@@ -581,7 +470,7 @@ static CANCEL_SHUTDOWN_STARTED: Mailbox<JobContext> = Mailbox::new();
 
 #[job(name = "sched_cancel_at_shutdown")]
 async fn cancel_at_shutdown(ctx: JobContext) -> Result<(), JobError> {
-    record(&CANCEL_SHUTDOWN_DB, &ctx, "started").await?;
+    record_effect(&CANCEL_SHUTDOWN_DB, &ctx, "started").await?;
     CANCEL_SHUTDOWN_STARTED.send(ctx.clone());
     ctx.cancelled().await;
     Err(format!("stopped on {:?}", ctx.cancel_reason()).into())
@@ -589,7 +478,7 @@ async fn cancel_at_shutdown(ctx: JobContext) -> Result<(), JobError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_stopped_at_shutdown_after_a_cancel_request_is_cancelled_not_handed_back() {
-    let (queue, effects) = setup("sched_cancel_shutdown").await;
+    let (queue, effects) = fresh_queue_with_effects("sched_cancel_shutdown").await;
     CANCEL_SHUTDOWN_DB.set(effects.clone()).unwrap();
     let mut started = CANCEL_SHUTDOWN_STARTED.open();
     let id = queue.enqueue(CancelAtShutdown {}).await.unwrap().id();
@@ -600,10 +489,7 @@ async fn a_job_stopped_at_shutdown_after_a_cancel_request_is_cancelled_not_hande
             .build()
             .unwrap(),
     );
-    let ctx = tokio::time::timeout(Duration::from_secs(10), started.recv())
-        .await
-        .expect("the job starts")
-        .unwrap();
+    let ctx = receive(&mut started, "the job to start", Duration::from_secs(10)).await;
     // The default 30 s lease: the request would reach the job at the renewal in 10 s; the
     // shutdown stops it first.
     assert_eq!(queue.cancel(id).await.unwrap(), CancelOutcome::Requested);
@@ -632,12 +518,12 @@ static PAUSED_DB: OnceLock<MySqlPool> = OnceLock::new();
 
 #[job(name = "sched_paused", queue = "sched_paused")]
 async fn paused_job(ctx: JobContext, n: u32) -> Result<(), JobError> {
-    record(&PAUSED_DB, &ctx, &n.to_string()).await
+    record_effect(&PAUSED_DB, &ctx, &n.to_string()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_queue_keeps_its_jobs_ready_until_resumed() {
-    let (queue, effects) = setup("sched_pause").await;
+    let (queue, effects) = fresh_queue_with_effects("sched_pause").await;
     PAUSED_DB.set(effects.clone()).unwrap();
     queue.pause("sched_paused").await.unwrap();
     assert_eq!(queue.paused_queues().await.unwrap(), ["sched_paused"]);
@@ -702,7 +588,7 @@ static RETRY_DB: OnceLock<MySqlPool> = OnceLock::new();
 
 #[job(name = "sched_retry_once", max_attempts = 3, backoff = "constant(1s)")]
 async fn retry_once(ctx: JobContext) -> Result<(), JobError> {
-    record(&RETRY_DB, &ctx, "started").await?;
+    record_effect(&RETRY_DB, &ctx, "started").await?;
     if ctx.attempt() == 1 {
         return Err("the first attempt fails".into());
     }
@@ -711,7 +597,7 @@ async fn retry_once(ctx: JobContext) -> Result<(), JobError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_waits_in_scheduled_for_its_backoff() {
-    let (queue, effects) = setup("sched_retry").await;
+    let (queue, effects) = fresh_queue_with_effects("sched_retry").await;
     RETRY_DB.set(effects.clone()).unwrap();
     let maintenance = Duration::from_millis(100);
     let (handle, task) = start(
@@ -725,15 +611,7 @@ async fn a_retry_waits_in_scheduled_for_its_backoff() {
 
     // The failure is written as `scheduled`, run_at = the write's now + 1 s ± 20 % jitter
     // (`updated_at` is set by the same statement).
-    let r = wait_for(
-        "the failed attempt to be scheduled",
-        Duration::from_secs(10),
-        || async {
-            let r = row(&queue, id).await;
-            (r.status == JobStatus::Scheduled).then_some(r)
-        },
-    )
-    .await;
+    let r = wait_status(&queue, id, JobStatus::Scheduled, Duration::from_secs(10)).await;
     assert_eq!(r.attempts, 1);
     assert_eq!(r.last_error.as_deref(), Some("the first attempt fails"));
     assert!(r.lease_owner.is_none() && r.lease_until.is_none() && r.finished_at.is_none());

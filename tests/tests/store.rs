@@ -13,13 +13,13 @@ use jobqueue::store::{Finish, Reclaimed};
 use jobqueue::testing::TestServer;
 use jobqueue::{
     CancelOutcome, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobOptions,
-    JobRecord, JobStatus, Queue, QueueConfig,
+    JobStatus, Queue, QueueConfig,
 };
 use serde::{Deserialize, Serialize, Serializer};
 use sqlx::mysql::{MySqlConnection, MySqlPoolOptions, MySqlRow};
 use sqlx::types::chrono::NaiveDateTime;
 use sqlx::{Connection, Executor, MySqlPool, Row};
-use tests::{fresh_database, fresh_queue, LogCapture};
+use tests::{fresh_database, fresh_queue, row as job, LogCapture};
 
 // ---------------------------------------------------------------------------------------
 // Job kinds
@@ -108,14 +108,6 @@ jobqueue::register!(Blob);
 
 fn keyed(key: &str) -> EnqueueOptions {
     EnqueueOptions::default().key(key)
-}
-
-async fn job(queue: &Queue, id: u64) -> JobRecord {
-    queue
-        .job(id)
-        .await
-        .expect("read job")
-        .unwrap_or_else(|| panic!("job {id} does not exist"))
 }
 
 async fn count(pool: &MySqlPool, sql: &str) -> i64 {

@@ -3,129 +3,22 @@
 //! unknown kinds, timeouts and the in-process wake-up.
 //!
 //! Every test has its own database and its own job kinds (one registry serves the whole
-//! binary). Jobs record their side effects in an `effects` table of their test's database,
-//! reached through a pool the test puts in a `static` before its worker starts, so that
-//! "exactly once" is counted where a user would count it.
+//! binary). Jobs record their side effects in an `effects` table of their test's database
+//! (`tests::fresh_queue_with_effects`), reached through a pool the test puts in a `static`
+//! before its worker starts, so that "exactly once" is counted where a user would count it.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use jobqueue::{
-    job, CancelReason, Job, JobContext, JobError, JobOptions, JobRecord, JobStatus, Queue, Worker,
+    job, CancelReason, Job, JobContext, JobError, JobOptions, JobStatus, Queue, Worker,
     WorkerHandle,
 };
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
-use tests::{count_status, fresh_database, init_tracing, wait_for, LogCapture};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-
-// ---------------------------------------------------------------------------------------
-// Shared plumbing
-// ---------------------------------------------------------------------------------------
-
-/// A queue on a new, migrated database, and a separate pool on the same database for the
-/// jobs' side effects (so that they do not compete with the workers for connections), with
-/// the `effects` table created.
-async fn setup(prefix: &str) -> (Queue, MySqlPool) {
-    init_tracing();
-    let url = fresh_database(prefix).await;
-    let queue = Queue::connect(&url).await.expect("connect");
-    queue.migrate().await.expect("migrate");
-    let effects = MySqlPoolOptions::new()
-        .max_connections(5)
-        .connect(&url)
-        .await
-        .expect("connect the effects pool");
-    sqlx::query("CREATE TABLE effects (task_key VARCHAR(255) NOT NULL, attempt INT NOT NULL)")
-        .execute(&effects)
-        .await
-        .expect("create effects");
-    (queue, effects)
-}
-
-/// Records one side effect of a job: its key and the attempt that did it.
-async fn record_effect(pool: &OnceLock<MySqlPool>, ctx: &JobContext) -> Result<(), JobError> {
-    let pool = pool.get().expect("the test sets the effects pool first");
-    sqlx::query("INSERT INTO effects (task_key, attempt) VALUES (?, ?)")
-        .bind(ctx.task_key())
-        .bind(ctx.attempt())
-        .execute(pool)
-        .await?;
-    Ok(())
-}
-
-/// The side effects recorded, as (task_key, attempt), in insertion order.
-async fn effects(pool: &MySqlPool) -> Vec<(String, i32)> {
-    sqlx::query_as("SELECT task_key, attempt FROM effects ORDER BY task_key, attempt")
-        .fetch_all(pool)
-        .await
-        .expect("read effects")
-}
-
-/// A channel from a test's jobs to the test, opened by the test before its worker starts.
-struct Mailbox<T>(Mutex<Option<mpsc::UnboundedSender<T>>>);
-
-impl<T> Mailbox<T> {
-    const fn new() -> Self {
-        Mailbox(Mutex::new(None))
-    }
-
-    fn open(&self) -> mpsc::UnboundedReceiver<T> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        *self.0.lock().unwrap() = Some(tx);
-        rx
-    }
-
-    fn send(&self, value: T) {
-        if let Some(tx) = &*self.0.lock().unwrap() {
-            let _ = tx.send(value);
-        }
-    }
-}
-
-/// The next message, or a panic naming `what` after `timeout`.
-async fn receive<T>(rx: &mut mpsc::UnboundedReceiver<T>, what: &str, timeout: Duration) -> T {
-    tokio::time::timeout(timeout, rx.recv())
-        .await
-        .unwrap_or_else(|_| panic!("timed out after {timeout:?} waiting for {what}"))
-        .expect("mailbox open")
-}
-
-/// Runs `worker` on its own task.
-fn start(worker: Worker) -> (WorkerHandle, JoinHandle<jobqueue::Result<()>>) {
-    let handle = worker.handle();
-    (handle, tokio::spawn(worker.run()))
-}
-
-/// Shuts a worker down and waits for it to return.
-async fn stop(handle: &WorkerHandle, task: JoinHandle<jobqueue::Result<()>>) {
-    handle.shutdown();
-    tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("the worker stops")
-        .expect("the worker task does not panic")
-        .expect("the worker returns Ok");
-}
-
-async fn row(queue: &Queue, id: u64) -> JobRecord {
-    queue.job(id).await.expect("read job").expect("job exists")
-}
-
-/// Waits until job `id` is in `status`, and returns its row.
-async fn wait_status(queue: &Queue, id: u64, status: JobStatus, timeout: Duration) -> JobRecord {
-    wait_for(&format!("job {id} to be {status}"), timeout, || async {
-        let r = row(queue, id).await;
-        (r.status == status).then_some(r)
-    })
-    .await
-}
-
-/// A worker with quick polling and maintenance, for tests that wait on retries.
-fn quick_worker(queue: &Queue) -> jobqueue::WorkerBuilder {
-    Worker::builder(queue.clone())
-        .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
-        .maintenance_interval(Duration::from_millis(100))
-}
+use sqlx::mysql::MySqlPool;
+use tests::{
+    count_status, effects, fresh_queue, fresh_queue_with_effects, quick_worker, receive,
+    record_effect, row, start, stop, wait_for, wait_status, LogCapture, Mailbox, WorkerTask,
+};
 
 // ---------------------------------------------------------------------------------------
 // 1. Many jobs, three workers: each job runs exactly once.
@@ -136,12 +29,12 @@ static FANOUT_DB: OnceLock<MySqlPool> = OnceLock::new();
 #[job(name = "worker_fanout")]
 async fn fanout(ctx: JobContext, n: u32) -> Result<(), JobError> {
     let _ = n;
-    record_effect(&FANOUT_DB, &ctx).await
+    record_effect(&FANOUT_DB, &ctx, "done").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_workers_run_two_hundred_jobs_exactly_once() {
-    let (queue, effects_pool) = setup("worker_fanout").await;
+    let (queue, effects_pool) = fresh_queue_with_effects("worker_fanout").await;
     FANOUT_DB.set(effects_pool.clone()).unwrap();
 
     let enqueued = queue
@@ -164,7 +57,7 @@ async fn three_workers_run_two_hundred_jobs_exactly_once() {
         .collect();
 
     wait_for("200 jobs done", Duration::from_secs(60), || async {
-        (count_status(&queue, "done").await == 200).then_some(())
+        (count_status(&queue, JobStatus::Done).await == 200).then_some(())
     })
     .await;
     let mut claimed = Vec::new();
@@ -233,7 +126,7 @@ async fn permanent_failure() -> Result<(), JobError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_until_success_exhaustion_and_permanent_errors() {
-    let (queue, _) = setup("worker_retries").await;
+    let (queue, _) = fresh_queue_with_effects("worker_retries").await;
     let flaky = queue.enqueue(Flaky {}).await.unwrap().id();
     let exhausted = queue.enqueue(AlwaysFails {}).await.unwrap().id();
     let permanent = queue.enqueue(PermanentFailure {}).await.unwrap().id();
@@ -316,12 +209,12 @@ static AFTER_FAILURES_DB: OnceLock<MySqlPool> = OnceLock::new();
 
 #[job(name = "worker_after_failures")]
 async fn after_failures(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&AFTER_FAILURES_DB, &ctx).await
+    record_effect(&AFTER_FAILURES_DB, &ctx, "done").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn panics_and_bad_payloads_fail_clearly_and_the_worker_goes_on() {
-    let (queue, effects_pool) = setup("worker_panics").await;
+    let (queue, effects_pool) = fresh_queue_with_effects("worker_panics").await;
     AFTER_FAILURES_DB.set(effects_pool.clone()).unwrap();
     let panicking = queue.enqueue(Panics { order: 7 }).await.unwrap().id();
     let mismatched = queue
@@ -391,7 +284,7 @@ async fn long_work(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    record_effect(db, ctx).await
+    record_effect(db, ctx, "done").await
 }
 
 static RENEWED_DB: OnceLock<MySqlPool> = OnceLock::new();
@@ -404,7 +297,7 @@ async fn long_renewed(ctx: JobContext) -> Result<(), JobError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_longer_than_its_lease_is_renewed_and_runs_once() {
-    let (queue, effects_pool) = setup("worker_renewed").await;
+    let (queue, effects_pool) = fresh_queue_with_effects("worker_renewed").await;
     RENEWED_DB.set(effects_pool.clone()).unwrap();
     let mut started = RENEWED_STARTED.open();
     let id = queue.enqueue(LongRenewed {}).await.unwrap().id();
@@ -440,7 +333,7 @@ async fn long_blocked(ctx: JobContext) -> Result<(), JobError> {
 /// `UPDATE` then waits on the lock, like a renewal stuck on a slow or partitioned server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back() {
-    let (queue, effects_pool) = setup("worker_blocked").await;
+    let (queue, effects_pool) = fresh_queue_with_effects("worker_blocked").await;
     BLOCKED_DB.set(effects_pool.clone()).unwrap();
     let mut started = BLOCKED_STARTED.open();
     let id = queue.enqueue(LongBlocked {}).await.unwrap().id();
@@ -536,7 +429,7 @@ async fn shutdown_cooperative(ctx: JobContext) -> Result<(), JobError> {
         ctx.cancelled().await;
         return Err("stopped before the end".into());
     }
-    record_effect(&COOPERATIVE_DB, &ctx).await
+    record_effect(&COOPERATIVE_DB, &ctx, "done").await
 }
 
 static STUBBORN_DB: OnceLock<MySqlPool> = OnceLock::new();
@@ -549,7 +442,7 @@ async fn shutdown_stubborn(ctx: JobContext) -> Result<(), JobError> {
     if ctx.attempt() == 1 {
         tokio::time::sleep(Duration::from_secs(60)).await;
     }
-    record_effect(&STUBBORN_DB, &ctx).await
+    record_effect(&STUBBORN_DB, &ctx, "done").await
 }
 
 const GRACE: Duration = Duration::from_millis(200);
@@ -559,7 +452,7 @@ const MARGIN: Duration = Duration::from_millis(1000);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_cancels_a_running_job_and_hands_it_back() {
-    let (queue, effects_pool) = setup("worker_shutdown").await;
+    let (queue, effects_pool) = fresh_queue_with_effects("worker_shutdown").await;
     COOPERATIVE_DB.set(effects_pool.clone()).unwrap();
     let mut started = COOPERATIVE_STARTED.open();
     let id = queue.enqueue(ShutdownCooperative {}).await.unwrap().id();
@@ -597,7 +490,7 @@ async fn shutdown_cancels_a_running_job_and_hands_it_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_drops_a_job_that_ignores_cancellation_and_hands_it_back() {
-    let (queue, effects_pool) = setup("worker_stubborn").await;
+    let (queue, effects_pool) = fresh_queue_with_effects("worker_stubborn").await;
     STUBBORN_DB.set(effects_pool.clone()).unwrap();
     let mut started = STUBBORN_STARTED.open();
     let id = queue.enqueue(ShutdownStubborn {}).await.unwrap().id();
@@ -644,7 +537,7 @@ async fn empty_probe(n: u32) {
     let _ = n;
 }
 
-fn polling_worker(queue: &Queue) -> (WorkerHandle, JoinHandle<jobqueue::Result<()>>) {
+fn polling_worker(queue: &Queue) -> (WorkerHandle, WorkerTask) {
     start(
         Worker::builder(queue.clone())
             .poll_interval(Duration::from_millis(20), Duration::from_millis(100))
@@ -670,9 +563,7 @@ async fn wait_metric(
 #[tokio::test]
 async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
     let (logs, _guard) = LogCapture::install("debug,sqlx=warn,jobqueue_runtime=debug");
-    let url = fresh_database("worker_empty").await;
-    let queue = Queue::connect(&url).await.unwrap();
-    queue.migrate().await.unwrap();
+    let queue = fresh_queue("worker_empty").await;
 
     // Nothing at all: idle.
     let (handle, task) = polling_worker(&queue);
@@ -712,7 +603,7 @@ async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
     // Once the lock is gone the same worker runs them.
     locker.rollback().await.unwrap();
     wait_for("the jobs done", Duration::from_secs(10), || async {
-        (count_status(&queue, "done").await == 3).then_some(())
+        (count_status(&queue, JobStatus::Done).await == 3).then_some(())
     })
     .await;
     stop(&handle, task).await;
@@ -741,7 +632,7 @@ async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
         (0, 0, 0),
         "{m:?}"
     );
-    assert_eq!(count_status(&queue, "running").await, 2);
+    assert_eq!(count_status(&queue, JobStatus::Running).await, 2);
 
     let text = logs.text();
     assert!(
@@ -764,7 +655,7 @@ async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_kind_is_retried_then_failed_never_dropped() {
-    let (queue, _) = setup("worker_unknown").await;
+    let (queue, _) = fresh_queue_with_effects("worker_unknown").await;
     let id = sqlx::query(
         "INSERT INTO job_queue (queue, kind, task_key, payload, status, run_at, max_attempts, \
            lease_ms, created_at, updated_at) \
@@ -831,7 +722,7 @@ async fn too_slow(ctx: JobContext) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_cancels_the_attempt_and_counts_as_a_failure() {
-    let (queue, _) = setup("worker_timeout").await;
+    let (queue, _) = fresh_queue_with_effects("worker_timeout").await;
     let mut started = SLOW_STARTED.open();
     let id = queue.enqueue(TooSlow {}).await.unwrap().id();
     let (handle, task) = start(quick_worker(&queue).build().unwrap());
@@ -870,7 +761,7 @@ async fn wake_probe() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_enqueue_wakes_an_idle_worker_before_its_next_poll() {
-    let (queue, _) = setup("worker_wake").await;
+    let (queue, _) = fresh_queue_with_effects("worker_wake").await;
     let mut started = WAKE_STARTED.open();
     let worker = Worker::builder(queue.clone())
         .poll_interval(Duration::from_secs(1), Duration::from_secs(5))
