@@ -565,9 +565,16 @@ impl Store {
             .collect())
     }
 
-    /// Ends one claim other than by success. Returns false when the lease was lost: nothing
-    /// was written.
-    pub async fn finish(&self, owner: &str, id: u64, attempt: u32, how: &Finish) -> Result<bool> {
+    /// Ends one claim other than by success. Returns the status written (a retry or a
+    /// hand-back ends `cancelled` when an operator's cancel was pending), or `None` when the
+    /// lease was lost: nothing was written.
+    pub async fn finish(
+        &self,
+        owner: &str,
+        id: u64,
+        attempt: u32,
+        how: &Finish,
+    ) -> Result<Option<JobStatus>> {
         const FENCE: &str =
             "WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ?";
         let (sql, error, delay_us) = match how {
@@ -576,6 +583,7 @@ impl Store {
                     "UPDATE job_queue SET status = IF(cancel_requested = 1, 'cancelled', 'scheduled'), \
                      run_at = IF(cancel_requested = 1, run_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
                      finished_at = IF(cancel_requested = 1, UTC_TIMESTAMP(6), NULL), \
+                     cancel_requested = LAST_INSERT_ID(cancel_requested), \
                      lease_owner = NULL, lease_until = NULL, last_error = ?, updated_at = UTC_TIMESTAMP(6) {FENCE}"
                 ),
                 Some(error),
@@ -603,6 +611,7 @@ impl Store {
                      finished_at = IF(cancel_requested = 1, UTC_TIMESTAMP(6), NULL), \
                      last_error = IF(cancel_requested = 1, \
                        'cancelled on request; its worker shut down before the job stopped', last_error), \
+                     cancel_requested = LAST_INSERT_ID(cancel_requested), \
                      lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) {FENCE}"
                 ),
                 None,
@@ -610,7 +619,7 @@ impl Store {
             ),
         };
         let error = error.map(|e| truncate(e, MAX_ERROR_BYTES));
-        let matched = autocommit!(self, {
+        let done = autocommit!(self, {
             let mut q = sqlx::query(&sql);
             if let Some(us) = delay_us {
                 q = q.bind(us);
@@ -619,9 +628,20 @@ impl Store {
                 q = q.bind(e.as_str());
             }
             q.bind(id).bind(owner).bind(attempt).execute(&self.pool)
-        })?
-        .rows_affected();
-        Ok(matched == 1)
+        })?;
+        if done.rows_affected() != 1 {
+            return Ok(None);
+        }
+        // A retry or hand-back becomes a cancel when an operator's request was pending. The
+        // statement reports which through `LAST_INSERT_ID(cancel_requested)`, which sets the
+        // column to itself and returns its value in the reply, so no second read is needed.
+        let cancelled = done.last_insert_id() == 1;
+        Ok(Some(match how {
+            Finish::Retry { .. } if !cancelled => JobStatus::Scheduled,
+            Finish::HandBack if !cancelled => JobStatus::Ready,
+            Finish::Fail { .. } => JobStatus::Failed,
+            _ => JobStatus::Cancelled,
+        }))
     }
 
     /// Extends the leases of `ids` held by `owner`, one statement for all of them. Jobs with

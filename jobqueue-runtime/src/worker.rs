@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::job::{CancelReason, JobContext};
 use crate::lease::{self, Held, Leases};
 use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::queue::Queue;
+use crate::queue::{JobStatus, Queue};
 use crate::registry::{JobDescriptor, Registry, RunError};
 use crate::retry::{jitter, Backoff};
 use crate::store::{Claimed, EmptyClaim, Finish, Store};
@@ -911,41 +911,40 @@ async fn write_batch(
         let written = store.finish(owner, r.id, r.attempt, how).await?;
         leases.release(r.id, r.attempt);
         let (id, attempt, kind) = (r.id, r.attempt, r.kind.as_str());
-        if !written {
-            metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
-            tracing::warn!(
-                job.id = id,
-                attempt,
-                "lease lost before the outcome was recorded; nothing was written"
-            );
-        } else {
-            match how {
-                Finish::Retry { delay, error } => {
-                    metrics.add(&metrics.retried, "jobqueue_jobs_retried_total", 1);
-                    tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; retrying in {delay:.1?}");
-                }
-                Finish::Fail { error } => {
-                    metrics.add(&metrics.failed, "jobqueue_jobs_failed_total", 1);
-                    tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; not retrying");
-                }
-                Finish::Cancelled { .. } => {
-                    metrics.add(&metrics.cancelled, "jobqueue_jobs_cancelled_total", 1);
-                    tracing::info!(
-                        job.id = id,
-                        job.kind = kind,
-                        attempt,
-                        "job cancelled on request"
-                    );
-                }
-                Finish::HandBack => {
-                    metrics.add(&metrics.handed_back, "jobqueue_jobs_handed_back_total", 1);
-                    tracing::info!(
-                        job.id = id,
-                        job.kind = kind,
-                        attempt,
-                        "job handed back to ready at shutdown"
-                    );
-                }
+        match (written, how) {
+            (None, _) => {
+                metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
+                tracing::warn!(
+                    job.id = id,
+                    attempt,
+                    "lease lost before the outcome was recorded; nothing was written"
+                );
+            }
+            (Some(JobStatus::Scheduled), Finish::Retry { delay, error }) => {
+                metrics.add(&metrics.retried, "jobqueue_jobs_retried_total", 1);
+                tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; retrying in {delay:.1?}");
+            }
+            (Some(JobStatus::Failed), Finish::Fail { error }) => {
+                metrics.add(&metrics.failed, "jobqueue_jobs_failed_total", 1);
+                tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; not retrying");
+            }
+            (Some(JobStatus::Ready), _) => {
+                metrics.add(&metrics.handed_back, "jobqueue_jobs_handed_back_total", 1);
+                tracing::info!(
+                    job.id = id,
+                    job.kind = kind,
+                    attempt,
+                    "job handed back to ready at shutdown"
+                );
+            }
+            (Some(_), _) => {
+                metrics.add(&metrics.cancelled, "jobqueue_jobs_cancelled_total", 1);
+                tracing::info!(
+                    job.id = id,
+                    job.kind = kind,
+                    attempt,
+                    "job cancelled on request"
+                );
             }
         }
         batch.pop();

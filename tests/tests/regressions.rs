@@ -77,7 +77,11 @@ async fn shutdown_is_bounded_for_a_job_that_ignores_a_pending_cancel() {
     assert_eq!((r.lease_owner, r.lease_until), (None, None));
     assert!(r.finished_at.is_some());
     let m = handle.metrics();
-    assert_eq!((m.handed_back, m.lease_lost), (1, 0), "{m:?}");
+    assert_eq!(
+        (m.cancelled, m.handed_back, m.lease_lost),
+        (1, 0, 0),
+        "counted as what the row became: {m:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

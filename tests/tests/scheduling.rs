@@ -461,6 +461,12 @@ async fn a_job_failing_after_a_cancel_request_is_cancelled_not_retried() {
         [(1, "started".into())]
     );
     stop(&handle, task).await;
+    let m = handle.metrics();
+    assert_eq!(
+        (m.cancelled, m.retried),
+        (1, 0),
+        "counted as what the row became: {m:?}"
+    );
 }
 
 /// The same at shutdown: a job whose cancel is requested, stopped by its worker's shutdown

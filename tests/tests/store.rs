@@ -633,13 +633,25 @@ async fn a_lost_lease_writes_nothing() {
     ];
     for how in &endings {
         assert!(
-            !store.finish("worker-a", id, 1, how).await.expect("finish"),
+            store
+                .finish("worker-a", id, 1, how)
+                .await
+                .expect("finish")
+                .is_none(),
             "A's {how:?} matched a row"
         );
         // The right attempt under the wrong owner, and the right owner with a stale attempt,
         // match nothing either: both halves of the token count.
-        assert!(!store.finish("worker-a", id, 2, how).await.expect("finish"));
-        assert!(!store.finish("worker-b", id, 1, how).await.expect("finish"));
+        assert!(store
+            .finish("worker-a", id, 2, how)
+            .await
+            .expect("finish")
+            .is_none());
+        assert!(store
+            .finish("worker-b", id, 1, how)
+            .await
+            .expect("finish")
+            .is_none());
     }
     assert_eq!(
         store
@@ -676,10 +688,11 @@ async fn a_lost_lease_writes_nothing() {
     assert_eq!((done.lease_owner, done.lease_until), (None, None));
     assert!(done.finished_at.is_some());
     // And once done, even B's stale writes match nothing.
-    assert!(!store
+    assert!(store
         .finish("worker-b", id, 2, &Finish::HandBack)
         .await
-        .expect("finish"));
+        .expect("finish")
+        .is_none());
     assert_eq!(job(&queue, id).await.status, JobStatus::Done);
 }
 
@@ -709,10 +722,13 @@ async fn reclaim_takes_back_expired_leases() {
         delay: Duration::ZERO,
         error: "smtp timeout".into(),
     };
-    assert!(store
-        .finish("worker-a", last, 1, &retry)
-        .await
-        .expect("retry"));
+    assert_eq!(
+        store
+            .finish("worker-a", last, 1, &retry)
+            .await
+            .expect("retry"),
+        Some(JobStatus::Scheduled)
+    );
     assert_eq!(job(&queue, last).await.status, JobStatus::Scheduled);
     assert_eq!(store.promote(10).await.expect("promote"), 1);
     let second = store.claim("default", "worker-b", 4).await.expect("claim");
