@@ -33,7 +33,7 @@ async fn send_welcome_email(
     backoff = "constant(1s)"
 )]
 async fn export_order(ctx: JobContext, order_id: u64, format: String) -> Result<(), JobError> {
-    if order_id.is_multiple_of(3) && ctx.attempt() == 1 {
+    if order_id % 3 == 0 && ctx.attempt() == 1 {
         println!(
             "  [export] job {:>3}  order {order_id}: storage timeout (attempt 1, will retry)",
             ctx.id()

@@ -162,7 +162,7 @@ impl Queue {
         Ok(outcome)
     }
 
-    /// Enqueues many jobs of one kind in one transaction, with a few statements per 500
+    /// Enqueues many jobs of one kind in one transaction, with a few statements per 1,000
     /// jobs. Returns one outcome per job, in order; equal keys within the batch give one
     /// `New` and then `Duplicate`s of it. Either all of them are enqueued or (on error) none.
     pub async fn enqueue_many<J, I>(&self, jobs: I) -> Result<Vec<Enqueued>>

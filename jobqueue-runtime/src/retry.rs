@@ -10,7 +10,7 @@ use rand::Rng;
 /// Every delay is jittered by ±20 % (uniformly) so that jobs that failed together do not all
 /// come back in the same instant. The default, `Exponential { base: 1s, max: 1h }`, waits
 /// about 1 s, 2 s, 4 s, 8 s, 16 s, 32 s, 64 s, 128 s, 256 s, 512 s, 1024 s, 2048 s, then 1 h
-/// for every later attempt: with the default 25 attempts a job keeps trying for about 14 h.
+/// for every later attempt: with the default 25 attempts a job keeps trying for about 13 h.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Backoff {

@@ -2,9 +2,10 @@
 //! [`Worker`](crate::Worker) is built from. Most programs never call these directly; they
 //! are public for custom consumers and for tests that prove the protocol.
 //!
-//! Each operation after a claim is fenced: its `WHERE` names the job, `status = 'running'`,
-//! the worker's `lease_owner` and the claim's `attempts`, and the caller requires the rows
-//! it expected to match. `attempts` grows by one on every claim and never goes back, so a
+//! Each outcome written after a claim is fenced: its `WHERE` names the job,
+//! `status = 'running'`, the worker's `lease_owner` and the claim's `attempts`, and the caller
+//! requires the rows it expected to match. Renewals name the owner only: an owner is one
+//! worker, which holds at most one claim of a job at a time. `attempts` grows by one on every claim and never goes back, so a
 //! worker that lost its lease can match nothing, whatever happened to the row since.
 //! (sqlx's MySQL driver sets CLIENT_FOUND_ROWS, so `rows_affected` counts rows matched.)
 
