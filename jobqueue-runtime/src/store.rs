@@ -128,21 +128,29 @@ const VALUES_ROW: &str = "(?, ?, ?, ?, \
 const VALUES_ROW_NOW: &str = "(?, ?, ?, ?, 'ready', ?, UTC_TIMESTAMP(6), 0, ?, ?, \
        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
 
+/// Binds one job's values for [`VALUES_ROW`] (or, with `due_now`, [`VALUES_ROW_NOW`]).
 fn bind_new<'q>(
     q: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
     job: &'q NewJob,
+    due_now: bool,
 ) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
-    q.bind(&job.queue)
+    let q = q
+        .bind(&job.queue)
         .bind(&job.kind)
         .bind(&job.key)
-        .bind(&job.payload)
-        .bind(job.run_at)
-        .bind(job.delay_us)
-        .bind(job.priority)
-        .bind(job.run_at)
-        .bind(job.delay_us)
-        .bind(job.max_attempts)
-        .bind(job.lease_ms)
+        .bind(&job.payload);
+    let q = if due_now {
+        q
+    } else {
+        q.bind(job.run_at).bind(job.delay_us)
+    };
+    let q = q.bind(job.priority);
+    let q = if due_now {
+        q
+    } else {
+        q.bind(job.run_at).bind(job.delay_us)
+    };
+    q.bind(job.max_attempts).bind(job.lease_ms)
 }
 
 fn is_key_conflict(e: &sqlx::Error) -> bool {
@@ -157,7 +165,7 @@ pub(crate) async fn insert(conn: &mut MySqlConnection, job: &NewJob) -> Result<E
     // The existing row can be pruned between our failed INSERT and the SELECT: then the
     // key is free again and the INSERT is tried once more.
     for _ in 0..3 {
-        match bind_new(sqlx::query(INSERT_ONE), job)
+        match bind_new(sqlx::query(INSERT_ONE), job, false)
             .execute(&mut *conn)
             .await
         {
@@ -249,17 +257,7 @@ async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec
         // arities are prepared for one use only, so that they cannot pile up on the server.
         let mut q = sqlx::query(&sql).persistent(fresh.len() == BULK_CHUNK);
         for job in &fresh {
-            q = if now {
-                q.bind(&job.queue)
-                    .bind(&job.kind)
-                    .bind(&job.key)
-                    .bind(&job.payload)
-                    .bind(job.priority)
-                    .bind(job.max_attempts)
-                    .bind(job.lease_ms)
-            } else {
-                bind_new(q, job)
-            };
+            q = bind_new(q, job, now);
         }
         if let Err(e) = q.execute(&mut *conn).await {
             if !is_key_conflict(&e) {
