@@ -335,6 +335,28 @@ fn check_queue(queue: &str) -> Result<(), String> {
 
 fn check_cron(expr: &str) -> Result<(), String> {
     const FORMS: &str = "write six fields `sec min hour day month weekday`, such as `\"0 */5 * * * *\"`, or five without the seconds";
+    // A leading `CRON_TZ=<zone>` (or `TZ=<zone>`) names the time zone; the zone's name is
+    // checked when the worker starts, against the time zone database.
+    let trimmed = expr.trim_start();
+    let expr = match ["CRON_TZ=", "TZ="]
+        .iter()
+        .find_map(|p| trimmed.strip_prefix(p))
+    {
+        Some(rest) => {
+            let (zone, fields) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            if zone.is_empty()
+                || !zone
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '-' | '+'))
+            {
+                return Err(format!(
+                    "invalid `cron` time zone {zone:?}; write an IANA name such as `CRON_TZ=Europe/Berlin` before the fields"
+                ));
+            }
+            fields
+        }
+        None => trimmed,
+    };
     let fields = expr.split_whitespace().count();
     if !(5..=6).contains(&fields) {
         return Err(format!(
@@ -629,6 +651,10 @@ mod tests {
     #[test]
     fn cron_schedules() {
         assert!(check_cron("0 */5 * * * *").is_ok());
+        assert!(check_cron("CRON_TZ=Europe/Berlin 0 0 9 * * Mon-Fri").is_ok());
+        assert!(check_cron("TZ=America/New_York 0 30 17 * * *").is_ok());
+        assert!(check_cron("CRON_TZ= 0 0 9 * * *").is_err());
+        assert!(check_cron("CRON_TZ=Europe/Berlin 0 0 99 * * *").is_err());
         assert!(check_cron("*/5 * * * *").is_ok());
         assert!(check_cron("* * *").is_err());
         assert!(check_cron("0 61 * * * *").is_err());

@@ -171,16 +171,20 @@ use proc_macro::TokenStream;
 ///
 /// ## `cron`
 ///
-/// A schedule on which the workers enqueue the job by themselves, in UTC: six fields
-/// `sec min hour day month weekday`, or five without the seconds. Each tick is enqueued
-/// once however many workers run, its arguments built with `Default`, so every argument
-/// type implements `Default` (or there are none). The schedule is checked at compile time.
-/// Default: none.
+/// A schedule on which the workers enqueue the job by themselves: six fields
+/// `sec min hour day month weekday`, or five without the seconds, in UTC unless a time zone
+/// comes first (`CRON_TZ=Europe/Berlin 0 0 9 * * Mon-Fri`: 09:00 Berlin time, summer and
+/// winter). Each tick is enqueued once however many workers run, its arguments built with
+/// `Default`, so every argument type implements `Default` (or there are none). The schedule
+/// is checked at compile time, the time zone's name when the worker starts. Default: none.
 ///
 /// ```
 /// # use jobqueue::job;
 /// #[job(cron = "0 */5 * * * *")]
 /// async fn prune_sessions() {}
+///
+/// #[job(cron = "CRON_TZ=Europe/Berlin 0 0 9 * * Mon-Fri")]
+/// async fn morning_report() {}
 /// ```
 ///
 /// ## `crate`

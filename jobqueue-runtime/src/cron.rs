@@ -5,18 +5,43 @@ use chrono::{DateTime, Utc};
 use crate::error::{Error, Result};
 
 /// A parsed cron schedule: six fields with seconds (`sec min hour day-of-month month
-/// day-of-week`), evaluated in UTC. A five-field expression (no seconds) is accepted too and
-/// fires at second 0.
+/// day-of-week`), or five without them (firing at second 0), evaluated in UTC unless the
+/// expression starts with a time zone: `CRON_TZ=Europe/Berlin 0 0 9 * * Mon-Fri` fires at
+/// 09:00 Berlin time, winter and summer (`TZ=` works too; names are IANA time zone names).
+/// Whatever the zone, ticks and their task keys are in UTC.
 #[derive(Debug, Clone)]
 pub struct Schedule {
     expr: String,
     cron: croner::Cron,
+    tz: Option<chrono_tz::Tz>,
+}
+
+/// Splits a leading `CRON_TZ=<zone>` or `TZ=<zone>` off a cron expression.
+pub fn split_time_zone(expr: &str) -> (Option<&str>, &str) {
+    let trimmed = expr.trim_start();
+    for prefix in ["CRON_TZ=", "TZ="] {
+        if let Some(rest) = trimmed.strip_prefix(prefix) {
+            let (zone, fields) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            return (Some(zone), fields.trim_start());
+        }
+    }
+    (None, trimmed)
 }
 
 impl Schedule {
     /// Parses `expr`, with an error that quotes it and says what is wrong.
     pub fn parse(expr: &str) -> Result<Self> {
-        let cron = croner::Cron::new(expr)
+        let (zone, fields) = split_time_zone(expr);
+        let tz = zone
+            .map(|z| {
+                z.parse::<chrono_tz::Tz>().map_err(|_| {
+                    Error::Config(format!(
+                        "cron schedule {expr:?}: unknown time zone {z:?}; use an IANA name such as \"Europe/Berlin\" or \"America/New_York\""
+                    ))
+                })
+            })
+            .transpose()?;
+        let cron = croner::Cron::new(fields)
             .with_seconds_optional()
             .parse()
             .map_err(|e| {
@@ -27,6 +52,7 @@ impl Schedule {
         Ok(Schedule {
             expr: expr.to_owned(),
             cron,
+            tz,
         })
     }
 
@@ -37,7 +63,14 @@ impl Schedule {
 
     /// The first tick strictly after `t`.
     pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.cron.find_next_occurrence(&t, false).ok()
+        match self.tz {
+            None => self.cron.find_next_occurrence(&t, false).ok(),
+            Some(tz) => self
+                .cron
+                .find_next_occurrence(&t.with_timezone(&tz), false)
+                .ok()
+                .map(|local| local.with_timezone(&Utc)),
+        }
     }
 }
 
@@ -224,6 +257,37 @@ mod tests {
             .to_string();
         assert!(
             e.contains("every five minutes") && e.contains("sec min hour"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_time_zone_prefix_follows_the_zone_through_daylight_saving() {
+        let nine_in_berlin = Schedule::parse("CRON_TZ=Europe/Berlin 0 0 9 * * *").unwrap();
+        let winter = Utc.with_ymd_and_hms(2026, 11, 30, 7, 0, 0).unwrap();
+        assert_eq!(
+            nine_in_berlin.next_after(winter),
+            Some(Utc.with_ymd_and_hms(2026, 11, 30, 8, 0, 0).unwrap())
+        );
+        let summer = Utc.with_ymd_and_hms(2026, 7, 1, 6, 0, 0).unwrap();
+        assert_eq!(
+            nine_in_berlin.next_after(summer),
+            Some(Utc.with_ymd_and_hms(2026, 7, 1, 7, 0, 0).unwrap())
+        );
+        let tz = Schedule::parse("TZ=America/New_York 0 30 17 * * *").unwrap();
+        assert_eq!(
+            tz.next_after(winter),
+            Some(Utc.with_ymd_and_hms(2026, 11, 30, 22, 30, 0).unwrap())
+        );
+    }
+
+    #[test]
+    fn an_unknown_time_zone_is_named_in_the_error() {
+        let e = Schedule::parse("CRON_TZ=Mars/Olympus 0 0 9 * * *")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown time zone \"Mars/Olympus\"") && e.contains("IANA"),
             "{e}"
         );
     }
