@@ -640,13 +640,7 @@ impl Worker {
             queue = %c.queue
         );
         let descriptor = self.registry.get(&c.kind);
-        let known = self
-            .registry
-            .kinds()
-            .iter()
-            .map(|d| d.kind())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let registry = self.registry.clone();
         let reports = reports.clone();
         let cancel_grace = self.config.cancel_grace;
         let shutdown = shutdown.clone();
@@ -659,7 +653,7 @@ impl Worker {
                     ctx.clone(),
                     cancel_grace,
                     shutdown,
-                    known,
+                    &registry,
                 )
                 .await;
                 let Some(outcome) = decide(outcome, &ctx, descriptor) else {
@@ -710,9 +704,15 @@ async fn run_one(
     ctx: JobContext,
     cancel_grace: Duration,
     shutdown: CancellationToken,
-    known: String,
+    registry: &Registry,
 ) -> Ran {
     let Some(d) = descriptor else {
+        let known = registry
+            .kinds()
+            .iter()
+            .map(|d| d.kind())
+            .collect::<Vec<_>>()
+            .join(", ");
         return Ran::UnknownKind(format!(
             "job kind `{kind}` is not registered in this worker (it knows: {known}); deploy a worker that has it, or cancel the job"
         ));
