@@ -382,6 +382,12 @@ impl Worker {
             "worker starting"
         );
 
+        // Fallible set-up first, before any task is spawned.
+        let scheduler = if cfg.periodic {
+            crate::cron::Scheduler::new(&self.registry)?
+        } else {
+            crate::cron::Scheduler::none()
+        };
         let leases = Leases::default();
         let background = CancellationToken::new();
         // Renewals and outcomes get two connections of their own: jobs that use the queue's
@@ -403,11 +409,6 @@ impl Worker {
             self.metrics.clone(),
             background.clone(),
         ));
-        let scheduler = if cfg.periodic {
-            crate::cron::Scheduler::new(&self.registry)?
-        } else {
-            crate::cron::Scheduler::none()
-        };
         let maintenance = cfg.maintenance.then(|| {
             tokio::spawn(maintenance_loop(
                 Maintenance {
