@@ -20,11 +20,8 @@ pub const MAX_QUEUE_CHARS: usize = 64;
 /// their UTF-8 bytes and no whitespace. Struct field order, map iteration order (a `HashMap`
 /// argument) and serde_json's `preserve_order` feature therefore do not change the key, and
 /// the same arguments give the same key in every process and every release.
-pub fn derived_task_key<T: Serialize + ?Sized>(kind: &str, args: &T) -> Result<String> {
-    let value = serde_json::to_value(args).map_err(|source| Error::Serialize {
-        kind: leak_kind(kind),
-        source,
-    })?;
+pub fn derived_task_key<T: Serialize + ?Sized>(kind: &'static str, args: &T) -> Result<String> {
+    let value = serde_json::to_value(args).map_err(|source| Error::Serialize { kind, source })?;
     let mut canonical = String::new();
     write_canonical(&value, &mut canonical);
     let digest = Sha256::digest(canonical.as_bytes());
@@ -132,12 +129,6 @@ fn hex(bytes: &[u8]) -> String {
             let _ = write!(s, "{b:02x}");
             s
         })
-}
-
-/// Kinds are `'static` in every caller that matters (`Job::KIND`); a non-static kind only
-/// reaches here through a serialization error, which is rare enough to leak one string.
-fn leak_kind(kind: &str) -> &'static str {
-    Box::leak(kind.to_owned().into_boxed_str())
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 
 use sqlx::mysql::MySqlPool;
-use sqlx::Row;
 
 use crate::error::{Error, Result};
 
@@ -42,8 +41,8 @@ pub(crate) async fn inspect(pool: &MySqlPool) -> Result<ServerInfo> {
     let mut vars = HashMap::new();
     for row in rows {
         // SHOW VARIABLES returns VARCHAR on MySQL and may return binary strings elsewhere.
-        let name: String = decode_text(&row, 0)?;
-        let value: String = decode_text(&row, 1)?;
+        let name = crate::store::text(&row, 0)?;
+        let value = crate::store::text(&row, 1)?;
         vars.insert(name.to_ascii_lowercase(), value);
     }
     let get = |k: &str| vars.get(k).cloned().unwrap_or_default();
@@ -64,16 +63,6 @@ pub(crate) async fn inspect(pool: &MySqlPool) -> Result<ServerInfo> {
             .unwrap_or_default(),
         flush_log_at_trx_commit: get("innodb_flush_log_at_trx_commit"),
     })
-}
-
-fn decode_text(row: &sqlx::mysql::MySqlRow, i: usize) -> Result<String> {
-    match row.try_get::<String, _>(i) {
-        Ok(s) => Ok(s),
-        Err(_) => {
-            let bytes: Vec<u8> = row.try_get(i)?;
-            Ok(String::from_utf8_lossy(&bytes).into_owned())
-        }
-    }
 }
 
 fn parse_version(v: &str) -> (u32, u32, u32) {
