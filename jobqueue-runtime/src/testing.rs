@@ -553,9 +553,19 @@ impl LocalServer {
         self.dir.path().join("stderr.log")
     }
 
+    /// The server's own temporary folder. With the shared `/tmp`, a starting server deletes
+    /// the temporary tables of another one still initialising, and that one fails.
+    fn tmp_dir(&self) -> Result<PathBuf> {
+        let tmp = self.dir.path().join("tmp");
+        std::fs::create_dir_all(&tmp)
+            .map_err(|e| failure(format!("cannot create the test server's tmpdir: {e}")))?;
+        Ok(tmp)
+    }
+
     /// Creates the system tables in a new data directory.
     fn initialize(&self) -> Result<()> {
         let data_dir = self.data_dir();
+        let tmp_dir = self.tmp_dir()?;
         let mut command = match self.binary.flavor {
             Flavor::MariaDb => {
                 let install_db = find_install_db(&self.binary.path)?;
@@ -564,7 +574,9 @@ impl LocalServer {
                     .arg("--no-defaults")
                     .arg(concat_arg("--datadir=", &data_dir))
                     .arg("--auth-root-authentication-method=normal")
-                    .arg("--skip-test-db");
+                    .arg("--skip-test-db")
+                    // Passed on to the bootstrap server.
+                    .arg(concat_arg("--tmpdir=", &tmp_dir));
                 command
             }
             Flavor::MySql => {
@@ -572,7 +584,8 @@ impl LocalServer {
                 command
                     .arg("--no-defaults")
                     .arg("--initialize-insecure")
-                    .arg(concat_arg("--datadir=", &data_dir));
+                    .arg(concat_arg("--datadir=", &data_dir))
+                    .arg(concat_arg("--tmpdir=", &tmp_dir));
                 command
             }
         };
@@ -609,10 +622,12 @@ impl LocalServer {
                 Launch::Failed(failure(format!("cannot create the test server's log: {e}")))
             })?;
 
+        let tmp_dir = self.tmp_dir().map_err(Launch::Failed)?;
         let mut command = Command::new(&self.binary.path);
         command
             .arg("--no-defaults")
             .arg(concat_arg("--datadir=", &self.data_dir()))
+            .arg(concat_arg("--tmpdir=", &tmp_dir))
             .arg(concat_arg("--socket=", &dir.join("s.sock")))
             .arg(format!("--port={}", self.port))
             .arg("--bind-address=127.0.0.1")
