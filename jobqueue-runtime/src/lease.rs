@@ -150,6 +150,7 @@ async fn renew_due(store: &Store, owner: &str, leases: &Leases, metrics: &Metric
         }
         let sent = Instant::now();
         let ids: Vec<u64> = claims.iter().map(|c| c.0).collect();
+        metrics.add(&metrics.renewals, "jobqueue_lease_renewals_total", 1);
         match store.renew(owner, &ids, with_cancel).await {
             Ok(matched) if matched == ids.len() as u64 => mark_renewed(leases, &claims, sent),
             Ok(_) => sort_out(store, owner, leases, metrics, &claims, sent).await,
