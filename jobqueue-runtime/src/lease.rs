@@ -1,8 +1,11 @@
 //! Lease renewal: while a worker holds jobs it extends their leases, one statement for all of
-//! them, a third of the way through each lease; and it stops any job whose lease it can no
-//! longer vouch for before another worker may take it.
+//! them, whenever one of them is a third of the way through its lease; and it stops any job
+//! whose lease it can no longer vouch for before another worker may take it.
+//!
+//! The renewer runs on the worker's lease thread (see [`crate::Worker::run_until`]), away from
+//! job code, and every call it makes is bounded by a quarter of the shortest lease it renews.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,6 +26,10 @@ pub(crate) struct Held {
     pub(crate) ctx: JobContext,
     /// The operator asked to cancel it; renewals must not skip it any more.
     pub(crate) cancel_seen: bool,
+    /// The attempt has ended and the outcome writer is recording it. The writer's fenced
+    /// write, not a renewal that finds the row already finished, decides whether the lease
+    /// was lost.
+    pub(crate) finishing: bool,
 }
 
 /// The claims this worker holds, shared by the claim loop, the job tasks, the outcome
@@ -52,6 +59,18 @@ impl Leases {
     /// Whether this worker still holds the claim (id, attempt).
     pub(crate) fn holds(&self, id: u64, attempt: u32) -> bool {
         self.lock().get(&id).is_some_and(|h| h.attempt == attempt)
+    }
+
+    /// Marks claims whose outcome the writer is about to record.
+    pub(crate) fn mark_finishing(&self, claims: impl IntoIterator<Item = (u64, u32)>) {
+        let mut map = self.lock();
+        for (id, attempt) in claims {
+            if let Some(h) = map.get_mut(&id) {
+                if h.attempt == attempt {
+                    h.finishing = true;
+                }
+            }
+        }
     }
 
     /// Asks every running job to stop.
@@ -85,14 +104,18 @@ pub(crate) async fn renew_loop(
     // Renewals are sent from their own task: a statement stuck on a row lock or on a server
     // that stopped answering must not keep this loop from stopping the jobs whose leases it
     // can no longer vouch for.
-    let mut renewal: Option<tokio::task::JoinHandle<()>> = None;
+    let mut renewal: Option<tokio::task::JoinHandle<Instant>> = None;
+    let mut not_before = Instant::now();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(CHECK_EVERY) => {}
         }
         stop_expired(&leases, &metrics);
-        if renewal.as_ref().is_none_or(|r| r.is_finished()) {
+        if let Some(done) = renewal.take_if(|r| r.is_finished()) {
+            not_before = done.await.unwrap_or_else(|_| Instant::now());
+        }
+        if renewal.is_none() && Instant::now() >= not_before {
             let (store, owner, leases, metrics) = (
                 store.clone(),
                 owner.clone(),
@@ -131,30 +154,62 @@ fn stop_expired(leases: &Leases, metrics: &Metrics) {
     }
 }
 
-async fn renew_due(store: &Store, owner: &str, leases: &Leases, metrics: &Metrics) {
+/// How long one renewal call may wait for the server: a quarter of the lease. A renewal sent
+/// a third of the way through a lease that gets no answer is given up (with its connection)
+/// by seven twelfths, which leaves time for a second try on a new connection before the job
+/// must be stopped at three quarters.
+pub(crate) fn call_timeout(lease: Duration) -> Duration {
+    (lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(10))
+}
+
+/// One renewal round, if any lease is due: a third of the way through its lease since it was
+/// last renewed. The round then renews every lease this worker holds, due or not, so that the
+/// leases of jobs claimed at different moments travel together and a busy worker sends about
+/// one statement per third of a lease instead of one per job. Returns when the next round may
+/// start: at once, or after a short pause when some lease could not be renewed (its row is
+/// locked by another session, or the server did not answer), so that a lasting lock is not
+/// polled every tick.
+async fn renew_due(store: &Store, owner: &str, leases: &Leases, metrics: &Metrics) -> Instant {
     let now = Instant::now();
-    let mut due = Vec::new();
-    let mut due_cancel = Vec::new();
+    let mut any_due = false;
+    let mut shortest = Duration::MAX;
+    let mut plain = Vec::new();
+    let mut with_cancel = Vec::new();
     for (&id, h) in leases.lock().iter() {
-        if now.duration_since(h.renewed_at) >= h.lease / 3 {
-            if h.cancel_seen {
-                due_cancel.push((id, h.attempt));
-            } else {
-                due.push((id, h.attempt));
-            }
+        any_due |= now.duration_since(h.renewed_at) >= h.lease / 3;
+        shortest = shortest.min(h.lease);
+        if h.cancel_seen {
+            with_cancel.push((id, h.attempt));
+        } else {
+            plain.push((id, h.attempt));
         }
     }
-    for (claims, with_cancel) in [(due, false), (due_cancel, true)] {
+    if !any_due {
+        return now;
+    }
+    let store = store.bounded(call_timeout(shortest));
+    let mut complete = true;
+    for (claims, with_cancel) in [(plain, false), (with_cancel, true)] {
         if claims.is_empty() {
             continue;
         }
         let sent = Instant::now();
         let ids: Vec<u64> = claims.iter().map(|c| c.0).collect();
         metrics.add(&metrics.renewals, "jobqueue_lease_renewals_total", 1);
-        match store.renew(owner, &ids, with_cancel).await {
-            Ok(matched) if matched == ids.len() as u64 => mark_renewed(leases, &claims, sent),
-            Ok(_) => sort_out(store, owner, leases, metrics, &claims, sent).await,
+        match store.renew_ids(owner, &ids, with_cancel).await {
+            Ok(renewed) => {
+                mark_renewed(leases, &claims, &renewed, sent);
+                if renewed.len() < claims.len() {
+                    let renewed: HashSet<u64> = renewed.into_iter().collect();
+                    let rest: Vec<(u64, u32)> = claims
+                        .into_iter()
+                        .filter(|c| !renewed.contains(&c.0))
+                        .collect();
+                    complete &= sort_out(&store, owner, leases, metrics, &rest).await;
+                }
+            }
             Err(e) => {
+                complete = false;
                 metrics.add(
                     &metrics.database_errors,
                     "jobqueue_database_errors_total",
@@ -164,11 +219,21 @@ async fn renew_due(store: &Store, owner: &str, leases: &Leases, metrics: &Metric
             }
         }
     }
+    if complete {
+        Instant::now()
+    } else {
+        Instant::now() + shortest / 12
+    }
 }
 
-fn mark_renewed(leases: &Leases, claims: &[(u64, u32)], sent: Instant) {
+/// Records the renewal, sent at `sent`, of those `claims` whose id is in `renewed`.
+fn mark_renewed(leases: &Leases, claims: &[(u64, u32)], renewed: &[u64], sent: Instant) {
+    let renewed: HashSet<&u64> = renewed.iter().collect();
     let mut map = leases.lock();
     for (id, attempt) in claims {
+        if !renewed.contains(id) {
+            continue;
+        }
         if let Some(h) = map.get_mut(id) {
             if h.attempt == *attempt {
                 h.renewed_at = sent;
@@ -177,23 +242,25 @@ fn mark_renewed(leases: &Leases, claims: &[(u64, u32)], sent: Instant) {
     }
 }
 
-/// A renewal matched fewer rows than it named: find out, per job, whether the lease was lost
-/// or an operator asked for a cancel.
+/// A renewal left out some of `claims`: find out, per job, whether the lease was lost, an
+/// operator asked for a cancel, or the row was only locked by another session (it is then
+/// left for the next round, and stopped in time if its lease cannot be renewed). Returns
+/// whether every job was accounted for (false: some are still held and not renewed).
 async fn sort_out(
     store: &Store,
     owner: &str,
     leases: &Leases,
     metrics: &Metrics,
     claims: &[(u64, u32)],
-    sent: Instant,
-) {
+) -> bool {
     let states = match store.lease_states(owner, claims).await {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "could not read lease states after a short renewal; retrying shortly");
-            return;
+            return false;
         }
     };
+    let mut complete = true;
     let mut cancel_now = Vec::new();
     {
         let mut map = leases.lock();
@@ -201,41 +268,57 @@ async fn sort_out(
             let Some(&(_, attempt)) = claims.iter().find(|c| c.0 == s.id) else {
                 continue;
             };
+            let Some(h) = map.get_mut(&s.id).filter(|h| h.attempt == attempt) else {
+                // Released meanwhile: its outcome was written.
+                continue;
+            };
+            if h.finishing {
+                // The writer is recording this attempt: a row found finished is most likely
+                // its own write, whose reply has not arrived yet. The writer's fenced write
+                // tells which.
+                continue;
+            }
             if !s.held {
-                if map.get(&s.id).is_some_and(|h| h.attempt == attempt) {
-                    if let Some(h) = map.remove(&s.id) {
-                        h.ctx.cancel(CancelReason::LeaseLost);
-                    }
-                    metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
-                    tracing::warn!(
-                        job.id = s.id,
-                        attempt,
-                        "lease lost: another worker took the job; stopping it, nothing of this attempt will be recorded"
-                    );
+                if let Some(h) = map.remove(&s.id) {
+                    h.ctx.cancel(CancelReason::LeaseLost);
                 }
-            } else if let Some(h) = map.get_mut(&s.id) {
-                if s.cancel_requested && !h.cancel_seen {
-                    h.cancel_seen = true;
-                    h.ctx.cancel(CancelReason::Requested);
-                    tracing::info!(
-                        job.id = s.id,
-                        "cancel requested by an operator; asking the job to stop"
-                    );
-                    cancel_now.push((s.id, attempt));
-                } else {
-                    h.renewed_at = sent;
-                }
+                metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
+                tracing::warn!(
+                    job.id = s.id,
+                    attempt,
+                    "lease lost: another worker took the job; stopping it, nothing of this attempt will be recorded"
+                );
+            } else if s.cancel_requested && !h.cancel_seen {
+                h.cancel_seen = true;
+                h.ctx.cancel(CancelReason::Requested);
+                tracing::info!(
+                    job.id = s.id,
+                    "cancel requested by an operator; asking the job to stop"
+                );
+                cancel_now.push((s.id, attempt));
+            } else {
+                // Held, but its row is locked by another session: not renewed this time.
+                complete = false;
+                tracing::debug!(
+                    job.id = s.id,
+                    attempt,
+                    "lease not renewed: the job's row is locked by another session; trying again shortly"
+                );
             }
         }
     }
     if !cancel_now.is_empty() {
         let ids: Vec<u64> = cancel_now.iter().map(|c| c.0).collect();
         let sent = Instant::now();
-        match store.renew(owner, &ids, true).await {
-            Ok(n) if n == ids.len() as u64 => mark_renewed(leases, &cancel_now, sent),
-            // A short count is sorted out at the next tick, like any other.
-            Ok(_) => {}
+        metrics.add(&metrics.renewals, "jobqueue_lease_renewals_total", 1);
+        match store.renew_ids(owner, &ids, true).await {
+            Ok(renewed) => {
+                mark_renewed(leases, &cancel_now, &renewed, sent);
+                // A short count is sorted out at the next round, like any other.
+                complete &= renewed.len() == ids.len();
+            }
             Err(e) => {
+                complete = false;
                 metrics.add(
                     &metrics.database_errors,
                     "jobqueue_database_errors_total",
@@ -245,4 +328,5 @@ async fn sort_out(
             }
         }
     }
+    complete
 }

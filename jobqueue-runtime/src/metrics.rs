@@ -45,7 +45,7 @@ counters! {
     cancelled => "jobqueue_jobs_cancelled_total": "Running jobs stopped on request and recorded `cancelled`.",
     handed_back => "jobqueue_jobs_handed_back_total": "Jobs handed back to `ready` at shutdown.",
     lease_lost => "jobqueue_leases_lost_total": "Attempts whose lease was lost; nothing of them was recorded.",
-    renewals => "jobqueue_lease_renewals_total": "Lease renewal statements sent (each renews every lease it names).",
+    renewals => "jobqueue_lease_renewals_total": "Lease renewal rounds: each renews every lease the worker holds, in one locking read and one update (per 128 jobs).",
     reclaimed => "jobqueue_leases_reclaimed_total": "Expired leases taken back by this process's maintenance.",
     promoted => "jobqueue_jobs_promoted_total": "Scheduled jobs made ready by this process's maintenance.",
     empty_idle => "jobqueue_claims_empty_total{reason=\"idle\"}": "Empty claims: no ready job at all.",

@@ -179,6 +179,7 @@ impl Queue {
             pool: self.inner.pool.clone(),
             set_isolation: self.inner.set_isolation,
             metrics: self.inner.metrics.clone(),
+            call_timeout: None,
         }
     }
 

@@ -32,34 +32,61 @@ const MAX_ERROR_BYTES: usize = 16 * 1024;
 /// the whole transaction after a deadlock (1213), lock wait timeout (1205) or MariaDB's
 /// snapshot conflict (1020). The transaction is always rolled back explicitly on error: after
 /// a 1205 the server has undone only the statement.
+///
+/// With a [`Store::call_timeout`], each try (`BEGIN` to `COMMIT`) must end within it. A try
+/// that does not is dropped together with its connection, which is closed: a `BEGIN` or
+/// `COMMIT` cut off half-way may have left a transaction open on it, and a pooled connection
+/// waiting for a late reply would hang the next user.
 macro_rules! transaction {
     ($store:expr, |$conn:ident| $body:block) => {{
         let store: &Store = $store;
         let mut retry = 0u32;
         loop {
-            let mut pooled = store.pool.acquire().await?;
-            if store.set_isolation {
-                pooled
-                    .execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                    .await?;
-            }
-            let mut tx = sqlx::Connection::begin(&mut *pooled).await?;
-            let result: sqlx::Result<_> = async {
-                let $conn: &mut MySqlConnection = &mut tx;
-                $body
-            }
-            .await;
-            match result {
-                Ok((value, true)) => {
-                    tx.commit().await?;
-                    break Ok(value);
+            let mut pooled = acquire(store).await?;
+            let one_try = async {
+                if store.set_isolation {
+                    pooled
+                        .execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                        .await?;
                 }
-                Ok((value, false)) => {
-                    tx.rollback().await?;
-                    break Ok(value);
+                let mut tx = sqlx::Connection::begin(&mut *pooled).await?;
+                let result: sqlx::Result<_> = async {
+                    let $conn: &mut MySqlConnection = &mut tx;
+                    $body
                 }
-                Err(e) => {
-                    let _ = tx.rollback().await;
+                .await;
+                sqlx::Result::Ok(match result {
+                    Ok((value, true)) => {
+                        tx.commit().await?;
+                        Ok(value)
+                    }
+                    Ok((value, false)) => {
+                        tx.rollback().await?;
+                        Ok(value)
+                    }
+                    Err(e) => {
+                        let _ = tx.rollback().await;
+                        Err(e)
+                    }
+                })
+            };
+            let outcome = match store.call_timeout {
+                None => one_try.await,
+                Some(limit) => {
+                    let bounded = tokio::time::timeout(limit, one_try).await;
+                    match bounded {
+                        Ok(r) => r,
+                        Err(_) => {
+                            drop(pooled.detach());
+                            Err(timed_out(limit))
+                        }
+                    }
+                }
+            };
+            match outcome {
+                Err(e) => break Err(Error::from(e)),
+                Ok(Ok(value)) => break Ok(value),
+                Ok(Err(e)) => {
                     let code = server_code(&e);
                     if is_transient(code) && retry < CONFLICT_RETRIES {
                         retry += 1;
@@ -75,8 +102,12 @@ macro_rules! transaction {
 }
 
 /// Runs one autocommit statement (`$stmt` is re-evaluated each try), retrying it after a
-/// transient conflict.
+/// transient conflict. In the `|conn|` form the statement runs on one connection of the pool
+/// within the store's [`Store::call_timeout`] (see [`on_connection!`]).
 macro_rules! autocommit {
+    ($store:expr, |$conn:ident| $stmt:expr) => {
+        autocommit!($store, on_connection!($store, |$conn| $stmt))
+    };
     ($store:expr, $stmt:expr) => {{
         let store: &Store = $store;
         let mut retry = 0u32;
@@ -96,6 +127,58 @@ macro_rules! autocommit {
             }
         }
     }};
+}
+
+/// A future that runs `$stmt` (a future of a `sqlx::Result`, using `$conn`) on one connection
+/// of the store's pool, within [`Store::call_timeout`] if it has one. A statement that runs out
+/// of time is abandoned with its connection, which is closed instead of going back to the
+/// pool: its reply may still arrive, or never (a dead peer), and the pool would test it with a
+/// ping that waits as long.
+macro_rules! on_connection {
+    ($store:expr, |$conn:ident| $stmt:expr) => {
+        async {
+            let store: &Store = $store;
+            let mut pooled = acquire(store).await?;
+            let call = async {
+                let $conn: &mut MySqlConnection = &mut pooled;
+                $stmt.await
+            };
+            match store.call_timeout {
+                None => call.await,
+                Some(limit) => {
+                    let bounded = tokio::time::timeout(limit, call).await;
+                    match bounded {
+                        Ok(r) => r,
+                        Err(_) => {
+                            drop(pooled.detach());
+                            Err(timed_out(limit).into())
+                        }
+                    }
+                }
+            }
+        }
+    };
+}
+
+/// A connection of the store's pool, within [`Store::call_timeout`] when it has one (on top
+/// of the pool's own acquire timeout).
+async fn acquire(store: &Store) -> sqlx::Result<sqlx::pool::PoolConnection<sqlx::MySql>> {
+    match store.call_timeout {
+        None => store.pool.acquire().await,
+        Some(limit) => tokio::time::timeout(limit, store.pool.acquire())
+            .await
+            .unwrap_or_else(|_| Err(timed_out(limit))),
+    }
+}
+
+/// The error of a call that got no reply within `limit`.
+fn timed_out(limit: Duration) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "no reply from the database within {limit:?}; the connection was closed and the call will be retried on a new one"
+        ),
+    ))
 }
 
 /// A job to insert, already validated and serialized.
@@ -415,9 +498,31 @@ pub struct Store {
     pub(crate) pool: MySqlPool,
     pub(crate) set_isolation: bool,
     pub(crate) metrics: Arc<Metrics>,
+    /// How long one call (a statement, or one try of a transaction) may wait for the server
+    /// before it is given up and its connection closed. `None`: as long as it takes. The
+    /// worker bounds every call of its own; a handle from [`Queue::store`](crate::Queue::store)
+    /// does not.
+    pub(crate) call_timeout: Option<Duration>,
 }
 
 impl Store {
+    /// This store with every call bounded by `limit` (see [`Store::call_timeout`]).
+    pub(crate) fn bounded(&self, limit: Duration) -> Store {
+        Store {
+            call_timeout: Some(limit),
+            ..self.clone()
+        }
+    }
+
+    /// The database's clock (`UTC_TIMESTAMP(6)`).
+    pub(crate) async fn now(&self) -> Result<NaiveDateTime> {
+        Ok(
+            on_connection!(self, |conn| sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
+                .fetch_one(&mut *conn))
+            .await?,
+        )
+    }
+
     /// Claims up to `limit` ready jobs of `queue` for `owner`: `SELECT ... FOR UPDATE SKIP
     /// LOCKED` over the claim index, then one `UPDATE` of exactly those rows, in one short
     /// transaction. Rows other claimers hold are skipped, never waited for. If the `UPDATE`
@@ -481,7 +586,7 @@ impl Store {
         let mut paused = 0;
         let mut reason = EmptyClaim::Idle;
         for queue in queues {
-            let row = sqlx::query(
+            let row = on_connection!(self, |conn| sqlx::query(
                 "SELECT \
                    EXISTS(SELECT 1 FROM job_queue_pause WHERE queue = ?), \
                    EXISTS(SELECT 1 FROM job_queue WHERE queue = ? AND status = 'ready'), \
@@ -490,7 +595,7 @@ impl Store {
             .bind(queue)
             .bind(queue)
             .bind(queue)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn))
             .await?;
             let (is_paused, ready, running): (bool, bool, bool) =
                 (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
@@ -523,7 +628,7 @@ impl Store {
                    AND CONCAT(id, ':', attempts) IN ({p})",
                 p = placeholders(n)
             );
-            let matched = autocommit!(self, {
+            let matched = autocommit!(self, |conn| {
                 let mut q = sqlx::query(&sql);
                 for id in padded(&ids) {
                     q = q.bind(id);
@@ -532,7 +637,7 @@ impl Store {
                 for t in padded(&tokens) {
                     q = q.bind(t);
                 }
-                q.execute(&self.pool)
+                q.execute(&mut *conn)
             })?
             .rows_affected();
             if matched != chunk.len() as u64 {
@@ -553,7 +658,7 @@ impl Store {
         for (id, _) in claims {
             q = q.bind(*id);
         }
-        let rows = q.fetch_all(&self.pool).await?;
+        let rows = on_connection!(self, |conn| q.fetch_all(&mut *conn)).await?;
         Ok(rows
             .iter()
             .filter_map(|r| {
@@ -618,7 +723,7 @@ impl Store {
             ),
         };
         let error = error.map(|e| truncate(e, MAX_ERROR_BYTES));
-        let done = autocommit!(self, {
+        let done = autocommit!(self, |conn| {
             let mut q = sqlx::query(&sql);
             if let Some(us) = delay_us {
                 q = q.bind(us);
@@ -626,7 +731,7 @@ impl Store {
             if let Some(e) = &error {
                 q = q.bind(e.as_str());
             }
-            q.bind(id).bind(owner).bind(attempt).execute(&self.pool)
+            q.bind(id).bind(owner).bind(attempt).execute(&mut *conn)
         })?;
         if done.rows_affected() != 1 {
             return Ok(None);
@@ -643,36 +748,80 @@ impl Store {
         }))
     }
 
-    /// Extends the leases of `ids` held by `owner`, one statement for all of them. Jobs with
-    /// a pending cancel request are left out unless `with_cancel_requested`, so that a short
-    /// count tells the caller to look. Returns the rows matched.
+    /// Extends the leases of `ids` held by `owner`: one locking read and one update for all of
+    /// them (per 128).
+    /// Jobs with a pending cancel request are left out unless `with_cancel_requested`, so that
+    /// a short count tells the caller to look. Rows that another session has locked are
+    /// skipped, not waited for: they are not renewed this time. Returns the rows renewed.
     pub async fn renew(
         &self,
         owner: &str,
         ids: &[u64],
         with_cancel_requested: bool,
     ) -> Result<u64> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let mut matched = 0;
+        Ok(self
+            .renew_ids(owner, ids, with_cancel_requested)
+            .await?
+            .len() as u64)
+    }
+
+    /// [`Store::renew`], returning which of `ids` were renewed.
+    pub(crate) async fn renew_ids(
+        &self,
+        owner: &str,
+        ids: &[u64],
+        with_cancel_requested: bool,
+    ) -> Result<Vec<u64>> {
+        let cancel = if with_cancel_requested {
+            ""
+        } else {
+            " AND cancel_requested = 0"
+        };
+        let mut renewed = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(128) {
+            // A locking read that skips rows other sessions hold, so that one locked job
+            // cannot make the renewal of every other wait for it. It runs in autocommit: its
+            // locks end with it, and a connection abandoned after it holds none. Both
+            // statements go by primary key: a scan of a secondary index would lock (or wait
+            // for) other running jobs' rows too.
             let sql = format!(
-                "UPDATE job_queue SET lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms * 1000 MICROSECOND \
-                 WHERE id IN ({}) AND status = 'running' AND lease_owner = ?{}",
-                placeholders(padded_len(chunk.len())),
-                if with_cancel_requested { "" } else { " AND cancel_requested = 0" }
+                "SELECT id FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) \
+                 AND status = 'running' AND lease_owner = ?{cancel} FOR UPDATE SKIP LOCKED",
+                placeholders(padded_len(chunk.len()))
             );
-            matched += autocommit!(self, {
-                let mut q = sqlx::query(&sql);
+            let free: Vec<u64> = on_connection!(self, |conn| {
+                let mut q = sqlx::query_scalar(&sql);
                 for id in padded(chunk) {
                     q = q.bind(id);
                 }
-                q.bind(owner).execute(&self.pool)
-            })?
+                q.bind(owner).fetch_all(&mut *conn)
+            })
+            .await?;
+            if free.is_empty() {
+                continue;
+            }
+            let sql = format!(
+                "UPDATE job_queue FORCE INDEX (PRIMARY) \
+                 SET lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms * 1000 MICROSECOND \
+                 WHERE id IN ({}) AND status = 'running' AND lease_owner = ?{cancel}",
+                placeholders(padded_len(free.len()))
+            );
+            let matched = on_connection!(self, |conn| {
+                let mut q = sqlx::query(&sql);
+                for id in padded(&free) {
+                    q = q.bind(id);
+                }
+                q.bind(owner).execute(&mut *conn)
+            })
+            .await?
             .rows_affected();
+            // A row changed between the two statements. Which one is unknown, so none counts
+            // as renewed; the next round sorts it out.
+            if matched == free.len() as u64 {
+                renewed.extend(free);
+            }
         }
-        Ok(matched)
+        Ok(renewed)
     }
 
     /// Whether `owner` still holds each claim in `claims` (id, attempt), and whether its
@@ -693,7 +842,7 @@ impl Store {
             for (id, _) in chunk {
                 q = q.bind(*id);
             }
-            let rows = q.fetch_all(&self.pool).await?;
+            let rows = on_connection!(self, |conn| q.fetch_all(&mut *conn)).await?;
             for &(id, attempt) in chunk {
                 let row = rows.iter().find(|r| r.get::<u64, _>(0) == id);
                 out.push(match row {
@@ -840,19 +989,18 @@ impl Store {
     /// Inserts a periodic job's tick (no log of duplicates: with N nodes, N - 1 of them
     /// find the tick taken, which is the point).
     pub(crate) async fn insert_tick(&self, job: &NewJob) -> Result<Enqueued> {
-        let mut conn = self.pool.acquire().await?;
-        insert(&mut conn, job).await
+        on_connection!(self, |conn| insert(conn, job)).await
     }
 
     /// Makes up to `limit` due `scheduled` jobs `ready`. Returns how many.
     pub async fn promote(&self, limit: usize) -> Result<u64> {
         // A plain read first: most passes find nothing due, and a plain read locks nothing
         // and needs no transaction.
-        let due: bool = sqlx::query_scalar(
+        let due: bool = on_connection!(self, |conn| sqlx::query_scalar(
             "SELECT EXISTS(SELECT 1 FROM job_queue FORCE INDEX (job_queue_due) \
              WHERE status = 'scheduled' AND run_at <= UTC_TIMESTAMP(6))",
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *conn))
         .await?;
         if !due {
             return Ok(0);

@@ -205,6 +205,7 @@ impl WorkerBuilder {
                 pool: self.queue.inner.pool.clone(),
                 set_isolation: self.queue.inner.set_isolation,
                 metrics: metrics.clone(),
+                call_timeout: Some(QUEUE_CALL_TIMEOUT),
             },
             queue: self.queue,
             config: Arc::new(self.config),
@@ -315,6 +316,117 @@ struct Report {
     outcome: Outcome,
 }
 
+/// How long one call on the queue's pool (a claim, a maintenance statement or transaction)
+/// may wait for the server before it is given up and its connection closed.
+const QUEUE_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long one outcome write may wait for the server before it is given up, its connection
+/// closed, and the write tried again on a new one. The lease is renewed meanwhile.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the lease thread needs: it renews the worker's leases and writes the outcomes of its
+/// jobs, on an OS thread of its own with a single-threaded runtime and a pool of two
+/// connections of its own. Job code that blocks its thread or hogs the CPU, or uses up the
+/// queue's pool, cannot delay a renewal there.
+struct LeaseThread {
+    connect: sqlx::mysql::MySqlConnectOptions,
+    acquire_timeout: Duration,
+    max_lifetime: Duration,
+    owner: String,
+    leases: Leases,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+    reports: mpsc::Receiver<Report>,
+}
+
+/// A running lease thread.
+struct LeaseThreadHandle {
+    /// Resolves when every report has been written (the senders are gone).
+    writer_done: tokio::sync::oneshot::Receiver<()>,
+    /// Resolves when the thread has stopped (after `stop`) and closed its connections.
+    finished: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl LeaseThread {
+    fn spawn(self) -> Result<LeaseThreadHandle> {
+        let cannot = |e: std::io::Error| {
+            Error::Config(format!(
+                "cannot start the worker's lease thread: {e}; the process is out of threads or memory"
+            ))
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(cannot)?;
+        let (writer_tx, writer_done) = tokio::sync::oneshot::channel();
+        let (finished_tx, finished) = tokio::sync::oneshot::channel();
+        // Events of the thread go where the caller's go.
+        let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+        std::thread::Builder::new()
+            .name("jobqueue-lease".into())
+            .spawn(move || {
+                let _log = tracing::dispatcher::set_default(&dispatch);
+                runtime.block_on(self.run(writer_tx));
+                drop(runtime);
+                let _ = finished_tx.send(());
+            })
+            .map_err(cannot)?;
+        Ok(LeaseThreadHandle {
+            writer_done,
+            finished,
+        })
+    }
+
+    async fn run(self, writer_done: tokio::sync::oneshot::Sender<()>) {
+        // READ COMMITTED, as for every queue session; and lock waits that end after 1 s: a
+        // renewal skips rows other sessions lock, and a statement abandoned after a timeout
+        // must not go on holding locks of its own for long on the server.
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(2)
+            .acquire_timeout(self.acquire_timeout)
+            .max_lifetime(self.max_lifetime)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    sqlx::Executor::execute(
+                        &mut *conn,
+                        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                    )
+                    .await?;
+                    sqlx::Executor::execute(conn, "SET SESSION innodb_lock_wait_timeout = 1")
+                        .await?;
+                    Ok(())
+                })
+            })
+            .connect_lazy_with(self.connect);
+        let store = Store {
+            pool,
+            set_isolation: false,
+            metrics: self.metrics.clone(),
+            call_timeout: None,
+        };
+        let renewer = tokio::spawn(lease::renew_loop(
+            store.clone(),
+            self.owner.clone(),
+            self.leases.clone(),
+            self.metrics.clone(),
+            self.stop.clone(),
+        ));
+        write_outcomes(
+            store.bounded(WRITE_TIMEOUT),
+            self.owner,
+            self.leases,
+            self.metrics,
+            self.reports,
+        )
+        .await;
+        let _ = writer_done.send(());
+        let _ = renewer.await;
+        // Closing waits for nothing that can hang: every call is bounded, and a connection
+        // given up on is closed at once.
+        store.pool.close().await;
+    }
+}
+
 impl Worker {
     /// Starts building a worker for `queue`.
     pub fn builder(queue: Queue) -> WorkerBuilder {
@@ -364,6 +476,15 @@ impl Worker {
     /// then it cancels what still runs ([`CancelReason::Shutdown`]) and hands those jobs
     /// back to `ready` with their attempts kept, so another worker starts them at once.
     ///
+    /// Lease renewals and outcome writes run on an OS thread the worker starts for them
+    /// (`jobqueue-lease`), with a single-threaded runtime and two connections of their own, so
+    /// that job code which blocks its thread or hogs the CPU cannot hold them up. Every
+    /// database call of the worker is bounded: a renewal by a quarter of the shortest lease it
+    /// renews, an outcome write by 5 s, a claim or maintenance call by 30 s. A call that runs
+    /// out of time is given up and its connection closed (a server that stopped answering, or
+    /// a network that dropped the connection silently, is noticed that way), and it is tried
+    /// again on a new connection.
+    ///
     /// Returns an error only if the worker cannot start; database errors while running are
     /// logged, counted and retried with backoff.
     pub async fn run_until(self, signal: impl Future<Output = ()>) -> Result<()> {
@@ -390,25 +511,18 @@ impl Worker {
         };
         let leases = Leases::default();
         let background = CancellationToken::new();
-        // Renewals and outcomes get two connections of their own: jobs that use the queue's
-        // pool (or a pool smaller than the concurrency) must not make a renewal wait for a
-        // connection until the lease is gone.
-        let lease_store = Store {
-            pool: sqlx::mysql::MySqlPoolOptions::new()
-                .max_connections(2)
-                .acquire_timeout(self.queue.inner.config.acquire_timeout)
-                .max_lifetime(self.queue.inner.config.max_lifetime)
-                .connect_lazy_with((*self.queue.inner.pool.connect_options()).clone()),
-            set_isolation: false,
+        let (report_tx, report_rx) = mpsc::channel::<Report>(cfg.concurrency * 4 + 16);
+        let lease_thread = LeaseThread {
+            connect: (*self.queue.inner.pool.connect_options()).clone(),
+            acquire_timeout: self.queue.inner.config.acquire_timeout,
+            max_lifetime: self.queue.inner.config.max_lifetime,
+            owner: cfg.owner.clone(),
+            leases: leases.clone(),
             metrics: self.metrics.clone(),
-        };
-        let renewer = tokio::spawn(lease::renew_loop(
-            lease_store.clone(),
-            cfg.owner.clone(),
-            leases.clone(),
-            self.metrics.clone(),
-            background.clone(),
-        ));
+            stop: background.clone(),
+            reports: report_rx,
+        }
+        .spawn()?;
         let maintenance = cfg.maintenance.then(|| {
             tokio::spawn(maintenance_loop(
                 Maintenance {
@@ -423,14 +537,6 @@ impl Worker {
                 background.clone(),
             ))
         });
-        let (report_tx, report_rx) = mpsc::channel::<Report>(cfg.concurrency * 4 + 16);
-        let writer = tokio::spawn(write_outcomes(
-            lease_store.clone(),
-            cfg.owner.clone(),
-            leases.clone(),
-            self.metrics.clone(),
-            report_rx,
-        ));
 
         // If this future is dropped instead of shut down, stop the background tasks and the
         // jobs: their leases then expire and other workers take them, as after a crash.
@@ -464,15 +570,14 @@ impl Worker {
             }
         }
         drop(report_tx);
-        if let Err(e) = writer.await {
-            tracing::error!(error = %e, "outcome writer stopped abnormally");
+        if lease_thread.writer_done.await.is_err() {
+            tracing::error!("outcome writer stopped abnormally");
         }
         background.cancel();
-        let _ = renewer.await;
+        let _ = lease_thread.finished.await;
         if let Some(m) = maintenance {
             let _ = m.await;
         }
-        lease_store.pool.close().await;
         tracing::info!(owner = %cfg.owner, metrics = ?self.metrics.snapshot(), "worker stopped");
         Ok(())
     }
@@ -631,6 +736,7 @@ impl Worker {
                 renewed_at: c.claimed_at,
                 ctx: ctx.clone(),
                 cancel_seen: false,
+                finishing: false,
             },
         );
         let span = tracing::info_span!(
@@ -857,6 +963,7 @@ async fn write_outcomes(
                 }
                 held
             });
+            leases.mark_finishing(batch.iter().map(|r| (r.id, r.attempt)));
             match write_batch(&store, &owner, &leases, &metrics, &mut batch).await {
                 Ok(()) => break,
                 Err(e) => {
@@ -1016,7 +1123,7 @@ async fn maintain(m: &mut Maintenance) -> Result<()> {
 
 async fn enqueue_ticks(m: &mut Maintenance) -> Result<()> {
     if !m.scheduler.is_empty() {
-        let now = m.queue.now().await?.and_utc();
+        let now = m.store.now().await?.and_utc();
         let n = m.scheduler.run(&m.store, now).await?;
         if n > 0 {
             m.queue.wake_workers();
@@ -1085,7 +1192,7 @@ async fn prune_finished(m: &mut Maintenance) -> Result<()> {
             if let Some(keep) = keep {
                 // At most 20 batches a pass: a large backlog is worked off over several
                 // passes instead of one long burst of deletes.
-                let n = m.queue.prune_batches(status, keep, 20).await?;
+                let n = prune_batches(&m.store, status, keep, 20).await?;
                 if n > 0 {
                     tracing::info!(status = %status, jobs = n, older_than = ?keep, "pruned finished jobs");
                 }
@@ -1093,6 +1200,26 @@ async fn prune_finished(m: &mut Maintenance) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Deletes `status` jobs finished more than `keep` ago, in batches of 500, at most
+/// `max_batches` of them, through the worker's store (every call bounded).
+async fn prune_batches(
+    store: &Store,
+    status: JobStatus,
+    keep: Duration,
+    max_batches: u64,
+) -> Result<u64> {
+    let older_than_us = i64::try_from(keep.as_micros()).unwrap_or(i64::MAX);
+    let mut total = 0;
+    for _ in 0..max_batches {
+        let n = store.prune_batch(status, older_than_us, 500).await?;
+        total += n;
+        if n < 500 {
+            break;
+        }
+    }
+    Ok(total)
 }
 
 fn default_owner() -> String {

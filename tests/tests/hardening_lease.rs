@@ -1,0 +1,480 @@
+//! Lease renewal and outcome writes that can neither hang nor starve: a connection that stops
+//! answering mid-statement, another session's lock on one running job, job code that blocks
+//! its thread, the number of renewal statements a busy worker sends, and a completion whose
+//! reply is late.
+//!
+//! The hung connections come from a small TCP proxy between the worker and the server
+//! ([`Proxy`]): on the first client packet that contains a given piece of SQL it stops
+//! forwarding on that connection, or holds the server's replies for a while, keeping both
+//! sockets open, like a peer that vanished or a slow network.
+//!
+//! ```text
+//! cargo test -p tests --test hardening_lease -- --nocapture
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use jobqueue::{job, EnqueueOptions, JobContext, JobError, JobStatus, Queue, WorkerHandle};
+use sqlx::mysql::MySqlPool;
+use tests::{
+    effects, effects_of, fresh_queue_with_effects, quick_worker, receive,
+    record_effect, row, start, wait_status, Mailbox, WorkerTask,
+};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+// ---------------------------------------------------------------------------------------
+// A proxy that can stop answering
+// ---------------------------------------------------------------------------------------
+
+/// What the proxy does to the first connection that sends `pattern`.
+#[derive(Clone, Copy)]
+struct Rule {
+    /// Bytes of SQL to look for in what the client sends (statement text travels in the clear
+    /// when a statement is prepared, once per connection).
+    pattern: &'static str,
+    /// Start holding replies with the packet after the one that matched (the statement's
+    /// execution) rather than with the matching packet itself.
+    after_next: bool,
+    /// How long replies are held. `None`: the connection freezes for good, nothing more is
+    /// forwarded either way, and both sockets stay open.
+    hold: Option<Duration>,
+}
+
+/// A TCP proxy between the worker and the server; see [`Rule`].
+struct Proxy {
+    addr: SocketAddr,
+    tripped: watch::Receiver<bool>,
+}
+
+/// The hold of one proxied connection: not yet, until an instant, or forever.
+#[derive(Clone, Copy)]
+enum Hold {
+    None,
+    Until(tokio::time::Instant),
+    Forever,
+}
+
+impl Proxy {
+    /// Listens on a free local port and forwards every connection to `upstream`.
+    async fn start(upstream: String, rule: Rule) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let (trip, tripped) = watch::channel(false);
+        let trip = Arc::new(trip);
+        let used = Arc::new(AtomicBool::new(false));
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = TcpStream::connect(&upstream).await.expect("connect upstream");
+                tokio::spawn(relay(client, server, rule, used.clone(), trip.clone()));
+            }
+        });
+        Proxy { addr, tripped }
+    }
+
+    /// `url` (of the test server) pointing at this proxy instead.
+    fn url(&self, url: &str) -> String {
+        let (scheme, rest) = url.split_once("://").expect("a URL");
+        let (user, host_and_path) = rest.rsplit_once('@').expect("a URL with a user");
+        let path = host_and_path.split_once('/').map_or("", |(_, p)| p);
+        format!("{scheme}://{user}@{}/{path}", self.addr)
+    }
+
+    /// Waits until the rule has been applied to a connection.
+    async fn tripped(&self, within: Duration) {
+        let mut rx = self.tripped.clone();
+        tokio::time::timeout(within, rx.wait_for(|t| *t))
+            .await
+            .unwrap_or_else(|_| panic!("the proxy saw no matching statement within {within:?}"))
+            .unwrap();
+    }
+}
+
+/// `host:port` of the server behind `url`.
+fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").expect("a URL").1;
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let host = host.split(['/', '?']).next().unwrap();
+    assert!(
+        host.contains(':'),
+        "the proxy needs a TCP server with an explicit port, got {url}"
+    );
+    host.to_owned()
+}
+
+async fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    rule: Rule,
+    used: Arc<AtomicBool>,
+    trip: Arc<watch::Sender<bool>>,
+) {
+    let hold = Arc::new(Mutex::new(Hold::None));
+    let (mut client_rx, mut client_tx) = client.into_split();
+    let (mut server_rx, mut server_tx) = server.into_split();
+    let up_hold = hold.clone();
+    let up = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut armed = false;
+        loop {
+            let n = match client_rx.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let start_hold = |h: &Mutex<Hold>| {
+                *h.lock().unwrap() = match rule.hold {
+                    Some(d) => Hold::Until(tokio::time::Instant::now() + d),
+                    None => Hold::Forever,
+                };
+                trip.send_replace(true);
+            };
+            if armed {
+                armed = false;
+                start_hold(&up_hold);
+            } else if contains(&buf[..n], rule.pattern.as_bytes())
+                && !used.swap(true, Ordering::SeqCst)
+            {
+                if rule.after_next {
+                    armed = true;
+                } else {
+                    start_hold(&up_hold);
+                }
+            }
+            if matches!(*up_hold.lock().unwrap(), Hold::Forever) {
+                // Frozen: keep the sockets, forward nothing.
+                let _keep = (client_rx, server_tx);
+                std::future::pending::<()>().await;
+                unreachable!();
+            }
+            if server_tx.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    let down = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match server_rx.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let h = *hold.lock().unwrap();
+            match h {
+                Hold::None => {}
+                Hold::Until(t) => tokio::time::sleep_until(t).await,
+                Hold::Forever => {
+                    let _keep = (server_rx, client_tx);
+                    std::future::pending::<()>().await;
+                    unreachable!();
+                }
+            }
+            if client_tx.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::join!(up, down);
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A migrated database with an `effects` table; the queue returned connects through a proxy
+/// with `rule`, the effects pool directly.
+async fn proxied(prefix: &str, rule: Rule) -> (Queue, Queue, MySqlPool, Proxy) {
+    let (direct, effects) = fresh_queue_with_effects(prefix).await;
+    let url = database_url(&effects).await;
+    let proxy = Proxy::start(host_port(&url), rule).await;
+    let via_proxy = Queue::connect(&proxy.url(&url)).await.expect("connect via proxy");
+    (direct, via_proxy, effects, proxy)
+}
+
+/// The URL of the database `pool` is connected to.
+async fn database_url(pool: &MySqlPool) -> String {
+    let name: String = sqlx::query_scalar("SELECT CAST(DATABASE() AS CHAR)")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let (scheme, rest) = tests::server().url().split_once("://").expect("a URL");
+    let server = rest.split(['/', '?']).next().unwrap();
+    format!("{scheme}://{server}/{name}")
+}
+
+/// Shuts the worker down and requires it to return within `within`.
+async fn stop_within(handle: &WorkerHandle, task: WorkerTask, within: Duration) {
+    handle.shutdown();
+    tokio::time::timeout(within, task)
+        .await
+        .unwrap_or_else(|_| panic!("the worker did not stop within {within:?} of shutdown"))
+        .expect("the worker task does not panic")
+        .expect("the worker returns Ok");
+}
+
+/// Works for `d` in small steps, returning early with an error if the job is cancelled.
+async fn work(ctx: &JobContext, d: Duration) -> Result<(), JobError> {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => Ok(()),
+        _ = ctx.cancelled() => Err(format!("stopped: {:?}", ctx.cancel_reason()).into()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. A statement that never gets its reply is abandoned with its connection.
+// ---------------------------------------------------------------------------------------
+
+static FROZEN_WRITE_DB: OnceLock<MySqlPool> = OnceLock::new();
+
+#[job(name = "lease_frozen_write", lease = "3s")]
+async fn frozen_write(ctx: JobContext) -> Result<(), JobError> {
+    record_effect(&FROZEN_WRITE_DB, &ctx, "done").await
+}
+
+/// The connection that carries the first completion freezes (the server never sees the
+/// statement, the client never gets a reply). The write is given up after its timeout, its
+/// connection closed, and the completion written on a new one; shutdown returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_outcome_write_is_retried_on_a_new_connection_and_shutdown_returns() {
+    let rule = Rule {
+        pattern: "SET status = 'done'",
+        after_next: false,
+        hold: None,
+    };
+    let (direct, queue, effects_pool, proxy) = proxied("lease_frozen_write", rule).await;
+    FROZEN_WRITE_DB.set(effects_pool.clone()).unwrap();
+    let id = direct.enqueue(FrozenWrite {}).await.unwrap().id();
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+
+    proxy.tripped(Duration::from_secs(15)).await;
+    let began = Instant::now();
+    let r = wait_status(&direct, id, JobStatus::Done, Duration::from_secs(15)).await;
+    println!(
+        "frozen completion: recorded {:.1}s after its connection froze",
+        began.elapsed().as_secs_f64()
+    );
+    assert_eq!(r.attempts, 1);
+    stop_within(&handle, task, Duration::from_secs(10)).await;
+    let m = handle.metrics();
+    assert_eq!((m.succeeded, m.lease_lost, m.claimed), (1, 0, 1), "{m:?}");
+    assert!(m.database_errors >= 1, "the timed-out write is counted: {m:?}");
+    assert_eq!(effects(&effects_pool).await, [(r.task_key, 1)]);
+}
+
+static FROZEN_RENEWAL_DB: OnceLock<MySqlPool> = OnceLock::new();
+
+#[job(name = "lease_frozen_renewal", lease = "3s")]
+async fn frozen_renewal(ctx: JobContext) -> Result<(), JobError> {
+    record_effect(&FROZEN_RENEWAL_DB, &ctx, "start").await?;
+    work(&ctx, Duration::from_secs(4)).await?;
+    record_effect(&FROZEN_RENEWAL_DB, &ctx, "done").await
+}
+
+/// The connection that carries the first renewal freezes. The renewal is given up after a
+/// quarter of the lease and sent again on a new connection, in time: the job keeps its lease
+/// and runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_renewal_is_abandoned_and_the_lease_kept() {
+    let rule = Rule {
+        pattern: "AND cancel_requested = 0",
+        after_next: false,
+        hold: None,
+    };
+    let (direct, queue, effects_pool, proxy) = proxied("lease_frozen_renewal", rule).await;
+    FROZEN_RENEWAL_DB.set(effects_pool.clone()).unwrap();
+    let id = direct.enqueue(FrozenRenewal {}).await.unwrap().id();
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+
+    proxy.tripped(Duration::from_secs(15)).await;
+    let r = wait_status(&direct, id, JobStatus::Done, Duration::from_secs(20)).await;
+    assert_eq!(r.attempts, 1, "the lease was kept: {:?}", r.last_error);
+    stop_within(&handle, task, Duration::from_secs(10)).await;
+    let m = handle.metrics();
+    assert_eq!((m.succeeded, m.lease_lost, m.claimed), (1, 0, 1), "{m:?}");
+    assert_eq!(
+        effects_of(&effects_pool, &r.task_key).await,
+        [(1, "start".to_owned()), (1, "done".to_owned())]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Another session's lock on one running job disturbs that job only.
+// ---------------------------------------------------------------------------------------
+
+static LOCKED_DB: OnceLock<MySqlPool> = OnceLock::new();
+static LOCKED_STARTED: Mailbox<u64> = Mailbox::new();
+
+#[job(name = "lease_one_row_locked", lease = "2s")]
+async fn one_row_locked(ctx: JobContext, n: u32) -> Result<(), JobError> {
+    let _ = n;
+    record_effect(&LOCKED_DB, &ctx, "start").await?;
+    LOCKED_STARTED.send(ctx.id());
+    work(&ctx, Duration::from_secs(4)).await?;
+    record_effect(&LOCKED_DB, &ctx, "done").await
+}
+
+/// Four long jobs on one worker; a transaction holds the row of one of them. The other three
+/// keep their leases and finish on their first attempt while the lock is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_locked_by_another_session_disturbs_only_its_own_job() {
+    let (queue, effects_pool) = fresh_queue_with_effects("lease_one_row_locked").await;
+    LOCKED_DB.set(effects_pool.clone()).unwrap();
+    let mut started = LOCKED_STARTED.open();
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        ids.push(queue.enqueue(OneRowLocked { n }).await.unwrap().id());
+    }
+    let (handle, task) = start(quick_worker(&queue).concurrency(4).build().unwrap());
+    for _ in 0..4 {
+        receive(&mut started, "four jobs to start", Duration::from_secs(10)).await;
+    }
+
+    let locked = *ids.iter().min().unwrap();
+    let mut holder = queue.pool().begin().await.unwrap();
+    sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
+        .bind(locked)
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+    for &id in ids.iter().filter(|&&id| id != locked) {
+        let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(15)).await;
+        assert_eq!(r.attempts, 1, "job {id} kept its lease");
+    }
+    // The locked job could not be renewed; it was stopped, and runs again once the lock is
+    // gone and its lease has expired.
+    holder.rollback().await.unwrap();
+    let r = wait_status(&queue, locked, JobStatus::Done, Duration::from_secs(20)).await;
+    stop_within(&handle, task, Duration::from_secs(10)).await;
+    let m = handle.metrics();
+    assert_eq!(m.lease_lost, 1, "only the locked job lost its lease: {m:?}");
+    assert_eq!(r.attempts, 2);
+    for &id in &ids {
+        let key = row(&queue, id).await.task_key;
+        let starts = effects_of(&effects_pool, &key)
+            .await
+            .into_iter()
+            .filter(|(_, note)| note == "start")
+            .count();
+        assert_eq!(starts, if id == locked { 2 } else { 1 }, "job {id}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. Job code that blocks its thread cannot starve renewals.
+// ---------------------------------------------------------------------------------------
+
+static BLOCKING_DB: OnceLock<MySqlPool> = OnceLock::new();
+
+#[job(name = "lease_blocking", lease = "1s")]
+async fn blocking(ctx: JobContext) -> Result<(), JobError> {
+    // Wrong (it belongs in `spawn_blocking`), and exactly what this test is about.
+    std::thread::sleep(Duration::from_millis(2500));
+    record_effect(&BLOCKING_DB, &ctx, "done").await
+}
+
+/// On a single-threaded runtime, a job blocks the only thread for two and a half leases. The
+/// lease is renewed from elsewhere, so the job is recorded once, on its first attempt.
+#[tokio::test(flavor = "current_thread")]
+async fn a_job_that_blocks_its_thread_keeps_its_lease() {
+    let (queue, effects_pool) = fresh_queue_with_effects("lease_blocking").await;
+    BLOCKING_DB.set(effects_pool.clone()).unwrap();
+    let id = queue.enqueue(Blocking {}).await.unwrap().id();
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+
+    let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(20)).await;
+    assert_eq!(r.attempts, 1, "{:?}", r.last_error);
+    stop_within(&handle, task, Duration::from_secs(10)).await;
+    let m = handle.metrics();
+    assert_eq!((m.succeeded, m.lease_lost, m.claimed), (1, 0, 1), "{m:?}");
+    assert_eq!(effects(&effects_pool).await, [(r.task_key, 1)]);
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. A busy worker sends about one renewal statement per third of a lease.
+// ---------------------------------------------------------------------------------------
+
+#[job(name = "lease_batched", lease = "3s")]
+async fn batched(ctx: JobContext, n: u32) -> Result<(), JobError> {
+    let _ = n;
+    work(&ctx, Duration::from_millis(4500)).await
+}
+
+/// Twelve jobs claimed a quarter of a second apart, each running one and a half leases: the
+/// renewals of all of them travel together, about one round per third of the lease, instead
+/// of one round per job and third of a lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_of_jobs_claimed_at_different_times_travel_together() {
+    let (queue, _effects) = fresh_queue_with_effects("lease_batched").await;
+    let mut ids = Vec::new();
+    for n in 0..12u32 {
+        let delay = EnqueueOptions::default().delay(Duration::from_millis(250) * n);
+        ids.push(queue.enqueue_with(Batched { n }, delay).await.unwrap().id());
+    }
+    let began = Instant::now();
+    let (handle, task) = start(quick_worker(&queue).concurrency(12).build().unwrap());
+    for &id in &ids {
+        let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(30)).await;
+        assert_eq!(r.attempts, 1);
+    }
+    let took = began.elapsed();
+    stop_within(&handle, task, Duration::from_secs(10)).await;
+    let m = handle.metrics();
+    assert_eq!((m.succeeded, m.lease_lost), (12, 0), "{m:?}");
+    // One round per second (a third of the lease) while jobs run, and one to spare.
+    let bound = took.as_secs() + 2;
+    println!(
+        "renewal rounds: {} in {:.1}s for 12 jobs of 4.5s with 3s leases (bound {bound})",
+        m.renewals,
+        took.as_secs_f64()
+    );
+    assert!(m.renewals >= 3, "{m:?}");
+    assert!(
+        m.renewals <= bound,
+        "{} renewal rounds in {took:?}: renewals are not batched",
+        m.renewals
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. A completion whose reply is late is not mistaken for a lost lease.
+// ---------------------------------------------------------------------------------------
+
+static LATE_REPLY_DB: OnceLock<MySqlPool> = OnceLock::new();
+
+#[job(name = "lease_late_reply", lease = "3s")]
+async fn late_reply(ctx: JobContext) -> Result<(), JobError> {
+    work(&ctx, Duration::from_millis(1350)).await?;
+    record_effect(&LATE_REPLY_DB, &ctx, "done").await
+}
+
+/// The job ends just after its first renewal; the server records the completion at once, but
+/// its reply arrives 1.2 s later, after the next renewal round has found the row `done`. That
+/// round must not count a lost lease: the completion is the worker's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_with_a_late_reply_is_not_a_lost_lease() {
+    let rule = Rule {
+        pattern: "SET status = 'done'",
+        after_next: true,
+        hold: Some(Duration::from_millis(1200)),
+    };
+    let (direct, queue, effects_pool, proxy) = proxied("lease_late_reply", rule).await;
+    LATE_REPLY_DB.set(effects_pool.clone()).unwrap();
+    let id = direct.enqueue(LateReply {}).await.unwrap().id();
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+
+    proxy.tripped(Duration::from_secs(15)).await;
+    let r = wait_status(&direct, id, JobStatus::Done, Duration::from_secs(15)).await;
+    assert_eq!(r.attempts, 1);
+    // The late reply arrives; then the worker records the success.
+    tests::wait_for("the success to be counted", Duration::from_secs(10), || async {
+        (handle.metrics().succeeded == 1).then_some(())
+    })
+    .await;
+    stop_within(&handle, task, Duration::from_secs(10)).await;
+    let m = handle.metrics();
+    assert_eq!((m.succeeded, m.lease_lost), (1, 0), "{m:?}");
+    assert_eq!(effects(&effects_pool).await, [(r.task_key, 1)]);
+}
