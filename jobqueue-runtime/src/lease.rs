@@ -166,9 +166,9 @@ pub(crate) fn call_timeout(lease: Duration) -> Duration {
 /// last renewed. The round then renews every lease this worker holds, due or not, so that the
 /// leases of jobs claimed at different moments travel together and a busy worker sends about
 /// one statement per third of a lease instead of one per job. Returns when the next round may
-/// start: at once, or after a short pause when some lease could not be renewed (its row is
-/// locked by another session, or the server did not answer), so that a lasting lock is not
-/// polled every tick.
+/// start: at once (after an error too: a call that failed has already waited for its
+/// timeout), or after a twelfth of the shortest lease when a row was locked by another
+/// session, so that a lasting lock is not polled every tick.
 async fn renew_due(store: &Store, owner: &str, leases: &Leases, metrics: &Metrics) -> Instant {
     let now = Instant::now();
     let mut any_due = false;
@@ -188,7 +188,7 @@ async fn renew_due(store: &Store, owner: &str, leases: &Leases, metrics: &Metric
         return now;
     }
     let store = store.bounded(call_timeout(shortest));
-    let mut complete = true;
+    let mut locked = false;
     for (claims, with_cancel) in [(plain, false), (with_cancel, true)] {
         if claims.is_empty() {
             continue;
@@ -205,11 +205,10 @@ async fn renew_due(store: &Store, owner: &str, leases: &Leases, metrics: &Metric
                         .into_iter()
                         .filter(|c| !renewed.contains(&c.0))
                         .collect();
-                    complete &= sort_out(&store, owner, leases, metrics, &rest).await;
+                    locked |= sort_out(&store, owner, leases, metrics, &rest).await;
                 }
             }
             Err(e) => {
-                complete = false;
                 metrics.add(
                     &metrics.database_errors,
                     "jobqueue_database_errors_total",
@@ -219,10 +218,10 @@ async fn renew_due(store: &Store, owner: &str, leases: &Leases, metrics: &Metric
             }
         }
     }
-    if complete {
-        Instant::now()
-    } else {
+    if locked {
         Instant::now() + shortest / 12
+    } else {
+        Instant::now()
     }
 }
 
@@ -245,7 +244,7 @@ fn mark_renewed(leases: &Leases, claims: &[(u64, u32)], renewed: &[u64], sent: I
 /// A renewal left out some of `claims`: find out, per job, whether the lease was lost, an
 /// operator asked for a cancel, or the row was only locked by another session (it is then
 /// left for the next round, and stopped in time if its lease cannot be renewed). Returns
-/// whether every job was accounted for (false: some are still held and not renewed).
+/// whether some job was held but locked.
 async fn sort_out(
     store: &Store,
     owner: &str,
@@ -260,7 +259,7 @@ async fn sort_out(
             return false;
         }
     };
-    let mut complete = true;
+    let mut locked = false;
     let mut cancel_now = Vec::new();
     {
         let mut map = leases.lock();
@@ -298,7 +297,7 @@ async fn sort_out(
                 cancel_now.push((s.id, attempt));
             } else {
                 // Held, but its row is locked by another session: not renewed this time.
-                complete = false;
+                locked = true;
                 tracing::debug!(
                     job.id = s.id,
                     attempt,
@@ -313,12 +312,10 @@ async fn sort_out(
         metrics.add(&metrics.renewals, "jobqueue_lease_renewals_total", 1);
         match store.renew_ids(owner, &ids, true).await {
             Ok(renewed) => {
-                mark_renewed(leases, &cancel_now, &renewed, sent);
                 // A short count is sorted out at the next round, like any other.
-                complete &= renewed.len() == ids.len();
+                mark_renewed(leases, &cancel_now, &renewed, sent);
             }
             Err(e) => {
-                complete = false;
                 metrics.add(
                     &metrics.database_errors,
                     "jobqueue_database_errors_total",
@@ -328,5 +325,5 @@ async fn sort_out(
             }
         }
     }
-    complete
+    locked
 }
