@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use jobqueue::{job, EnqueueOptions, JobContext, JobError, JobStatus, Queue, WorkerHandle};
 use sqlx::mysql::MySqlPool;
 use tests::{
-    effects, effects_of, fresh_queue_with_effects, quick_worker, receive,
-    record_effect, row, start, wait_status, Mailbox, WorkerTask,
+    effects, effects_of, fresh_queue_with_effects, quick_worker, receive, record_effect, row,
+    start, wait_status, Mailbox, WorkerTask,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -69,7 +69,9 @@ impl Proxy {
         let used = Arc::new(AtomicBool::new(false));
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let server = TcpStream::connect(&upstream).await.expect("connect upstream");
+                let server = TcpStream::connect(&upstream)
+                    .await
+                    .expect("connect upstream");
                 tokio::spawn(relay(client, server, rule, used.clone(), trip.clone()));
             }
         });
@@ -190,7 +192,9 @@ async fn proxied(prefix: &str, rule: Rule) -> (Queue, Queue, MySqlPool, Proxy) {
     let (direct, effects) = fresh_queue_with_effects(prefix).await;
     let url = database_url(&effects).await;
     let proxy = Proxy::start(host_port(&url), rule).await;
-    let via_proxy = Queue::connect(&proxy.url(&url)).await.expect("connect via proxy");
+    let via_proxy = Queue::connect(&proxy.url(&url))
+        .await
+        .expect("connect via proxy");
     (direct, via_proxy, effects, proxy)
 }
 
@@ -260,7 +264,10 @@ async fn a_frozen_outcome_write_is_retried_on_a_new_connection_and_shutdown_retu
     stop_within(&handle, task, Duration::from_secs(10)).await;
     let m = handle.metrics();
     assert_eq!((m.succeeded, m.lease_lost, m.claimed), (1, 0, 1), "{m:?}");
-    assert!(m.database_errors >= 1, "the timed-out write is counted: {m:?}");
+    assert!(
+        m.database_errors >= 1,
+        "the timed-out write is counted: {m:?}"
+    );
     assert_eq!(effects(&effects_pool).await, [(r.task_key, 1)]);
 }
 
@@ -469,9 +476,11 @@ async fn a_completion_with_a_late_reply_is_not_a_lost_lease() {
     let r = wait_status(&direct, id, JobStatus::Done, Duration::from_secs(15)).await;
     assert_eq!(r.attempts, 1);
     // The late reply arrives; then the worker records the success.
-    tests::wait_for("the success to be counted", Duration::from_secs(10), || async {
-        (handle.metrics().succeeded == 1).then_some(())
-    })
+    tests::wait_for(
+        "the success to be counted",
+        Duration::from_secs(10),
+        || async { (handle.metrics().succeeded == 1).then_some(()) },
+    )
     .await;
     stop_within(&handle, task, Duration::from_secs(10)).await;
     let m = handle.metrics();
