@@ -52,6 +52,12 @@
 //! their attempts kept, periodic (`cron`) jobs are enqueued once per tick across all nodes,
 //! and finished jobs are pruned after their [`Retention`].
 //!
+//! Leases are renewed, and outcomes written, from a thread of the worker's own with
+//! connections of its own, and every database call of a worker has a timeout, so neither a
+//! server that stops answering nor job code that blocks its thread can make a lease lapse.
+//! Blocking work still belongs in `tokio::task::spawn_blocking`: a job that blocks a runtime
+//! thread holds up every other task on it, and its cancellation cannot interrupt it.
+//!
 //! # Guarantees
 //!
 //! At-least-once execution, idempotent enqueue, and fenced writes. A job can still run twice
