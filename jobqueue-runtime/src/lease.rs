@@ -1,6 +1,7 @@
-//! Lease renewal: while a worker holds jobs it extends their leases, one statement for all of
-//! them, whenever one of them is a third of the way through its lease; and it stops any job
-//! whose lease it can no longer vouch for before another worker may take it.
+//! Lease renewal: while a worker holds jobs it extends their leases, one round for all of them
+//! (a locking read that skips rows other sessions hold, then one update), whenever one of them
+//! is a third of the way through its lease; and it stops any job whose lease it can no longer
+//! vouch for before another worker may take it.
 //!
 //! The renewer runs on the worker's lease thread (see [`crate::Worker::run_until`]), away from
 //! job code, and every call it makes is bounded by a quarter of the shortest lease it renews.

@@ -329,8 +329,9 @@ async fn long_blocked(ctx: JobContext) -> Result<(), JobError> {
     long_work(&ctx, &BLOCKED_DB, &BLOCKED_STARTED).await
 }
 
-/// Renewals are made impossible by a transaction that holds the job's row lock: the renewal
-/// `UPDATE` then waits on the lock, like a renewal stuck on a slow or partitioned server.
+/// Renewals are made impossible by a transaction that holds the job's row lock: a renewal
+/// passes over a row another session holds, so the lease goes unrenewed, as when the server
+/// is slow or partitioned away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back() {
     let (queue, effects_pool) = fresh_queue_with_effects("worker_blocked").await;
