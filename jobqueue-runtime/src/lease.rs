@@ -199,6 +199,8 @@ async fn renew_due(store: &Store, owner: &str, leases: &Leases, metrics: &Metric
         metrics.add(&metrics.renewals, "jobqueue_lease_renewals_total", 1);
         match store.renew_ids(owner, &ids, with_cancel).await {
             Ok(renewed) => {
+                check_clock(leases, &renewed, Instant::now());
+                let renewed: Vec<u64> = renewed.into_iter().map(|r| r.0).collect();
                 mark_renewed(leases, &claims, &renewed, sent);
                 if renewed.len() < claims.len() {
                     let renewed: HashSet<u64> = renewed.into_iter().collect();
@@ -223,6 +225,41 @@ async fn renew_due(store: &Store, owner: &str, leases: &Leases, metrics: &Metric
         Instant::now() + shortest / 12
     } else {
         Instant::now()
+    }
+}
+
+/// Warns when the server saw less of a lease left than this worker can account for.
+///
+/// When the renewal's reply came, at `received`, a lease renewed (or claimed) at `renewed_at`
+/// had at least `lease - (received - renewed_at)` left by the server's clock when the server
+/// read it, since the server started it after `renewed_at`. Markedly less means the server's
+/// clock jumped forward (a step, or a failover to a host whose clock is ahead): every
+/// worker's maintenance then sees leases expire early and takes back jobs that still run.
+/// This cannot undo that; it says so.
+fn check_clock(leases: &Leases, renewed: &[(u64, i64)], received: Instant) {
+    let mut worst: Option<(u64, Duration)> = None;
+    {
+        let map = leases.lock();
+        for &(id, left_us) in renewed {
+            let Some(h) = map.get(&id) else { continue };
+            let expected = h
+                .lease
+                .saturating_sub(received.saturating_duration_since(h.renewed_at));
+            let left = Duration::from_micros(left_us.max(0).unsigned_abs());
+            let short = expected.saturating_sub(left);
+            if short > (h.lease / 10).max(Duration::from_millis(200))
+                && worst.is_none_or(|(_, w)| short > w)
+            {
+                worst = Some((id, short));
+            }
+        }
+    }
+    if let Some((id, short)) = worst {
+        tracing::warn!(
+            job.id = id,
+            ahead = ?short,
+            "the database's clock ran {short:.1?} ahead of this worker's since the lease was last renewed: if it jumped forward, leases look expired early to every worker and jobs may run twice; keep the server's clock slewed, never stepped"
+        );
     }
 }
 
@@ -314,6 +351,7 @@ async fn sort_out(
         match store.renew_ids(owner, &ids, true).await {
             Ok(renewed) => {
                 // A short count is sorted out at the next round, like any other.
+                let renewed: Vec<u64> = renewed.into_iter().map(|r| r.0).collect();
                 mark_renewed(leases, &cancel_now, &renewed, sent);
             }
             Err(e) => {

@@ -765,13 +765,14 @@ impl Store {
             .len() as u64)
     }
 
-    /// [`Store::renew`], returning which of `ids` were renewed.
+    /// [`Store::renew`], returning which of `ids` were renewed, each with how much of its
+    /// lease the server saw left just before (microseconds, by the server's clock).
     pub(crate) async fn renew_ids(
         &self,
         owner: &str,
         ids: &[u64],
         with_cancel_requested: bool,
-    ) -> Result<Vec<u64>> {
+    ) -> Result<Vec<(u64, i64)>> {
         let cancel = if with_cancel_requested {
             ""
         } else {
@@ -785,12 +786,13 @@ impl Store {
             // statements go by primary key: a scan of a secondary index would lock (or wait
             // for) other running jobs' rows too.
             let sql = format!(
-                "SELECT id FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) \
+                "SELECT id, COALESCE(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until), 0) \
+                 FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) \
                  AND status = 'running' AND lease_owner = ?{cancel} FOR UPDATE SKIP LOCKED",
                 placeholders(padded_len(chunk.len()))
             );
-            let free: Vec<u64> = on_connection!(self, |conn| {
-                let mut q = sqlx::query_scalar(&sql);
+            let free: Vec<(u64, i64)> = on_connection!(self, |conn| {
+                let mut q = sqlx::query_as(&sql);
                 for id in padded(chunk) {
                     q = q.bind(id);
                 }
@@ -808,7 +810,7 @@ impl Store {
             );
             let matched = on_connection!(self, |conn| {
                 let mut q = sqlx::query(&sql);
-                for id in padded(&free) {
+                for (id, _) in padded(&free) {
                     q = q.bind(id);
                 }
                 q.bind(owner).execute(&mut *conn)

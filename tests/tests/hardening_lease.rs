@@ -1,7 +1,7 @@
 //! Lease renewal and outcome writes that can neither hang nor starve: a connection that stops
 //! answering mid-statement, another session's lock on one running job, job code that blocks
-//! its thread, the number of renewal statements a busy worker sends, and a completion whose
-//! reply is late.
+//! its thread, the number of renewal rounds a busy worker sends, a completion whose reply is
+//! late, and a database clock that jumps ahead.
 //!
 //! The hung connections come from a small TCP proxy between the worker and the server
 //! ([`Proxy`]): on the first client packet that contains a given piece of SQL it stops
@@ -21,7 +21,7 @@ use jobqueue::{job, EnqueueOptions, JobContext, JobError, JobStatus, Queue, Work
 use sqlx::mysql::MySqlPool;
 use tests::{
     effects, effects_of, fresh_queue_with_effects, quick_worker, receive, record_effect, row,
-    start, wait_status, Mailbox, WorkerTask,
+    start, wait_status, LogCapture, Mailbox, WorkerTask,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -486,4 +486,43 @@ async fn a_completion_with_a_late_reply_is_not_a_lost_lease() {
     let m = handle.metrics();
     assert_eq!((m.succeeded, m.lease_lost), (1, 0), "{m:?}");
     assert_eq!(effects(&effects_pool).await, [(r.task_key, 1)]);
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. A database clock that jumps ahead is reported.
+// ---------------------------------------------------------------------------------------
+
+static SKEW_STARTED: Mailbox<u64> = Mailbox::new();
+
+#[job(name = "lease_clock_skew", lease = "3s")]
+async fn clock_skew(ctx: JobContext) -> Result<(), JobError> {
+    SKEW_STARTED.send(ctx.id());
+    work(&ctx, Duration::from_secs(2)).await
+}
+
+/// The row's lease is moved two seconds closer to its end, as a two-second forward step of the
+/// server's clock would do. The next renewal sees less lease left than the worker can account
+/// for, and says the database's clock jumped ahead.
+#[tokio::test(flavor = "current_thread")]
+async fn a_database_clock_that_jumps_ahead_is_reported() {
+    let (logs, _guard) = LogCapture::install("warn");
+    let (queue, _effects) = fresh_queue_with_effects("lease_clock_skew").await;
+    let mut started = SKEW_STARTED.open();
+    let id = queue.enqueue(ClockSkew {}).await.unwrap().id();
+    // No maintenance: nothing may take the job back while its lease looks short.
+    let (handle, task) = start(quick_worker(&queue).maintenance(false).build().unwrap());
+    receive(&mut started, "the job to start", Duration::from_secs(10)).await;
+    sqlx::query("UPDATE job_queue SET lease_until = lease_until - INTERVAL 2 SECOND WHERE id = ?")
+        .bind(id)
+        .execute(queue.pool())
+        .await
+        .unwrap();
+
+    let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(15)).await;
+    assert_eq!(r.attempts, 1);
+    stop_within(&handle, task, Duration::from_secs(10)).await;
+    let warned = logs.lines_with(&["database's clock ran", "ahead of this worker's"]);
+    assert_eq!(warned.len(), 1, "{}", logs.text());
+    assert!(warned[0].contains(&format!("job.id={id}")), "{}", warned[0]);
+    assert_eq!(handle.metrics().lease_lost, 0);
 }
