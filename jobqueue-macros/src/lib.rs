@@ -145,6 +145,12 @@ use proc_macro::TokenStream;
 /// `Display`; `{{` and `}}` are literal braces. A key longer than 255 characters keeps its
 /// first 200 and ends with a hash of the whole.
 ///
+/// Keys are one namespace shared by every kind, and a template's key is used as written,
+/// with no kind added (so that keys stay the same across releases). Start each template
+/// with text of its kind's own: with `key = "order:{id}"` on two kinds, the second kind's
+/// enqueue of an order the first holds fails with `Error::KeyTaken` (it is never reported
+/// as a duplicate of the other kind's job).
+///
 /// Default: derived from the arguments, `kind:` followed by 128 bits, in hex, of the
 /// SHA-256 of the arguments' canonical JSON (object keys sorted, no whitespace): equal
 /// arguments give equal keys, in every process and release.

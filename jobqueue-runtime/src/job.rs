@@ -25,6 +25,8 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     const OPTIONS: JobOptions;
 
     /// The idempotency key of this job: a second enqueue with an equal key is a duplicate.
+    /// Keys are shared by every kind: a key that a job of another kind holds makes the
+    /// enqueue fail with [`Error::KeyTaken`](crate::Error::KeyTaken).
     ///
     /// The default is [`derived_task_key`](crate::key::derived_task_key): the kind and a hash
     /// of the arguments, so equal arguments give equal keys.

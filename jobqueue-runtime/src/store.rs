@@ -171,8 +171,8 @@ pub(crate) async fn insert(conn: &mut MySqlConnection, job: &NewJob) -> Result<E
         {
             Ok(done) => return Ok(Enqueued::New(done.last_insert_id())),
             Err(e) if is_key_conflict(&e) => {
-                if let Some(id) = existing_id(conn, &job.key).await? {
-                    return Ok(Enqueued::Duplicate(id));
+                if let Some((id, kind)) = existing_id(conn, &job.key).await? {
+                    return duplicate_of(job, id, &kind);
                 }
             }
             Err(e) => return Err(e.into()),
@@ -184,15 +184,32 @@ pub(crate) async fn insert(conn: &mut MySqlConnection, job: &NewJob) -> Result<E
     })
 }
 
-async fn existing_id(conn: &mut MySqlConnection, key: &str) -> Result<Option<u64>> {
+/// The id and kind of the job holding `key`.
+async fn existing_id(conn: &mut MySqlConnection, key: &str) -> Result<Option<(u64, String)>> {
     // A locking read sees the latest committed row even inside the caller's REPEATABLE READ
     // snapshot; the duplicate-key error already holds this shared lock anyway.
-    let id: Option<u64> =
-        sqlx::query_scalar("SELECT id FROM job_queue WHERE task_key = ? LOCK IN SHARE MODE")
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await?;
-    Ok(id)
+    let row = sqlx::query("SELECT id, kind FROM job_queue WHERE task_key = ? LOCK IN SHARE MODE")
+        .bind(key)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(row
+        .map(|r| Ok::<_, sqlx::Error>((r.try_get(0)?, text(&r, 1)?)))
+        .transpose()?)
+}
+
+/// `Duplicate(id)` when job `id`, which holds `job`'s key, is of `job`'s kind. A job of
+/// another kind is an error: its `Duplicate` would say that this job exists, and it does not.
+fn duplicate_of(job: &NewJob, id: u64, kind: &str) -> Result<Enqueued> {
+    if kind == job.kind {
+        Ok(Enqueued::Duplicate(id))
+    } else {
+        Err(Error::KeyTaken {
+            key: job.key.chars().take(80).collect(),
+            kind: job.kind.clone(),
+            holder: kind.to_owned(),
+            id,
+        })
+    }
 }
 
 /// Jobs per multi-row `INSERT` of [`insert_many`].
@@ -278,33 +295,34 @@ async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec
     jobs.iter()
         .map(|j| {
             let k = j.key.as_str();
-            if let Some(&id) = existing.get(k) {
-                Ok(Enqueued::Duplicate(id))
+            if let Some((id, kind)) = existing.get(k) {
+                duplicate_of(j, *id, kind)
             } else {
-                let id = *inserted
+                let (id, kind) = inserted
                     .get(k)
                     .ok_or_else(|| Error::NotFound(format!("with key {k:?} after insert")))?;
-                Ok(if first.insert(k) {
-                    Enqueued::New(id)
+                if first.insert(k) {
+                    Ok(Enqueued::New(*id))
                 } else {
-                    Enqueued::Duplicate(id)
-                })
+                    duplicate_of(j, *id, kind)
+                }
             }
         })
         .collect()
 }
 
+/// The id and kind of the job holding each of `keys` that is taken.
 async fn ids_by_key<'k>(
     conn: &mut MySqlConnection,
     keys: &[&'k str],
     locking: bool,
-) -> Result<std::collections::HashMap<&'k str, u64>> {
+) -> Result<std::collections::HashMap<&'k str, (u64, String)>> {
     let mut map = std::collections::HashMap::new();
     if keys.is_empty() {
         return Ok(map);
     }
     let sql = format!(
-        "SELECT id, task_key FROM job_queue WHERE task_key IN ({}){}",
+        "SELECT id, task_key, kind FROM job_queue WHERE task_key IN ({}){}",
         placeholders(padded_len(keys.len())),
         if locking { " LOCK IN SHARE MODE" } else { "" }
     );
@@ -316,7 +334,7 @@ async fn ids_by_key<'k>(
         let id: u64 = row.try_get(0)?;
         let key = text(&row, 1)?;
         if let Some(k) = keys.iter().find(|k| **k == key) {
-            map.insert(*k, id);
+            map.insert(*k, (id, text(&row, 2)?));
         }
     }
     Ok(map)
