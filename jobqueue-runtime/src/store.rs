@@ -113,6 +113,22 @@ pub(crate) struct NewJob {
     pub(crate) delay_us: i64,
 }
 
+/// What one [`Store::schedule_ticks`] pass did for a periodic kind.
+#[derive(Debug)]
+pub(crate) enum TickPass {
+    /// Another node holds the kind's row at this moment; it does this pass's work.
+    Busy,
+    /// The kind had no row; it has one now, starting at this time, and got no tick.
+    Started(NaiveDateTime),
+    /// The latest tick dealt with now, the ids of the jobs enqueued, and how many ticks were
+    /// skipped because the previous tick's job had not finished.
+    Advanced {
+        last_tick: NaiveDateTime,
+        new: Vec<u64>,
+        skipped: usize,
+    },
+}
+
 const INSERT_ONE: &str = "INSERT INTO job_queue \
      (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, created_at, updated_at) \
      VALUES (?, ?, ?, ?, \
@@ -855,11 +871,131 @@ impl Store {
         outcome
     }
 
-    /// Inserts a periodic job's tick (no log of duplicates: with N nodes, N - 1 of them
-    /// find the tick taken, which is the point).
-    pub(crate) async fn insert_tick(&self, job: &NewJob) -> Result<Enqueued> {
-        let mut conn = self.pool.acquire().await?;
-        insert(&mut conn, job).await
+    /// The queues an operator has paused.
+    pub(crate) async fn paused_queues(&self) -> Result<Vec<String>> {
+        let rows = sqlx::query("SELECT queue FROM job_queue_pause")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| text(r, 0).map_err(Error::from))
+            .collect()
+    }
+
+    /// One scheduler pass over the periodic kind `kind`, in one short transaction with the
+    /// kind's `job_queue_cron` row locked (SKIP LOCKED: a node that finds it locked leaves
+    /// the pass to the node holding it).
+    ///
+    /// A kind without a row gets one starting at `now`, and no tick. Otherwise `due` turns
+    /// the recorded `last_tick` into the ticks to deal with; each is enqueued (`job_of`
+    /// builds its job), or skipped when `overlap` is off and the previous tick's job is
+    /// still scheduled, ready or running. The row then moves to the last of them, fenced by
+    /// the `last_tick` read, so a tick is enqueued by exactly one transaction, ever.
+    pub(crate) async fn schedule_ticks(
+        &self,
+        kind: &str,
+        now: NaiveDateTime,
+        overlap: bool,
+        due: impl Fn(NaiveDateTime) -> Vec<NaiveDateTime>,
+        job_of: impl Fn(NaiveDateTime) -> NewJob,
+    ) -> Result<TickPass> {
+        let pass: Result<Result<TickPass>> = transaction!(self, |conn| {
+            let row: Option<(NaiveDateTime, Option<u64>)> = sqlx::query_as(
+                "SELECT last_tick, last_job_id FROM job_queue_cron WHERE kind = ? \
+                 FOR UPDATE SKIP LOCKED",
+            )
+            .bind(kind)
+            .fetch_optional(&mut *conn)
+            .await?;
+            let Some((last, mut last_job)) = row else {
+                // No row, or another node holds it. A plain read tells which without waiting
+                // for that node's lock (an insert would wait for it, to check the key).
+                let exists: bool = sqlx::query_scalar(
+                    "SELECT EXISTS(SELECT 1 FROM job_queue_cron WHERE kind = ?)",
+                )
+                .bind(kind)
+                .fetch_one(&mut *conn)
+                .await?;
+                if exists {
+                    return Ok((Ok(TickPass::Busy), false));
+                }
+                let created = sqlx::query(
+                    "INSERT INTO job_queue_cron (kind, last_tick, last_job_id, updated_at) \
+                     VALUES (?, ?, NULL, UTC_TIMESTAMP(6))",
+                )
+                .bind(kind)
+                .bind(now)
+                .execute(&mut *conn)
+                .await;
+                return match created {
+                    Ok(_) => Ok((Ok(TickPass::Started(now)), true)),
+                    Err(e) if is_key_conflict(&e) => Ok((Ok(TickPass::Busy), false)),
+                    Err(e) => Err(e),
+                };
+            };
+            let ticks = due(last);
+            let Some(&end) = ticks.last() else {
+                return Ok((
+                    Ok(TickPass::Advanced {
+                        last_tick: last,
+                        new: Vec::new(),
+                        skipped: 0,
+                    }),
+                    false,
+                ));
+            };
+            let (mut new, mut skipped) = (Vec::new(), 0);
+            for &tick in &ticks {
+                if !overlap {
+                    if let Some(id) = last_job {
+                        // The latest committed state (READ COMMITTED), or this
+                        // transaction's own insert of the tick before.
+                        let status: Option<String> = sqlx::query_scalar(
+                            "SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ?",
+                        )
+                        .bind(id)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                        if matches!(status.as_deref(), Some("scheduled" | "ready" | "running")) {
+                            skipped += 1;
+                            continue;
+                        }
+                    }
+                }
+                match insert(conn, &job_of(tick)).await {
+                    Ok(Enqueued::New(id)) => {
+                        new.push(id);
+                        last_job = Some(id);
+                    }
+                    // Enqueued by hand, or by a node of an older release.
+                    Ok(Enqueued::Duplicate(id)) => last_job = Some(id),
+                    Err(Error::Database(e)) => return Err(e),
+                    Err(other) => return Ok((Err(other), false)),
+                }
+            }
+            let moved = sqlx::query(
+                "UPDATE job_queue_cron SET last_tick = ?, last_job_id = ?, updated_at = UTC_TIMESTAMP(6) \
+                 WHERE kind = ? AND last_tick = ?",
+            )
+            .bind(end)
+            .bind(last_job)
+            .bind(kind)
+            .bind(last)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            if moved != 1 {
+                return Ok((Ok(TickPass::Busy), false));
+            }
+            Ok((
+                Ok(TickPass::Advanced {
+                    last_tick: end,
+                    new,
+                    skipped,
+                }),
+                true,
+            ))
+        });
+        pass?
     }
 
     /// Makes up to `limit` due `scheduled` jobs `ready`. Returns how many.
