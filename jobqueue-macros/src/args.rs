@@ -9,7 +9,7 @@ use crate::diagnostics::Errors;
 use crate::duration::{self, Millis};
 
 /// Every option, with the example its error messages show.
-const OPTIONS: [(&str, &str); 10] = [
+const OPTIONS: [(&str, &str); 11] = [
     ("name", r#"name = "export_order""#),
     ("queue", r#"queue = "exports""#),
     ("max_attempts", "max_attempts = 5"),
@@ -19,6 +19,7 @@ const OPTIONS: [(&str, &str); 10] = [
     ("key", r#"key = "export:{order_id}""#),
     ("backoff", r#"backoff = "exponential(1s, 1h)""#),
     ("cron", r#"cron = "0 */5 * * * *""#),
+    ("overlap", "overlap = true"),
     ("crate", r#"crate = "jobqueue""#),
 ];
 
@@ -42,6 +43,7 @@ pub(crate) struct JobArgs {
     pub(crate) key: Option<KeyTemplate>,
     pub(crate) backoff: Option<BackoffSpec>,
     pub(crate) cron: Option<LitStr>,
+    pub(crate) overlap: Option<syn::LitBool>,
     pub(crate) krate: Option<syn::Path>,
 }
 
@@ -125,6 +127,12 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> JobArgs {
     });
     if let Err(e) = parser.parse2(tokens) {
         errors.push(e);
+    }
+    if let (Some(overlap), None) = (&args.overlap, &args.cron) {
+        errors.push_spanned(
+            overlap,
+            "`overlap` is an option of periodic jobs; add a schedule (`cron = \"0 */5 * * * *\"`) or remove it",
+        );
     }
     args
 }
@@ -217,6 +225,18 @@ impl JobArgs {
                 check_cron(&lit.value()).map_err(|e| syn::Error::new_spanned(&lit, e))?;
                 self.cron = Some(lit);
             }
+            "overlap" => match value {
+                Expr::Lit(ExprLit {
+                    lit: Lit::Bool(lit),
+                    ..
+                }) => self.overlap = Some(lit.clone()),
+                _ => {
+                    return Err(syn::Error::new_spanned(
+                        value,
+                        format!("`overlap` takes `true` or `false`: `{example}`"),
+                    ))
+                }
+            },
             "crate" => {
                 let lit = string(option, example, value)?;
                 let path = lit.parse::<syn::Path>().map_err(|_| {

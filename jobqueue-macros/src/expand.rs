@@ -215,6 +215,9 @@ fn job_options(args: &JobArgs, root: &TokenStream) -> TokenStream {
     if let Some(cron) = &args.cron {
         options.extend(quote!(.cron(#cron)));
     }
+    if let Some(overlap) = &args.overlap {
+        options.extend(quote!(.overlap(#overlap)));
+    }
     options
 }
 

@@ -147,6 +147,12 @@ use proc_macro::TokenStream;
 /// `Display`; `{{` and `}}` are literal braces. A key longer than 255 characters keeps its
 /// first 200 and ends with a hash of the whole.
 ///
+/// Keys are one namespace shared by every kind, and a template's key is used as written,
+/// with no kind added (so that keys stay the same across releases). Start each template
+/// with text of its kind's own: with `key = "order:{id}"` on two kinds, the second kind's
+/// enqueue of an order the first holds fails with `Error::KeyTaken` (it is never reported
+/// as a duplicate of the other kind's job).
+///
 /// Default: derived from the arguments, `kind:` followed by 128 bits, in hex, of the
 /// SHA-256 of the arguments' canonical JSON (object keys sorted, no whitespace): equal
 /// arguments give equal keys, in every process and release.
@@ -176,9 +182,18 @@ use proc_macro::TokenStream;
 /// A schedule on which the workers enqueue the job by themselves: six fields
 /// `sec min hour day month weekday`, or five without the seconds, in UTC unless a time zone
 /// comes first (`CRON_TZ=Europe/Berlin 0 0 9 * * Mon-Fri`: 09:00 Berlin time, summer and
-/// winter). Each tick is enqueued once however many workers run, its arguments built with
-/// `Default`, so every argument type implements `Default` (or there are none). The schedule
-/// is checked at compile time, the time zone's name when the worker starts. Default: none.
+/// winter). Its arguments are built with `Default`, so every argument type implements
+/// `Default` (or there are none). The schedule is checked at compile time, the time zone's
+/// name when the worker starts. Default: none.
+///
+/// Each tick is enqueued at most once, with the task key `kind@<tick in UTC>`, however many
+/// workers run and restart and whatever was pruned since: the workers record the latest
+/// tick of each kind in the `job_queue_cron` table and enqueue a tick only while moving
+/// that record past it. A new kind's first tick is the first one after a worker first
+/// schedules it, never an earlier one. Ticks missed for longer than the catch-up window
+/// (three maintenance intervals, at least 5 s: every worker was down, or the kind's queue
+/// was paused) collapse into the latest of them, which runs once. See also
+/// [`overlap`](#overlap).
 ///
 /// ```
 /// # use jobqueue::job;
@@ -187,6 +202,20 @@ use proc_macro::TokenStream;
 ///
 /// #[job(cron = "CRON_TZ=Europe/Berlin 0 0 9 * * Mon-Fri")]
 /// async fn morning_report() {}
+/// ```
+///
+/// ## `overlap`
+///
+/// For a `cron` job: whether a tick is enqueued while the job of the previous tick is still
+/// scheduled, ready or running. Default `false`: such a tick is skipped, so runs never
+/// overlap and a queue that no worker serves holds at most one waiting tick. `true`
+/// enqueues every tick.
+///
+/// ```
+/// # use jobqueue::job;
+/// // Each tick runs, even while the previous one still does.
+/// #[job(cron = "*/10 * * * * *", overlap = true)]
+/// async fn sample_metrics() {}
 /// ```
 ///
 /// ## `crate`

@@ -33,6 +33,20 @@ pub enum Error {
         reason: String,
     },
 
+    /// The task key is held by a job of another kind, so this job was not enqueued. Task keys
+    /// are one namespace shared by every kind.
+    #[error("task key {key:?} is held by job {id} of kind `{holder}`, so this `{kind}` job was not enqueued; task keys are shared by all kinds: begin the `key` template with text of this kind's own, such as \"{kind}:\"")]
+    KeyTaken {
+        /// The key (cut to 80 characters).
+        key: String,
+        /// The kind of the job that was not enqueued.
+        kind: String,
+        /// The kind of the job that holds the key.
+        holder: String,
+        /// The id of the job that holds the key.
+        id: u64,
+    },
+
     /// A queue name is empty, too long or uses characters outside `[A-Za-z0-9_.:-]`.
     #[error("invalid queue name {queue:?}: {reason}")]
     InvalidQueue {

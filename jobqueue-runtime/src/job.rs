@@ -25,6 +25,8 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     const OPTIONS: JobOptions;
 
     /// The idempotency key of this job: a second enqueue with an equal key is a duplicate.
+    /// Keys are shared by every kind: a key that a job of another kind holds makes the
+    /// enqueue fail with [`Error::KeyTaken`](crate::Error::KeyTaken).
     ///
     /// The default is [`derived_task_key`](crate::key::derived_task_key): the kind and a hash
     /// of the arguments, so equal arguments give equal keys.
@@ -57,13 +59,19 @@ pub struct JobOptions {
     pub priority: i16,
     /// The wait before each retry.
     pub backoff: Backoff,
-    /// A cron schedule (with seconds, UTC) on which the worker enqueues this job by itself.
+    /// A cron schedule (with seconds, UTC) on which the worker enqueues this job by itself,
+    /// each tick at most once.
     pub cron: Option<&'static str>,
+    /// For a `cron` kind: whether a tick is enqueued while the job of the previous tick is
+    /// still scheduled, ready or running. Default false: such a tick is skipped, so a run
+    /// longer than the period never overlaps the next one, and a queue that no worker serves
+    /// holds at most one waiting tick.
+    pub overlap: bool,
 }
 
 impl JobOptions {
     /// The defaults: queue `default`, 25 attempts, 30 s lease, no timeout, priority 0,
-    /// exponential backoff, no cron schedule.
+    /// exponential backoff, no cron schedule, no overlapping ticks.
     pub const DEFAULT: JobOptions = JobOptions {
         queue: "default",
         max_attempts: 25,
@@ -72,6 +80,7 @@ impl JobOptions {
         priority: 0,
         backoff: Backoff::DEFAULT,
         cron: None,
+        overlap: false,
     };
 
     /// Sets the queue.
@@ -113,6 +122,12 @@ impl JobOptions {
     /// Sets the cron schedule.
     pub const fn cron(mut self, cron: &'static str) -> Self {
         self.cron = Some(cron);
+        self
+    }
+
+    /// Sets whether a periodic kind's ticks may overlap (see [`JobOptions::overlap`]).
+    pub const fn overlap(mut self, overlap: bool) -> Self {
+        self.overlap = overlap;
         self
     }
 }

@@ -196,6 +196,22 @@ pub(crate) struct NewJob {
     pub(crate) delay_us: i64,
 }
 
+/// What one [`Store::schedule_ticks`] pass did for a periodic kind.
+#[derive(Debug)]
+pub(crate) enum TickPass {
+    /// Another node holds the kind's row at this moment; it does this pass's work.
+    Busy,
+    /// The kind had no row; it has one now, starting at this time, and got no tick.
+    Started(NaiveDateTime),
+    /// The latest tick dealt with now, the ids of the jobs enqueued, and how many ticks were
+    /// skipped because the previous tick's job had not finished.
+    Advanced {
+        last_tick: NaiveDateTime,
+        new: Vec<u64>,
+        skipped: usize,
+    },
+}
+
 const INSERT_ONE: &str = "INSERT INTO job_queue \
      (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, created_at, updated_at) \
      VALUES (?, ?, ?, ?, \
@@ -254,8 +270,8 @@ pub(crate) async fn insert(conn: &mut MySqlConnection, job: &NewJob) -> Result<E
         {
             Ok(done) => return Ok(Enqueued::New(done.last_insert_id())),
             Err(e) if is_key_conflict(&e) => {
-                if let Some(id) = existing_id(conn, &job.key).await? {
-                    return Ok(Enqueued::Duplicate(id));
+                if let Some((id, kind)) = existing_id(conn, &job.key).await? {
+                    return duplicate_of(job, id, &kind);
                 }
             }
             Err(e) => return Err(e.into()),
@@ -267,15 +283,32 @@ pub(crate) async fn insert(conn: &mut MySqlConnection, job: &NewJob) -> Result<E
     })
 }
 
-async fn existing_id(conn: &mut MySqlConnection, key: &str) -> Result<Option<u64>> {
+/// The id and kind of the job holding `key`.
+async fn existing_id(conn: &mut MySqlConnection, key: &str) -> Result<Option<(u64, String)>> {
     // A locking read sees the latest committed row even inside the caller's REPEATABLE READ
     // snapshot; the duplicate-key error already holds this shared lock anyway.
-    let id: Option<u64> =
-        sqlx::query_scalar("SELECT id FROM job_queue WHERE task_key = ? LOCK IN SHARE MODE")
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await?;
-    Ok(id)
+    let row = sqlx::query("SELECT id, kind FROM job_queue WHERE task_key = ? LOCK IN SHARE MODE")
+        .bind(key)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(row
+        .map(|r| Ok::<_, sqlx::Error>((r.try_get(0)?, text(&r, 1)?)))
+        .transpose()?)
+}
+
+/// `Duplicate(id)` when job `id`, which holds `job`'s key, is of `job`'s kind. A job of
+/// another kind is an error: its `Duplicate` would say that this job exists, and it does not.
+fn duplicate_of(job: &NewJob, id: u64, kind: &str) -> Result<Enqueued> {
+    if kind == job.kind {
+        Ok(Enqueued::Duplicate(id))
+    } else {
+        Err(Error::KeyTaken {
+            key: job.key.chars().take(80).collect(),
+            kind: job.kind.clone(),
+            holder: kind.to_owned(),
+            id,
+        })
+    }
 }
 
 /// Jobs per multi-row `INSERT` of [`insert_many`].
@@ -361,33 +394,34 @@ async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec
     jobs.iter()
         .map(|j| {
             let k = j.key.as_str();
-            if let Some(&id) = existing.get(k) {
-                Ok(Enqueued::Duplicate(id))
+            if let Some((id, kind)) = existing.get(k) {
+                duplicate_of(j, *id, kind)
             } else {
-                let id = *inserted
+                let (id, kind) = inserted
                     .get(k)
                     .ok_or_else(|| Error::NotFound(format!("with key {k:?} after insert")))?;
-                Ok(if first.insert(k) {
-                    Enqueued::New(id)
+                if first.insert(k) {
+                    Ok(Enqueued::New(*id))
                 } else {
-                    Enqueued::Duplicate(id)
-                })
+                    duplicate_of(j, *id, kind)
+                }
             }
         })
         .collect()
 }
 
+/// The id and kind of the job holding each of `keys` that is taken.
 async fn ids_by_key<'k>(
     conn: &mut MySqlConnection,
     keys: &[&'k str],
     locking: bool,
-) -> Result<std::collections::HashMap<&'k str, u64>> {
+) -> Result<std::collections::HashMap<&'k str, (u64, String)>> {
     let mut map = std::collections::HashMap::new();
     if keys.is_empty() {
         return Ok(map);
     }
     let sql = format!(
-        "SELECT id, task_key FROM job_queue WHERE task_key IN ({}){}",
+        "SELECT id, task_key, kind FROM job_queue WHERE task_key IN ({}){}",
         placeholders(padded_len(keys.len())),
         if locking { " LOCK IN SHARE MODE" } else { "" }
     );
@@ -399,7 +433,7 @@ async fn ids_by_key<'k>(
         let id: u64 = row.try_get(0)?;
         let key = text(&row, 1)?;
         if let Some(k) = keys.iter().find(|k| **k == key) {
-            map.insert(*k, id);
+            map.insert(*k, (id, text(&row, 2)?));
         }
     }
     Ok(map)
@@ -988,10 +1022,133 @@ impl Store {
         outcome
     }
 
-    /// Inserts a periodic job's tick (no log of duplicates: with N nodes, N - 1 of them
-    /// find the tick taken, which is the point).
-    pub(crate) async fn insert_tick(&self, job: &NewJob) -> Result<Enqueued> {
-        on_connection!(self, |conn| insert(conn, job)).await
+    /// The queues an operator has paused.
+    pub(crate) async fn paused_queues(&self) -> Result<Vec<String>> {
+        let rows = on_connection!(self, |conn| sqlx::query(
+            "SELECT queue FROM job_queue_pause"
+        )
+        .fetch_all(conn))
+        .await?;
+        rows.iter()
+            .map(|r| text(r, 0).map_err(Error::from))
+            .collect()
+    }
+
+    /// One scheduler pass over the periodic kind `kind`, in one short transaction with the
+    /// kind's `job_queue_cron` row locked (SKIP LOCKED: a node that finds it locked leaves
+    /// the pass to the node holding it).
+    ///
+    /// A kind without a row gets one starting at `now`, and no tick. Otherwise `due` turns
+    /// the recorded `last_tick` into the ticks to deal with; each is enqueued (`job_of`
+    /// builds its job), or skipped when `overlap` is off and the previous tick's job is
+    /// still scheduled, ready or running. The row then moves to the last of them, fenced by
+    /// the `last_tick` read, so a tick is enqueued by exactly one transaction, ever.
+    pub(crate) async fn schedule_ticks(
+        &self,
+        kind: &str,
+        now: NaiveDateTime,
+        overlap: bool,
+        due: impl Fn(NaiveDateTime) -> Vec<NaiveDateTime>,
+        job_of: impl Fn(NaiveDateTime) -> NewJob,
+    ) -> Result<TickPass> {
+        let pass: Result<Result<TickPass>> = transaction!(self, |conn| {
+            let row: Option<(NaiveDateTime, Option<u64>)> = sqlx::query_as(
+                "SELECT last_tick, last_job_id FROM job_queue_cron WHERE kind = ? \
+                 FOR UPDATE SKIP LOCKED",
+            )
+            .bind(kind)
+            .fetch_optional(&mut *conn)
+            .await?;
+            let Some((last, mut last_job)) = row else {
+                // No row, or another node holds it. A plain read tells which without waiting
+                // for that node's lock (an insert would wait for it, to check the key).
+                let exists: bool = sqlx::query_scalar(
+                    "SELECT EXISTS(SELECT 1 FROM job_queue_cron WHERE kind = ?)",
+                )
+                .bind(kind)
+                .fetch_one(&mut *conn)
+                .await?;
+                if exists {
+                    return Ok((Ok(TickPass::Busy), false));
+                }
+                let created = sqlx::query(
+                    "INSERT INTO job_queue_cron (kind, last_tick, last_job_id, updated_at) \
+                     VALUES (?, ?, NULL, UTC_TIMESTAMP(6))",
+                )
+                .bind(kind)
+                .bind(now)
+                .execute(&mut *conn)
+                .await;
+                return match created {
+                    Ok(_) => Ok((Ok(TickPass::Started(now)), true)),
+                    Err(e) if is_key_conflict(&e) => Ok((Ok(TickPass::Busy), false)),
+                    Err(e) => Err(e),
+                };
+            };
+            let ticks = due(last);
+            let Some(&end) = ticks.last() else {
+                return Ok((
+                    Ok(TickPass::Advanced {
+                        last_tick: last,
+                        new: Vec::new(),
+                        skipped: 0,
+                    }),
+                    false,
+                ));
+            };
+            let (mut new, mut skipped) = (Vec::new(), 0);
+            for &tick in &ticks {
+                if !overlap {
+                    if let Some(id) = last_job {
+                        // The latest committed state (READ COMMITTED), or this
+                        // transaction's own insert of the tick before.
+                        let status: Option<String> = sqlx::query_scalar(
+                            "SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ?",
+                        )
+                        .bind(id)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                        if matches!(status.as_deref(), Some("scheduled" | "ready" | "running")) {
+                            skipped += 1;
+                            continue;
+                        }
+                    }
+                }
+                match insert(conn, &job_of(tick)).await {
+                    Ok(Enqueued::New(id)) => {
+                        new.push(id);
+                        last_job = Some(id);
+                    }
+                    // Enqueued by hand, or by a node of an older release.
+                    Ok(Enqueued::Duplicate(id)) => last_job = Some(id),
+                    Err(Error::Database(e)) => return Err(e),
+                    Err(other) => return Ok((Err(other), false)),
+                }
+            }
+            let moved = sqlx::query(
+                "UPDATE job_queue_cron SET last_tick = ?, last_job_id = ?, updated_at = UTC_TIMESTAMP(6) \
+                 WHERE kind = ? AND last_tick = ?",
+            )
+            .bind(end)
+            .bind(last_job)
+            .bind(kind)
+            .bind(last)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            if moved != 1 {
+                return Ok((Ok(TickPass::Busy), false));
+            }
+            Ok((
+                Ok(TickPass::Advanced {
+                    last_tick: end,
+                    new,
+                    skipped,
+                }),
+                true,
+            ))
+        });
+        pass?
     }
 
     /// Makes up to `limit` due `scheduled` jobs `ready`. Returns how many.

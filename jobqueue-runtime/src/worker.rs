@@ -161,8 +161,10 @@ impl WorkerBuilder {
     }
 
     /// Whether this worker enqueues the ticks of periodic (`cron`) kinds. Default true: every
-    /// node may, since each tick's task key makes it one job however many nodes enqueue it.
-    /// Turn it off in deployments that should only run jobs. Needs maintenance on.
+    /// node may, since a tick is enqueued only by the one transaction that moves the kind's
+    /// row in `job_queue_cron` past it. Turn it off in deployments that should only run
+    /// jobs. Needs maintenance on. Ticks that fall due while no worker schedules them are
+    /// missed, and only the latest of them runs when one does again.
     pub fn periodic_jobs(mut self, on: bool) -> Self {
         self.config.periodic = on;
         self
@@ -505,7 +507,7 @@ impl Worker {
 
         // Fallible set-up first, before any task is spawned.
         let scheduler = if cfg.periodic {
-            crate::cron::Scheduler::new(&self.registry)?
+            crate::cron::Scheduler::new(&self.registry, cfg.maintenance_interval)?
         } else {
             crate::cron::Scheduler::none()
         };

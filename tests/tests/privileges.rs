@@ -20,6 +20,7 @@ async fn create_worker_user(root: &Queue, db: &str, user: &str, password: &str) 
                 "GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.job_queue TO '{user}'@'{host}'"
             ),
             format!("GRANT SELECT, INSERT, DELETE ON `{db}`.job_queue_pause TO '{user}'@'{host}'"),
+            format!("GRANT SELECT, INSERT, UPDATE ON `{db}`.job_queue_cron TO '{user}'@'{host}'"),
         ] {
             sqlx::query(&stmt).execute(root.pool()).await.expect(&stmt);
         }

@@ -12,6 +12,7 @@ use jobqueue::{job, Backoff, Job};
     key = "report:{region}",
     backoff = "exponential(500ms, 10m)",
     cron = "0 0 6 * * *",
+    overlap = true,
     crate = "::jobqueue"
 )]
 pub(crate) async fn daily_report(region: String, recipients: Option<Vec<String>>) {
@@ -38,6 +39,8 @@ fn main() {
         }
     );
     assert_eq!(o.cron, Some("0 0 6 * * *"));
+    assert!(o.overlap);
+    assert!(!Poll::OPTIONS.overlap, "ticks do not overlap by default");
     // A tick builds its arguments with `Default`.
     let job = DailyReport::default();
     assert_eq!(job.task_key().unwrap(), "report:");

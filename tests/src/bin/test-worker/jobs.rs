@@ -102,8 +102,15 @@ pub(crate) async fn slow(ctx: JobContext, name: String, ms: u64) -> Result<(), J
 }
 
 /// A periodic kind: every second, one `done` effect per tick. Enqueued only by workers
-/// started with `--periodic`.
-#[job(name = "tick", cron = "* * * * * *", lease = "5s", max_attempts = 1)]
+/// started with `--periodic`. Every tick is enqueued (`overlap = true`) even while the
+/// previous one waits for a claim, so that the suite sees each tick of its window.
+#[job(
+    name = "tick",
+    cron = "* * * * * *",
+    overlap = true,
+    lease = "5s",
+    max_attempts = 1
+)]
 pub(crate) async fn tick(ctx: JobContext) -> Result<(), JobError> {
     record(&ctx, "done").await
 }
