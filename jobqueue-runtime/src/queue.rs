@@ -357,29 +357,34 @@ pub struct JobRecord {
 /// password of the `user:password@` part changes; a URL without one, or a string that is
 /// not a URL, comes back as it is.
 ///
+/// A password typed into a URL without percent-encoding may hold any character, `@`, `/`,
+/// `?` and `#` included, so the password is taken to run from the first `:` after the user
+/// name to the *last* `@` of the string. When a query or fragment holds an `@` too, more than
+/// the password is hidden: the result can show less than it could, but never a password.
+///
 /// ```
 /// # extern crate jobqueue_runtime as jobqueue;
 /// assert_eq!(
 ///     jobqueue::redact_url("mysql://app:s3cr3t@db:3306/jobs"),
 ///     "mysql://app:***@db:3306/jobs"
 /// );
+/// assert_eq!(
+///     jobqueue::redact_url("mysql://app:pa/ss@w?rd@db/jobs"),
+///     "mysql://app:***@db/jobs"
+/// );
 /// assert_eq!(jobqueue::redact_url("mysql://root@db/jobs"), "mysql://root@db/jobs");
 /// ```
 pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
+    // The user information starts after the scheme, or at the start of a string that lacks
+    // one (`app:secret@db/jobs` is shown the same care).
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[start..];
+    let Some(at) = rest.rfind('@') else {
         return url.to_owned();
     };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match (authority.rfind('@'), authority.find(':')) {
-        (Some(at), Some(colon)) if colon < at => format!(
-            "{}{}:***{}",
-            &url[..scheme_end + 3],
-            &authority[..colon],
-            &url[scheme_end + 3 + at..]
-        ),
-        _ => url.to_owned(),
+    match rest[..at].find(':') {
+        Some(colon) => format!("{}{}:***{}", &url[..start], &rest[..colon], &rest[at..]),
+        None => url.to_owned(),
     }
 }
 
@@ -395,5 +400,11 @@ mod tests {
         );
         assert_eq!(redact_url("mysql://root@db/jobs"), "mysql://root@db/jobs");
         assert_eq!(redact_url("not a url"), "not a url");
+        assert_eq!(
+            redact_url("mysql://app:pa/ss@db/jobs"),
+            "mysql://app:***@db/jobs"
+        );
+        assert_eq!(redact_url("app:pa?ss@db/jobs"), "app:***@db/jobs");
+        assert_eq!(redact_url("mysql://u@corp:p@ss@db"), "mysql://u@corp:***@db");
     }
 }
