@@ -125,14 +125,21 @@ impl WorkerBuilder {
     }
 
     /// How long running jobs may go on after shutdown begins before they are cancelled.
-    /// Default 30 s.
+    /// Default 20 s ([`Worker::DEFAULT_SHUTDOWN_GRACE`]).
+    ///
+    /// The defaults (20 s, then 5 s of [`cancel_grace`](Self::cancel_grace)) fit within
+    /// Kubernetes' default `terminationGracePeriodSeconds` of 30 s. For longer grace periods
+    /// raise the pod's `terminationGracePeriodSeconds` above their sum plus a few seconds,
+    /// or the pod is killed before it hands its jobs back (they then wait a full lease and
+    /// lose an attempt).
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.config.grace = grace;
         self
     }
 
     /// After a job is cancelled at shutdown, how long it has to return by itself before it is
-    /// dropped. Default 5 s. Either way its lease is handed back (`ready`, attempts kept).
+    /// dropped. Default 5 s ([`Worker::DEFAULT_CANCEL_GRACE`]). Either way its lease is
+    /// handed back (`ready`, attempts kept).
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
         self.config.cancel_grace = grace;
         self
@@ -316,6 +323,20 @@ struct Report {
 }
 
 impl Worker {
+    /// The default [`WorkerBuilder::shutdown_grace`]: 20 s. With
+    /// [`Worker::DEFAULT_CANCEL_GRACE`] it leaves 5 s of Kubernetes' default
+    /// `terminationGracePeriodSeconds` (30 s) to hand jobs back and exit.
+    pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+    /// The default [`WorkerBuilder::cancel_grace`]: 5 s.
+    pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
+
+    /// Server-side prepared statements each of a worker's two lease-store connections
+    /// (renewals and outcomes) keeps: every statement they send fits, so none is prepared
+    /// twice. See [`QueueConfig::statement_cache_capacity`](crate::QueueConfig::statement_cache_capacity)
+    /// for the bound per process.
+    pub const LEASE_STORE_STATEMENTS: usize = 16;
+
     /// Starts building a worker for `queue`.
     pub fn builder(queue: Queue) -> WorkerBuilder {
         WorkerBuilder {
@@ -325,8 +346,8 @@ impl Worker {
                 concurrency: 10,
                 poll_min: Duration::from_millis(50),
                 poll_max: Duration::from_secs(2),
-                grace: Duration::from_secs(30),
-                cancel_grace: Duration::from_secs(5),
+                grace: Worker::DEFAULT_SHUTDOWN_GRACE,
+                cancel_grace: Worker::DEFAULT_CANCEL_GRACE,
                 maintenance_interval: Duration::from_secs(1),
                 maintenance: true,
                 retention: Retention::default(),
@@ -398,7 +419,11 @@ impl Worker {
                 .max_connections(2)
                 .acquire_timeout(self.queue.inner.config.acquire_timeout)
                 .max_lifetime(self.queue.inner.config.max_lifetime)
-                .connect_lazy_with((*self.queue.inner.pool.connect_options()).clone()),
+                .connect_lazy_with(
+                    (*self.queue.inner.pool.connect_options())
+                        .clone()
+                        .statement_cache_capacity(Worker::LEASE_STORE_STATEMENTS),
+                ),
             set_isolation: false,
             metrics: self.metrics.clone(),
         };
