@@ -151,7 +151,7 @@ impl Scheduler {
                     payload: payload.to_string(),
                     priority: o.priority,
                     max_attempts: o.max_attempts,
-                    lease_ms: u32::try_from(o.lease.as_millis()).unwrap_or(u32::MAX),
+                    lease_ms: crate::enqueue::lease_ms(kind, o.lease)?,
                     run_at: Some(tick.naive_utc()),
                     delay_us: 0,
                 };

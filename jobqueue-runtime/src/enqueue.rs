@@ -120,8 +120,7 @@ impl Queue {
     /// Enqueues a job with per-enqueue options.
     pub async fn enqueue_with<J: Job>(&self, job: J, options: EnqueueOptions) -> Result<Enqueued> {
         let new = self.prepare(&job, &options)?;
-        let mut conn = self.inner.pool.acquire().await?;
-        let outcome = store::insert(&mut conn, &new).await?;
+        let outcome = self.store().insert_autocommit(&new).await?;
         self.record(&new, outcome);
         if outcome.is_new() && new.run_at.is_none() && new.delay_us == 0 {
             self.wake_workers();
@@ -255,7 +254,7 @@ impl Queue {
             payload,
             priority: options.priority.unwrap_or(o.priority),
             max_attempts,
-            lease_ms: u32::try_from(o.lease.as_millis()).unwrap_or(u32::MAX),
+            lease_ms: lease_ms(J::KIND, o.lease)?,
             run_at: options.run_at.map(|t| t.naive_utc()),
             delay_us,
         })
@@ -280,4 +279,20 @@ impl Queue {
             }
         }
     }
+}
+
+/// The longest lease the `lease_ms` column holds: `u32::MAX` milliseconds, about 49.7 days.
+pub(crate) const MAX_LEASE: Duration = Duration::from_millis(u32::MAX as u64);
+
+/// `kind`'s lease in milliseconds, as the `lease_ms` column holds it; a longer lease is
+/// refused rather than cut short without a word.
+pub(crate) fn lease_ms(kind: &str, lease: Duration) -> Result<u32> {
+    u32::try_from(lease.as_millis()).map_err(|_| {
+        Error::Config(format!(
+            "job `{kind}`: a lease of {} s is longer than the longest the queue holds ({} s, about 49.7 days); \
+             use a shorter `lease`: the worker renews it while the job runs, so a job may run far longer than its lease",
+            lease.as_secs(),
+            MAX_LEASE.as_secs()
+        ))
+    })
 }
