@@ -118,6 +118,11 @@ impl Queue {
     }
 
     /// Enqueues a job with per-enqueue options.
+    ///
+    /// One autocommit statement (two for a duplicate). If it loses a deadlock (1213), as two
+    /// enqueues of one key do when both wait on a third session's uncommitted insert of it
+    /// and that session rolls back, it is retried: the retry finds the other's row and
+    /// reports [`Enqueued::Duplicate`].
     pub async fn enqueue_with<J: Job>(&self, job: J, options: EnqueueOptions) -> Result<Enqueued> {
         let new = self.prepare(&job, &options)?;
         let outcome = self.store().insert_autocommit(&new).await?;
@@ -129,9 +134,20 @@ impl Queue {
     }
 
     /// Enqueues inside the caller's transaction or connection (transactional outbox): the
-    /// job exists if and only if the transaction commits. A duplicate does not abort the
-    /// transaction. Workers in this process find the job at their next poll, or at once
-    /// after [`Queue::wake_workers`].
+    /// job exists if and only if the transaction commits. Workers in this process find the
+    /// job at their next poll, or at once after [`Queue::wake_workers`].
+    ///
+    /// # What holds inside your transaction
+    ///
+    /// - A duplicate does not abort the transaction: the failed `INSERT` undoes only itself,
+    ///   and the existing row is read with a locking read, which sees the latest committed
+    ///   row at any isolation level. This holds under REPEATABLE READ with MariaDB's
+    ///   `innodb_snapshot_isolation=ON` too, even for a row committed after your snapshot
+    ///   began (tested on MariaDB 10.11).
+    /// - A deadlock (1213) rolls back your *whole* transaction, as it does for any InnoDB
+    ///   statement; so does a lock wait timeout (1205) when the server runs with
+    ///   `innodb_rollback_on_timeout=ON` (with it OFF, the default, only the statement is
+    ///   undone). The queue cannot retry what is yours: retry the transaction from its start.
     ///
     /// ```no_run
     /// # extern crate jobqueue_runtime as jobqueue;
@@ -182,6 +198,15 @@ impl Queue {
 
     /// [`Queue::enqueue_many`] inside the caller's transaction, with shared options (an
     /// explicit `key` is refused here: every job needs its own).
+    ///
+    /// Which keys exist already is decided with a plain read of your transaction's snapshot
+    /// (a locking read would take gap locks that deadlock concurrent batches). Under READ
+    /// COMMITTED that is the latest committed state. Under REPEATABLE READ it is the state
+    /// when your snapshot began: a key whose job was pruned since is reported
+    /// [`Enqueued::Duplicate`] of a row that no longer exists, and is not enqueued. Run outbox
+    /// transactions that may meet such keys at READ COMMITTED, or use
+    /// [`Queue::enqueue_in`], which reads the latest row. Deadlocks and lock wait timeouts
+    /// behave as for [`Queue::enqueue_in`].
     pub async fn enqueue_many_in<J, I>(
         &self,
         conn: &mut MySqlConnection,

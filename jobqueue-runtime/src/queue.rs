@@ -235,8 +235,7 @@ impl Queue {
         } else {
             config.statement_cache_capacity
         };
-        let per_process = u64::from(pool.options().get_max_connections())
-            * per_connection as u64
+        let per_process = u64::from(pool.options().get_max_connections()) * per_connection as u64
             + 2 * crate::Worker::LEASE_STORE_STATEMENTS as u64;
         server.warn_on_statement_headroom(per_process);
         let (wake, _) = watch::channel(0);
@@ -515,6 +514,9 @@ mod tests {
             "mysql://app:***@db/jobs"
         );
         assert_eq!(redact_url("app:pa?ss@db/jobs"), "app:***@db/jobs");
-        assert_eq!(redact_url("mysql://u@corp:p@ss@db"), "mysql://u@corp:***@db");
+        assert_eq!(
+            redact_url("mysql://u@corp:p@ss@db"),
+            "mysql://u@corp:***@db"
+        );
     }
 }

@@ -227,7 +227,11 @@ mod tests {
 
     #[test]
     fn tidb_is_refused_whatever_version_it_claims() {
-        for version in ["8.0.11-TiDB-v7.5.0", "5.7.25-TiDB-v6.5.1", "8.0.11-tidb-v8.1.0"] {
+        for version in [
+            "8.0.11-TiDB-v7.5.0",
+            "5.7.25-TiDB-v6.5.1",
+            "8.0.11-tidb-v8.1.0",
+        ] {
             assert!(is_tidb(version, None), "{version}");
             let err = info(version).check().unwrap_err().to_string();
             assert!(err.contains("TiDB") && err.contains("SKIP LOCKED"), "{err}");

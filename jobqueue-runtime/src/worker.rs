@@ -328,6 +328,16 @@ impl Worker {
     /// The default [`WorkerBuilder::shutdown_grace`]: 20 s. With
     /// [`Worker::DEFAULT_CANCEL_GRACE`] it leaves 5 s of Kubernetes' default
     /// `terminationGracePeriodSeconds` (30 s) to hand jobs back and exit.
+    ///
+    /// ```
+    /// # extern crate jobqueue_runtime as jobqueue;
+    /// use std::time::Duration;
+    /// use jobqueue::Worker;
+    ///
+    /// // Within Kubernetes' default 30 s, with 5 s to spare for the hand-back.
+    /// let defaults = Worker::DEFAULT_SHUTDOWN_GRACE + Worker::DEFAULT_CANCEL_GRACE;
+    /// assert_eq!(defaults, Duration::from_secs(25));
+    /// ```
     pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
     /// The default [`WorkerBuilder::cancel_grace`]: 5 s.
@@ -1146,7 +1156,9 @@ async fn prune_within(
     let older_than_us = i64::try_from(keep.as_micros()).unwrap_or(i64::MAX);
     let mut total = 0;
     loop {
-        let n = store.prune_batch(status, older_than_us, PRUNE_BATCH).await?;
+        let n = store
+            .prune_batch(status, older_than_us, PRUNE_BATCH)
+            .await?;
         total += n;
         if (n as usize) < PRUNE_BATCH {
             return Ok((total, false));
