@@ -208,6 +208,34 @@ async fn prepared_statements_per_process_stay_within_the_documented_bound() {
     }
 }
 
+/// A queue that connects to a server where few more processes fit under
+/// `max_prepared_stmt_count` says so at start-up, with the figures, before renewals start
+/// failing with error 1461.
+#[tokio::test(flavor = "current_thread")]
+async fn a_low_prepared_statement_cap_is_reported_at_start_up() {
+    let (logs, _guard) = tests::LogCapture::install("jobqueue_runtime=info");
+    let server = TestServer::start().expect("a private server");
+    let url = server.create_database("prepared_warn").await.unwrap();
+    let mut admin = MySqlConnection::connect(server.url()).await.unwrap();
+    admin
+        .execute("SET GLOBAL max_prepared_stmt_count = 1000")
+        .await
+        .unwrap();
+    // 1000 / (10 × 24 + 2 × 16) = 3 processes of the default shape.
+    let queue = Queue::connect(&url).await.unwrap();
+    assert_eq!(queue.server_info().max_prepared_stmt_count, Some(1000));
+    let warned = logs.lines_with(&["WARN", "max_prepared_stmt_count", "processes_that_fit=3"]);
+    assert_eq!(warned.len(), 1, "{}", logs.text());
+
+    // With the server's default cap, no warning.
+    admin
+        .execute("SET GLOBAL max_prepared_stmt_count = 16382")
+        .await
+        .unwrap();
+    let _quiet = Queue::connect(&url).await.unwrap();
+    assert_eq!(logs.lines_with(&["WARN"]).len(), 1, "{}", logs.text());
+}
+
 // ---------------------------------------------------------------------------------------
 // A session that goes silent inside a transaction releases its locks
 // ---------------------------------------------------------------------------------------
