@@ -185,6 +185,7 @@ impl Scheduler {
             let payload = make()
                 .map_err(|source| Error::Serialize { kind, source })?
                 .to_string();
+            let lease_ms = crate::enqueue::lease_ms(kind, o.lease)?;
             let job_of = |tick: chrono::NaiveDateTime| crate::store::NewJob {
                 kind: kind.to_owned(),
                 queue: o.queue.to_owned(),
@@ -192,7 +193,7 @@ impl Scheduler {
                 payload: payload.clone(),
                 priority: o.priority,
                 max_attempts: o.max_attempts,
-                lease_ms: u32::try_from(o.lease.as_millis()).unwrap_or(u32::MAX),
+                lease_ms,
                 run_at: Some(tick),
                 delay_us: 0,
             };

@@ -118,10 +118,14 @@ impl Queue {
     }
 
     /// Enqueues a job with per-enqueue options.
+    ///
+    /// One autocommit statement (two for a duplicate). If it loses a deadlock (1213), as two
+    /// enqueues of one key do when both wait on a third session's uncommitted insert of it
+    /// and that session rolls back, it is retried: the retry finds the other's row and
+    /// reports [`Enqueued::Duplicate`].
     pub async fn enqueue_with<J: Job>(&self, job: J, options: EnqueueOptions) -> Result<Enqueued> {
         let new = self.prepare(&job, &options)?;
-        let mut conn = self.inner.pool.acquire().await?;
-        let outcome = store::insert(&mut conn, &new).await?;
+        let outcome = self.store().insert_autocommit(&new).await?;
         self.record(&new, outcome);
         if outcome.is_new() && new.run_at.is_none() && new.delay_us == 0 {
             self.wake_workers();
@@ -130,9 +134,20 @@ impl Queue {
     }
 
     /// Enqueues inside the caller's transaction or connection (transactional outbox): the
-    /// job exists if and only if the transaction commits. A duplicate does not abort the
-    /// transaction. Workers in this process find the job at their next poll, or at once
-    /// after [`Queue::wake_workers`].
+    /// job exists if and only if the transaction commits. Workers in this process find the
+    /// job at their next poll, or at once after [`Queue::wake_workers`].
+    ///
+    /// # What holds inside your transaction
+    ///
+    /// - A duplicate does not abort the transaction: the failed `INSERT` undoes only itself,
+    ///   and the existing row is read with a locking read, which sees the latest committed
+    ///   row at any isolation level. This holds under REPEATABLE READ with MariaDB's
+    ///   `innodb_snapshot_isolation=ON` too, even for a row committed after your snapshot
+    ///   began (tested on MariaDB 10.11).
+    /// - A deadlock (1213) rolls back your *whole* transaction, as it does for any InnoDB
+    ///   statement; so does a lock wait timeout (1205) when the server runs with
+    ///   `innodb_rollback_on_timeout=ON` (with it OFF, the default, only the statement is
+    ///   undone). The queue cannot retry what is yours: retry the transaction from its start.
     ///
     /// ```no_run
     /// # extern crate jobqueue_runtime as jobqueue;
@@ -183,6 +198,15 @@ impl Queue {
 
     /// [`Queue::enqueue_many`] inside the caller's transaction, with shared options (an
     /// explicit `key` is refused here: every job needs its own).
+    ///
+    /// Which keys exist already is decided with a plain read of your transaction's snapshot
+    /// (a locking read would take gap locks that deadlock concurrent batches). Under READ
+    /// COMMITTED that is the latest committed state. Under REPEATABLE READ it is the state
+    /// when your snapshot began: a key whose job was pruned since is reported
+    /// [`Enqueued::Duplicate`] of a row that no longer exists, and is not enqueued. Run outbox
+    /// transactions that may meet such keys at READ COMMITTED, or use
+    /// [`Queue::enqueue_in`], which reads the latest row. Deadlocks and lock wait timeouts
+    /// behave as for [`Queue::enqueue_in`].
     pub async fn enqueue_many_in<J, I>(
         &self,
         conn: &mut MySqlConnection,
@@ -255,7 +279,7 @@ impl Queue {
             payload,
             priority: options.priority.unwrap_or(o.priority),
             max_attempts,
-            lease_ms: u32::try_from(o.lease.as_millis()).unwrap_or(u32::MAX),
+            lease_ms: lease_ms(J::KIND, o.lease)?,
             run_at: options.run_at.map(|t| t.naive_utc()),
             delay_us,
         })
@@ -280,4 +304,20 @@ impl Queue {
             }
         }
     }
+}
+
+/// The longest lease the `lease_ms` column holds: `u32::MAX` milliseconds, about 49.7 days.
+pub(crate) const MAX_LEASE: Duration = Duration::from_millis(u32::MAX as u64);
+
+/// `kind`'s lease in milliseconds, as the `lease_ms` column holds it; a longer lease is
+/// refused rather than cut short without a word.
+pub(crate) fn lease_ms(kind: &str, lease: Duration) -> Result<u32> {
+    u32::try_from(lease.as_millis()).map_err(|_| {
+        Error::Config(format!(
+            "job `{kind}`: a lease of {} s is longer than the longest the queue holds ({} s, about 49.7 days); \
+             use a shorter `lease`: the worker renews it while the job runs, so a job may run far longer than its lease",
+            lease.as_secs(),
+            MAX_LEASE.as_secs()
+        ))
+    })
 }

@@ -49,11 +49,14 @@ pub struct JobOptions {
     pub queue: &'static str,
     /// How many attempts (runs) a job gets before it is `failed`. Default 25, at least 1.
     pub max_attempts: u32,
-    /// How long a claim holds the job without renewal. Default 30 s, at least 1 s. The worker
-    /// renews every lease a third of the way through, so a job may run for much longer.
+    /// How long a claim holds the job without renewal. Default 30 s, at least 1 s, at most
+    /// about 49.7 days (`u32::MAX` ms; a longer one is refused at enqueue). The worker renews
+    /// every lease a third of the way through, so a job may run for much longer.
     pub lease: Duration,
     /// Longest time one attempt may run before it is cancelled and counted as failed.
-    /// Default: no limit.
+    /// Default: no limit, since a run may legitimately last hours and the lease already
+    /// brings back the job of a crashed worker. A job that hangs keeps its slot, and its
+    /// renewed lease, until the worker stops: set a timeout on kinds that wait on I/O.
     pub timeout: Option<Duration>,
     /// Lower runs first within a queue. Default 0; range `-32768..=32767`.
     pub priority: i16,

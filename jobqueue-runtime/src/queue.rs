@@ -34,7 +34,39 @@ pub struct QueueConfig {
     /// Refuse servers the queue cannot run on safely (see [`ServerInfo::check`]). Default
     /// true; turn off only for a server you have checked by hand.
     pub check_server: bool,
+    /// Server-side prepared statements each connection of the pool keeps (least recently
+    /// used ones are closed). Default 24. The server caps prepared statements across all
+    /// clients (`max_prepared_stmt_count`, 16,382 by default), so a process holds at most
+    /// `max_connections × statement_cache_capacity`, plus
+    /// [`LEASE_STORE_STATEMENTS`](crate::Worker::LEASE_STORE_STATEMENTS) × 2 per worker it
+    /// runs: 272 with the defaults and one worker. A queue warns at start-up when fewer than
+    /// 20 more such processes fit under the server's cap.
+    pub statement_cache_capacity: usize,
+    /// How long the server lets a session of this pool sit idle inside a transaction before it
+    /// ends the session and releases its locks. Default 30 s; `None` keeps the server's
+    /// setting (none, by default). Without it, a client that dies or is cut off between a
+    /// locking read and its commit (a host crash, a network partition) keeps up to a claim's
+    /// worth of rows locked, and hidden from every claimer, for hours (until `wait_timeout` or
+    /// TCP keepalive notices).
+    ///
+    /// On MariaDB it sets `idle_transaction_timeout`. MySQL has no such setting: there it sets
+    /// `wait_timeout` (which also ends sessions idle outside a transaction) to this value but
+    /// at least 5 min, and the pool closes its own idle connections after 4 min, before the
+    /// server would. The bound on MySQL is therefore 5 min, or this value if it is longer.
+    ///
+    /// Applications that run their own transactions on [`Queue::pool`] are bound by it too:
+    /// a transaction of this pool that waits longer than this between two statements loses
+    /// its session, and its next statement fails.
+    pub idle_transaction_timeout: Option<Duration>,
 }
+
+/// The `wait_timeout` set on MySQL, which has no idle-transaction timeout, when
+/// [`QueueConfig::idle_transaction_timeout`] is shorter.
+const MYSQL_MIN_WAIT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// How long an idle connection stays in the pool: below [`MYSQL_MIN_WAIT_TIMEOUT`], so that
+/// the pool, not the server, closes idle connections.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 60);
 
 impl Default for QueueConfig {
     fn default() -> Self {
@@ -44,6 +76,8 @@ impl Default for QueueConfig {
             max_lifetime: Duration::from_secs(30 * 60),
             max_payload_bytes: 1024 * 1024,
             check_server: true,
+            statement_cache_capacity: 24,
+            idle_transaction_timeout: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -70,6 +104,18 @@ impl QueueConfig {
     /// Sets [`QueueConfig::check_server`].
     pub fn check_server(mut self, on: bool) -> Self {
         self.check_server = on;
+        self
+    }
+
+    /// Sets [`QueueConfig::statement_cache_capacity`].
+    pub fn statement_cache_capacity(mut self, n: usize) -> Self {
+        self.statement_cache_capacity = n;
+        self
+    }
+
+    /// Sets [`QueueConfig::idle_transaction_timeout`].
+    pub fn idle_transaction_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.idle_transaction_timeout = timeout;
         self
     }
 }
@@ -118,17 +164,40 @@ impl Queue {
                 redact_url(url)
             ))
         })?;
+        let options = options.statement_cache_capacity(config.statement_cache_capacity);
+        let idle_secs = config
+            .idle_transaction_timeout
+            .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0))
+            .map(|s| s.max(1));
         let pool = MySqlPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)
             .max_lifetime(config.max_lifetime)
-            // Claims and maintenance must run at READ COMMITTED: under REPEATABLE READ their
-            // range scans take gap locks that deadlock with concurrent inserts.
-            .after_connect(|conn, _meta| {
+            .idle_timeout(POOL_IDLE_TIMEOUT)
+            .after_connect(move |conn, _meta| {
                 Box::pin(async move {
+                    // Claims and maintenance must run at READ COMMITTED: under REPEATABLE
+                    // READ their range scans take gap locks that deadlock with concurrent
+                    // inserts.
                     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
                         .await?;
+                    if let Some(secs) = idle_secs {
+                        set_idle_transaction_timeout(conn, secs).await?;
+                    }
                     Ok(())
+                })
+            })
+            // A connection can come back to the pool inside a transaction the driver does
+            // not know about (a future dropped between `BEGIN` and the driver's
+            // bookkeeping). A ROLLBACK before each use ends any such transaction, so that a
+            // later autocommit statement is not swallowed by it; it costs the same one round
+            // trip as the ping it replaces, and fails just as a ping would on a dead
+            // connection.
+            .test_before_acquire(false)
+            .before_acquire(|conn, _meta| {
+                Box::pin(async move {
+                    conn.execute("ROLLBACK").await?;
+                    Ok(true)
                 })
             })
             .connect_with(options)
@@ -139,6 +208,13 @@ impl Queue {
     /// Wraps a pool the application already has. Its sessions keep their own isolation
     /// level; the queue sets READ COMMITTED on each of its own transactions (one statement
     /// more per claim than with [`Queue::connect`]).
+    ///
+    /// The pool keeps its own settings, so what [`Queue::connect`] sets up is the
+    /// application's to choose: a statement cache per connection (sqlx's default is 100; see
+    /// [`QueueConfig::statement_cache_capacity`]), an idle-transaction timeout (see
+    /// [`QueueConfig::idle_transaction_timeout`]), and a `ROLLBACK` in `before_acquire` (with
+    /// `test_before_acquire(false)`) so that no connection is handed out inside a
+    /// transaction left open by a dropped future.
     pub async fn from_pool(pool: MySqlPool) -> Result<Queue> {
         Self::build(pool, QueueConfig::default(), true).await
     }
@@ -153,6 +229,15 @@ impl Queue {
         if config.check_server {
             server.check()?;
         }
+        // A pool of the caller's keeps sqlx's default cache of 100 statements per connection.
+        let per_connection = if set_isolation {
+            SQLX_DEFAULT_STATEMENT_CACHE
+        } else {
+            config.statement_cache_capacity
+        };
+        let per_process = u64::from(pool.options().get_max_connections()) * per_connection as u64
+            + 2 * crate::Worker::LEASE_STORE_STATEMENTS as u64;
+        server.warn_on_statement_headroom(per_process);
         let (wake, _) = watch::channel(0);
         Ok(Queue {
             inner: Arc::new(QueueInner {
@@ -351,6 +436,30 @@ pub struct JobRecord {
     pub finished_at: Option<NaiveDateTime>,
 }
 
+/// The statement cache of a sqlx connection whose options do not set one.
+const SQLX_DEFAULT_STATEMENT_CACHE: usize = 100;
+
+/// Bounds how long a session may sit idle inside a transaction: MariaDB's
+/// `idle_transaction_timeout` where it exists; on MySQL, which lacks it (error 1193, unknown
+/// variable), `wait_timeout`, which ends any idle session, so never below 5 min.
+async fn set_idle_transaction_timeout(
+    conn: &mut sqlx::MySqlConnection,
+    secs: u64,
+) -> sqlx::Result<()> {
+    let mariadb = conn
+        .execute(format!("SET SESSION idle_transaction_timeout = {secs}").as_str())
+        .await;
+    match mariadb {
+        Err(e) if crate::error::server_code(&e) == Some(1193) => {
+            let secs = secs.max(MYSQL_MIN_WAIT_TIMEOUT.as_secs());
+            conn.execute(format!("SET SESSION wait_timeout = {secs}").as_str())
+                .await?;
+            Ok(())
+        }
+        other => other.map(|_| ()),
+    }
+}
+
 /// `url` with its password replaced by `***`, for messages and logs.
 ///
 /// Use it wherever a database URL is shown: the runtime's own errors do (a URL that does
@@ -358,29 +467,34 @@ pub struct JobRecord {
 /// password of the `user:password@` part changes; a URL without one, or a string that is
 /// not a URL, comes back as it is.
 ///
+/// A password typed into a URL without percent-encoding may hold any character, `@`, `/`,
+/// `?` and `#` included, so the password is taken to run from the first `:` after the user
+/// name to the *last* `@` of the string. When a query or fragment holds an `@` too, more than
+/// the password is hidden: the result can show less than it could, but never a password.
+///
 /// ```
 /// # extern crate jobqueue_runtime as jobqueue;
 /// assert_eq!(
 ///     jobqueue::redact_url("mysql://app:s3cr3t@db:3306/jobs"),
 ///     "mysql://app:***@db:3306/jobs"
 /// );
+/// assert_eq!(
+///     jobqueue::redact_url("mysql://app:pa/ss@w?rd@db/jobs"),
+///     "mysql://app:***@db/jobs"
+/// );
 /// assert_eq!(jobqueue::redact_url("mysql://root@db/jobs"), "mysql://root@db/jobs");
 /// ```
 pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
+    // The user information starts after the scheme, or at the start of a string that lacks
+    // one (`app:secret@db/jobs` is shown the same care).
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[start..];
+    let Some(at) = rest.rfind('@') else {
         return url.to_owned();
     };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match (authority.rfind('@'), authority.find(':')) {
-        (Some(at), Some(colon)) if colon < at => format!(
-            "{}{}:***{}",
-            &url[..scheme_end + 3],
-            &authority[..colon],
-            &url[scheme_end + 3 + at..]
-        ),
-        _ => url.to_owned(),
+    match rest[..at].find(':') {
+        Some(colon) => format!("{}{}:***{}", &url[..start], &rest[..colon], &rest[at..]),
+        None => url.to_owned(),
     }
 }
 
@@ -396,5 +510,14 @@ mod tests {
         );
         assert_eq!(redact_url("mysql://root@db/jobs"), "mysql://root@db/jobs");
         assert_eq!(redact_url("not a url"), "not a url");
+        assert_eq!(
+            redact_url("mysql://app:pa/ss@db/jobs"),
+            "mysql://app:***@db/jobs"
+        );
+        assert_eq!(redact_url("app:pa?ss@db/jobs"), "app:***@db/jobs");
+        assert_eq!(
+            redact_url("mysql://u@corp:p@ss@db"),
+            "mysql://u@corp:***@db"
+        );
     }
 }

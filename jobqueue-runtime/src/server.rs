@@ -29,12 +29,22 @@ pub struct ServerInfo {
     /// `innodb_flush_log_at_trx_commit`: 1 is fully durable; 0 and 2 can lose the last
     /// second of commits, enqueues and completions included, in a server crash.
     pub flush_log_at_trx_commit: String,
+    /// True for TiDB (`VERSION()` names it, or `tidb_version` exists), which parses
+    /// `SKIP LOCKED` but does not honour it.
+    pub tidb: bool,
+    /// `max_prepared_stmt_count`: server-side prepared statements allowed across all
+    /// clients, if the server said.
+    pub max_prepared_stmt_count: Option<u64>,
+    /// The `Prepared_stmt_count` status when the queue connected: statements prepared by all
+    /// clients at that moment, if the server said.
+    pub prepared_stmt_count: Option<u64>,
 }
 
 pub(crate) async fn inspect(pool: &MySqlPool) -> Result<ServerInfo> {
     let rows = sqlx::query(
         "SHOW VARIABLES WHERE Variable_name IN ('version', 'read_only', 'log_bin', 'binlog_format', \
-         'wsrep_on', 'tx_isolation', 'transaction_isolation', 'innodb_flush_log_at_trx_commit')",
+         'wsrep_on', 'tx_isolation', 'transaction_isolation', 'innodb_flush_log_at_trx_commit', \
+         'max_prepared_stmt_count', 'tidb_version')",
     )
     .fetch_all(pool)
     .await?;
@@ -48,7 +58,20 @@ pub(crate) async fn inspect(pool: &MySqlPool) -> Result<ServerInfo> {
     let get = |k: &str| vars.get(k).cloned().unwrap_or_default();
     let on = |k: &str| matches!(get(k).to_ascii_uppercase().as_str(), "ON" | "1");
     let version = get("version");
+    // A status, not a variable; a server that will not tell only loses the start-up warning.
+    let prepared_stmt_count = match sqlx::query("SHOW GLOBAL STATUS LIKE 'Prepared_stmt_count'")
+        .fetch_optional(pool)
+        .await
+    {
+        Ok(Some(row)) => crate::store::text(&row, 1)?.parse().ok(),
+        _ => None,
+    };
     Ok(ServerInfo {
+        tidb: is_tidb(&version, vars.get("tidb_version").map(String::as_str)),
+        max_prepared_stmt_count: vars
+            .get("max_prepared_stmt_count")
+            .and_then(|v| v.parse().ok()),
+        prepared_stmt_count,
         mariadb: version.to_ascii_lowercase().contains("mariadb"),
         version_number: parse_version(&version),
         version,
@@ -64,6 +87,21 @@ pub(crate) async fn inspect(pool: &MySqlPool) -> Result<ServerInfo> {
         flush_log_at_trx_commit: get("innodb_flush_log_at_trx_commit"),
     })
 }
+
+/// Whether the server is TiDB: its `VERSION()` reads like `8.0.11-TiDB-v7.5.0`, and it has a
+/// `tidb_version` variable no other server has.
+fn is_tidb(version: &str, tidb_version: Option<&str>) -> bool {
+    version.to_ascii_lowercase().contains("tidb") || tidb_version.is_some_and(|v| !v.is_empty())
+}
+
+/// How many more processes that each keep `per_process` prepared statements fit under the
+/// server's cap, given how many are prepared already.
+fn processes_that_fit(max: u64, prepared: u64, per_process: u64) -> u64 {
+    max.saturating_sub(prepared) / per_process.max(1)
+}
+
+/// Fewer processes than this fitting under `max_prepared_stmt_count` earn a warning.
+const PROCESS_HEADROOM: u64 = 20;
 
 fn parse_version(v: &str) -> (u32, u32, u32) {
     let mut parts = v
@@ -83,9 +121,21 @@ impl ServerInfo {
     /// server (a replica: never claim there), statement-based binary logging (READ COMMITTED
     /// needs ROW or MIXED), and Galera (`wsrep_on`: locks are not cluster-wide, so two
     /// nodes could claim one job).
+    ///
+    /// TiDB is refused too: it accepts `FOR UPDATE SKIP LOCKED` but ignores `SKIP LOCKED`, so
+    /// claimers would wait on each other's rows (pessimistic mode) or claim the same job
+    /// (optimistic mode).
     pub fn check(&self) -> Result<()> {
         let refuse = |msg: String| Err(Error::UnsupportedServer(msg));
         let v = self.version_number;
+        // Before the version checks: TiDB reports a MySQL version that would pass them.
+        if self.tidb {
+            return refuse(format!(
+                "{} is TiDB, which parses SKIP LOCKED but ignores it, so claims would block on or \
+                 take each other's jobs; use MySQL 8.0.1+ or MariaDB 10.6+",
+                self.version
+            ));
+        }
         if self.mariadb && v < (10, 6, 0) {
             return refuse(format!(
                 "MariaDB {} has no SKIP LOCKED; upgrade to 10.6 or later (10.6.6 or later recommended)",
@@ -124,6 +174,34 @@ impl ServerInfo {
         }
         Ok(())
     }
+
+    /// Logs a warning when fewer than 20 more processes, each keeping `per_process`
+    /// server-side prepared statements, fit under the server's `max_prepared_stmt_count`:
+    /// beyond it every new prepare fails (error 1461), renewals included.
+    pub(crate) fn warn_on_statement_headroom(&self, per_process: u64) {
+        let (Some(max), Some(prepared)) = (self.max_prepared_stmt_count, self.prepared_stmt_count)
+        else {
+            return;
+        };
+        let fit = processes_that_fit(max, prepared, per_process);
+        if fit < PROCESS_HEADROOM {
+            tracing::warn!(
+                max_prepared_stmt_count = max,
+                prepared_stmt_count = prepared,
+                per_process,
+                processes_that_fit = fit,
+                "few more processes fit under the server's max_prepared_stmt_count; raise it on the server, or lower max_connections or statement_cache_capacity"
+            );
+        } else {
+            tracing::debug!(
+                max_prepared_stmt_count = max,
+                prepared_stmt_count = prepared,
+                per_process,
+                processes_that_fit = fit,
+                "prepared statement budget"
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -141,7 +219,41 @@ mod tests {
             wsrep_on: false,
             isolation: "READ-COMMITTED".into(),
             flush_log_at_trx_commit: "1".into(),
+            tidb: is_tidb(version, None),
+            max_prepared_stmt_count: Some(16382),
+            prepared_stmt_count: Some(0),
         }
+    }
+
+    #[test]
+    fn tidb_is_refused_whatever_version_it_claims() {
+        for version in [
+            "8.0.11-TiDB-v7.5.0",
+            "5.7.25-TiDB-v6.5.1",
+            "8.0.11-tidb-v8.1.0",
+        ] {
+            assert!(is_tidb(version, None), "{version}");
+            let err = info(version).check().unwrap_err().to_string();
+            assert!(err.contains("TiDB") && err.contains("SKIP LOCKED"), "{err}");
+        }
+        // A TiDB that hides its name in VERSION() still has `tidb_version`.
+        assert!(is_tidb("8.0.11", Some("Release Version: v7.5.0")));
+        let mut i = info("8.0.11");
+        i.tidb = is_tidb(&i.version, Some("Release Version: v7.5.0"));
+        assert!(i.check().is_err());
+        // Others are not TiDB.
+        for version in ["8.0.36", "10.11.6-MariaDB-0+deb12u1", "8.4.3-percona"] {
+            assert!(!is_tidb(version, None), "{version}");
+            assert!(!is_tidb(version, Some("")), "{version}");
+        }
+    }
+
+    #[test]
+    fn statement_headroom_counts_whole_processes() {
+        assert_eq!(processes_that_fit(16382, 0, 272), 60);
+        assert_eq!(processes_that_fit(16382, 16000, 272), 1);
+        assert_eq!(processes_that_fit(100, 200, 272), 0);
+        assert_eq!(processes_that_fit(100, 0, 0), 100);
     }
 
     #[test]

@@ -956,7 +956,9 @@ impl Store {
                      updated_at = UTC_TIMESTAMP(6) WHERE id IN ({}) {GUARD}",
                     placeholders(padded_len(ids.len()))
                 );
-                let mut q = sqlx::query(&sql);
+                // Rare (only after a crash or a lost lease), and twelve texts in all: not
+                // worth a place in the connection's statement cache.
+                let mut q = sqlx::query(&sql).persistent(false);
                 for id in padded(ids) {
                     q = q.bind(id);
                 }
@@ -978,11 +980,14 @@ impl Store {
         limit: usize,
     ) -> Result<u64> {
         transaction!(self, |conn| {
+            // Pruning runs once a minute: its statements are prepared for one use each, so
+            // that they take no place in the connection's statement cache.
             let ids: Vec<u64> = sqlx::query_scalar(
                 "SELECT id FROM job_queue FORCE INDEX (job_queue_finished) \
                  WHERE status = ? AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
                  ORDER BY finished_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
             )
+            .persistent(false)
             .bind(status.as_str())
             .bind(older_than_us)
             .bind(limit as u64)
@@ -995,7 +1000,7 @@ impl Store {
                 "DELETE FROM job_queue WHERE id IN ({}) AND status = ?",
                 placeholders(padded_len(ids.len()))
             );
-            let mut q = sqlx::query(&sql);
+            let mut q = sqlx::query(&sql).persistent(false);
             for id in padded(&ids) {
                 q = q.bind(id);
             }
@@ -1149,6 +1154,27 @@ impl Store {
             ))
         });
         pass?
+    }
+
+    /// Inserts one job outside any transaction of the caller (see [`insert`]), retried after
+    /// a deadlock. Two inserts of one key that both wait on a third session's uncommitted
+    /// insert of it deadlock when that session rolls back; the victim's retry then finds the
+    /// winner's row and reports `Duplicate`. A lock wait timeout (1205) is not retried: it
+    /// has already made the caller wait `innodb_lock_wait_timeout`.
+    pub(crate) async fn insert_autocommit(&self, job: &NewJob) -> Result<Enqueued> {
+        let mut retry = 0u32;
+        loop {
+            let mut conn = acquire(self).await?;
+            match insert(&mut conn, job).await {
+                Err(e) if e.server_code() == Some(1213) && retry < CONFLICT_RETRIES => {
+                    drop(conn);
+                    retry += 1;
+                    self.metrics.conflict(1213);
+                    tokio::time::sleep(conflict_delay(retry)).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Makes up to `limit` due `scheduled` jobs `ready`. Returns how many.

@@ -125,14 +125,21 @@ impl WorkerBuilder {
     }
 
     /// How long running jobs may go on after shutdown begins before they are cancelled.
-    /// Default 30 s.
+    /// Default 20 s ([`Worker::DEFAULT_SHUTDOWN_GRACE`]).
+    ///
+    /// The defaults (20 s, then 5 s of [`cancel_grace`](Self::cancel_grace)) fit within
+    /// Kubernetes' default `terminationGracePeriodSeconds` of 30 s. For longer grace periods
+    /// raise the pod's `terminationGracePeriodSeconds` above their sum plus a few seconds,
+    /// or the pod is killed before it hands its jobs back (they then wait a full lease and
+    /// lose an attempt).
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.config.grace = grace;
         self
     }
 
     /// After a job is cancelled at shutdown, how long it has to return by itself before it is
-    /// dropped. Default 5 s. Either way its lease is handed back (`ready`, attempts kept).
+    /// dropped. Default 5 s ([`Worker::DEFAULT_CANCEL_GRACE`]). Either way its lease is
+    /// handed back (`ready`, attempts kept).
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
         self.config.cancel_grace = grace;
         self
@@ -154,7 +161,9 @@ impl WorkerBuilder {
     }
 
     /// How long finished jobs stay before this worker's maintenance prunes them (once a
-    /// minute, 500 rows per statement, SKIP LOCKED). Default [`Retention::default`].
+    /// minute, 500 rows per statement, SKIP LOCKED, for up to 2 s a pass; a larger backlog
+    /// goes on at the next passes, a maintenance interval apart). Default
+    /// [`Retention::default`].
     pub fn retention(mut self, retention: Retention) -> Self {
         self.config.retention = retention;
         self
@@ -399,7 +408,10 @@ impl LeaseThread {
                     Ok(())
                 })
             })
-            .connect_lazy_with(self.connect);
+            .connect_lazy_with(
+                self.connect
+                    .statement_cache_capacity(Worker::LEASE_STORE_STATEMENTS),
+            );
         let store = Store {
             pool,
             set_isolation: false,
@@ -430,6 +442,30 @@ impl LeaseThread {
 }
 
 impl Worker {
+    /// The default [`WorkerBuilder::shutdown_grace`]: 20 s. With
+    /// [`Worker::DEFAULT_CANCEL_GRACE`] it leaves 5 s of Kubernetes' default
+    /// `terminationGracePeriodSeconds` (30 s) to hand jobs back and exit.
+    ///
+    /// ```
+    /// # extern crate jobqueue_runtime as jobqueue;
+    /// use std::time::Duration;
+    /// use jobqueue::Worker;
+    ///
+    /// // Within Kubernetes' default 30 s, with 5 s to spare for the hand-back.
+    /// let defaults = Worker::DEFAULT_SHUTDOWN_GRACE + Worker::DEFAULT_CANCEL_GRACE;
+    /// assert_eq!(defaults, Duration::from_secs(25));
+    /// ```
+    pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+    /// The default [`WorkerBuilder::cancel_grace`]: 5 s.
+    pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
+
+    /// Server-side prepared statements each of a worker's two lease-store connections
+    /// (renewals and outcomes) keeps: every statement they send fits, so none is prepared
+    /// twice. See [`QueueConfig::statement_cache_capacity`](crate::QueueConfig::statement_cache_capacity)
+    /// for the bound per process.
+    pub const LEASE_STORE_STATEMENTS: usize = 16;
+
     /// Starts building a worker for `queue`.
     pub fn builder(queue: Queue) -> WorkerBuilder {
         WorkerBuilder {
@@ -439,8 +475,8 @@ impl Worker {
                 concurrency: 10,
                 poll_min: Duration::from_millis(50),
                 poll_max: Duration::from_secs(2),
-                grace: Duration::from_secs(30),
-                cancel_grace: Duration::from_secs(5),
+                grace: Worker::DEFAULT_SHUTDOWN_GRACE,
+                cancel_grace: Worker::DEFAULT_CANCEL_GRACE,
                 maintenance_interval: Duration::from_secs(1),
                 maintenance: true,
                 retention: Retention::default(),
@@ -1185,6 +1221,7 @@ async fn reclaim_expired(m: &Maintenance) -> Result<()> {
 async fn prune_finished(m: &mut Maintenance) -> Result<()> {
     if m.last_prune.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
         m.last_prune = Some(Instant::now());
+        let deadline = Instant::now() + PRUNE_BUDGET;
         let r = m.retention;
         for (status, keep) in [
             (crate::queue::JobStatus::Done, r.done),
@@ -1192,11 +1229,15 @@ async fn prune_finished(m: &mut Maintenance) -> Result<()> {
             (crate::queue::JobStatus::Failed, r.failed),
         ] {
             if let Some(keep) = keep {
-                // At most 20 batches a pass: a large backlog is worked off over several
-                // passes instead of one long burst of deletes.
-                let n = prune_batches(&m.store, status, keep, 20).await?;
+                let (n, more) = prune_within(&m.store, status, keep, deadline).await?;
                 if n > 0 {
                     tracing::info!(status = %status, jobs = n, older_than = ?keep, "pruned finished jobs");
+                }
+                if more {
+                    // The budget ran out with rows left: the next pass, one maintenance
+                    // interval away, goes on instead of waiting for the next minute.
+                    tracing::debug!(status = %status, "pruning backlog left; continuing at the next maintenance pass");
+                    m.last_prune = None;
                 }
             }
         }
@@ -1204,24 +1245,36 @@ async fn prune_finished(m: &mut Maintenance) -> Result<()> {
     Ok(())
 }
 
-/// Deletes `status` jobs finished more than `keep` ago, in batches of 500, at most
-/// `max_batches` of them, through the worker's store (every call bounded).
-async fn prune_batches(
+/// Rows deleted per pruning statement.
+const PRUNE_BATCH: usize = 500;
+
+/// How long one maintenance pass may spend pruning, so that promotion and reclaim, which
+/// wait for it, are never held up for long. A backlog larger than one pass can delete is
+/// worked off at the next passes, one maintenance interval apart.
+const PRUNE_BUDGET: Duration = Duration::from_secs(2);
+
+/// Deletes batches of `status` jobs older than `keep` while full batches come back and
+/// `deadline` has not passed. Returns the rows deleted and whether rows may be left.
+async fn prune_within(
     store: &Store,
     status: JobStatus,
     keep: Duration,
-    max_batches: u64,
-) -> Result<u64> {
+    deadline: Instant,
+) -> Result<(u64, bool)> {
     let older_than_us = i64::try_from(keep.as_micros()).unwrap_or(i64::MAX);
     let mut total = 0;
-    for _ in 0..max_batches {
-        let n = store.prune_batch(status, older_than_us, 500).await?;
+    loop {
+        let n = store
+            .prune_batch(status, older_than_us, PRUNE_BATCH)
+            .await?;
         total += n;
-        if n < 500 {
-            break;
+        if (n as usize) < PRUNE_BATCH {
+            return Ok((total, false));
+        }
+        if Instant::now() >= deadline {
+            return Ok((total, true));
         }
     }
-    Ok(total)
 }
 
 fn default_owner() -> String {

@@ -1,0 +1,686 @@
+//! Connections, server checks, limits and defaults under the conditions of a real
+//! deployment: many processes against one server, clients that die inside a transaction,
+//! futures dropped at the wrong moment, three-way key races, large pruning backlogs and
+//! orchestrators that kill slow pods. Each test failed before the change it guards, except
+//! where its doc comment says it confirms behaviour that already held.
+//!
+//! Every test has its own database (or its own private server, where it changes global
+//! server settings).
+
+use std::time::{Duration, Instant};
+
+use jobqueue::testing::TestServer;
+use jobqueue::{job, Enqueued, Error, JobContext, JobStatus, Queue, QueueConfig, Worker};
+use sqlx::mysql::MySqlConnection;
+use sqlx::{Connection, Executor, Row};
+use tests::{
+    fresh_database, fresh_queue, init_tracing, migrated_queue, quick_worker, receive, row, start,
+    stop, wait_for, wait_status, Mailbox,
+};
+
+/// A job that does nothing; the tests look at rows, not at effects.
+#[job(name = "hardening_conn_noop", queue = "conn")]
+async fn noop(n: u64) {
+    let _ = n;
+}
+
+/// A job that fails its first attempt, so that runs go through retries too.
+#[job(
+    name = "hardening_conn_flaky",
+    queue = "conn",
+    backoff = "constant(10ms)"
+)]
+async fn flaky(ctx: JobContext, n: u64) -> Result<(), JobError> {
+    let _ = n;
+    if ctx.attempt() == 1 {
+        return Err("first attempts fail".into());
+    }
+    Ok(())
+}
+
+use jobqueue::JobError;
+
+async fn global_status(conn: &mut MySqlConnection, name: &str) -> u64 {
+    let row = sqlx::query("SHOW GLOBAL STATUS WHERE Variable_name = ?")
+        .bind(name)
+        .fetch_one(&mut *conn)
+        .await
+        .expect("read a status variable");
+    let value: String = row
+        .try_get::<String, _>(1)
+        .or_else(|_| {
+            row.try_get::<Vec<u8>, _>(1)
+                .map(|b| String::from_utf8(b).unwrap())
+        })
+        .unwrap();
+    value.parse().unwrap()
+}
+
+// ---------------------------------------------------------------------------------------
+// Prepared statements per process are bounded
+// ---------------------------------------------------------------------------------------
+
+/// Statements one queue connection may keep prepared (the statement cache of the pool
+/// `Queue::connect` opens), and one lease-store connection of a worker.
+const MAIN_STATEMENTS: u64 = 24;
+const LEASE_STATEMENTS: u64 = 16;
+/// Statements the test's own connection prepares (the status query).
+const ADMIN_STATEMENTS: u64 = 1;
+
+/// Runs every kind of statement the queue sends, with every list arity, through `queue`:
+/// what a long-lived worker process meets over hours, in a few seconds.
+async fn statement_variety(queue: &Queue, round: u64) {
+    let store = queue.store();
+    // Bulk enqueues of every arity of the key lookup.
+    let mut n = round * 1_000_000;
+    for size in [1u64, 2, 9, 33, 129, 257, 513] {
+        let jobs: Vec<Noop> = (n..n + size).map(|n| Noop { n }).collect();
+        n += size;
+        queue.enqueue_many(jobs).await.expect("bulk enqueue");
+    }
+    for i in 0..5 {
+        let _ = queue.enqueue(Flaky { n: n + i }).await.expect("enqueue");
+    }
+    // Claims of every arity, then every way to end them.
+    let owner = format!("variety-{round}");
+    let mut claimed = Vec::new();
+    for limit in [1usize, 5, 20, 100] {
+        claimed.extend(store.claim("conn", &owner, limit).await.expect("claim"));
+    }
+    assert!(claimed.len() >= 100, "claimed {}", claimed.len());
+    let ids: Vec<u64> = claimed.iter().map(|c| c.id).collect();
+    for take in [1usize, 5, 20, 100] {
+        store
+            .renew(&owner, &ids[..take], true)
+            .await
+            .expect("renew");
+        store
+            .renew(&owner, &ids[..take], false)
+            .await
+            .expect("renew");
+    }
+    let mut rest = claimed.as_slice();
+    for take in [1usize, 5, 20] {
+        let (now, later) = rest.split_at(take);
+        let claims: Vec<(u64, u32)> = now.iter().map(|c| (c.id, c.attempt)).collect();
+        store.complete(&owner, &claims).await.expect("complete");
+        rest = later;
+    }
+    let hows = [
+        jobqueue::store::Finish::Retry {
+            delay: Duration::from_millis(1),
+            error: "again".into(),
+        },
+        jobqueue::store::Finish::Fail { error: "no".into() },
+        jobqueue::store::Finish::Cancelled {
+            error: "stop".into(),
+        },
+        jobqueue::store::Finish::HandBack,
+    ];
+    for (c, how) in rest.iter().zip(hows.iter().cycle()) {
+        store
+            .finish(&owner, c.id, c.attempt, how)
+            .await
+            .expect("finish");
+    }
+    store.promote(500).await.expect("promote");
+    store.reclaim(100).await.expect("reclaim");
+    let _ = store
+        .classify_empty(&["conn".to_string()])
+        .await
+        .expect("classify");
+    queue.counts(None).await.expect("counts");
+    queue
+        .prune(JobStatus::Done, Duration::ZERO)
+        .await
+        .expect("prune");
+    queue.stats().await.expect("stats");
+}
+
+/// Every queue connection keeps at most a fixed number of server-side
+/// prepared statements, so the number per process has a bound (pool size × per-connection
+/// cache, plus a worker's two lease-store connections), and several processes (here three
+/// queues with pools of their own, each with a worker, standing in for three processes)
+/// keep working on a server whose `max_prepared_stmt_count` is just that bound times three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_per_process_stay_within_the_documented_bound() {
+    init_tracing();
+    let server = TestServer::start().expect("a private server");
+    let url = server.create_database("prepared").await.unwrap();
+    let mut admin = MySqlConnection::connect(server.url()).await.unwrap();
+    const PROCESSES: u64 = 3;
+    let per_process = MAIN_STATEMENTS + 2 * LEASE_STATEMENTS;
+    // This connection and the migration's own prepare a few statements too.
+    let cap = PROCESSES * per_process + 8;
+    admin
+        .execute(format!("SET GLOBAL max_prepared_stmt_count = {cap}").as_str())
+        .await
+        .unwrap();
+
+    let config = QueueConfig::default().max_connections(1);
+    let mut queues = Vec::new();
+    for _ in 0..PROCESSES {
+        let queue = Queue::connect_with(&url, config.clone()).await.unwrap();
+        queues.push(queue);
+    }
+    queues[0].migrate().await.unwrap();
+    assert_eq!(
+        queues[0].server_info().max_prepared_stmt_count,
+        Some(cap),
+        "the queue reads the server's cap at start-up"
+    );
+    for (round, queue) in queues.iter().enumerate() {
+        statement_variety(queue, round as u64).await;
+    }
+    // Each queue connection has now sent far more distinct statements than it may keep.
+    let held = global_status(&mut admin, "Prepared_stmt_count").await;
+    assert!(
+        held <= PROCESSES * MAIN_STATEMENTS + ADMIN_STATEMENTS,
+        "{PROCESSES} one-connection queues hold {held} prepared statements, over {MAIN_STATEMENTS} per connection"
+    );
+
+    // Now the workers, each with its lease store, on the same server.
+    let mut workers = Vec::new();
+    for queue in &queues {
+        let worker = quick_worker(queue).queues(["conn"]).build().unwrap();
+        workers.push(start(worker));
+    }
+    for (round, queue) in queues.iter().enumerate() {
+        statement_variety(queue, 10 + round as u64).await;
+    }
+    wait_for("every job to end", Duration::from_secs(60), || async {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM job_queue WHERE status IN ('ready', 'scheduled', 'running')",
+        )
+        .fetch_one(queues[0].pool())
+        .await
+        .unwrap();
+        (open == 0).then_some(())
+    })
+    .await;
+    let held_with_workers = global_status(&mut admin, "Prepared_stmt_count").await;
+    assert!(held_with_workers <= cap, "{held_with_workers} > {cap}");
+    println!("prepared statements: {held} held by three one-connection queues, {held_with_workers} with their workers (cap {cap})");
+    for (handle, task) in workers {
+        let m = handle.metrics();
+        stop(&handle, task).await;
+        assert_eq!(m.database_errors, 0, "{m:?}");
+        assert_eq!(m.lease_lost, 0, "{m:?}");
+    }
+}
+
+/// A queue that connects to a server where few more processes fit under
+/// `max_prepared_stmt_count` says so at start-up, with the figures, before renewals start
+/// failing with error 1461.
+#[tokio::test(flavor = "current_thread")]
+async fn a_low_prepared_statement_cap_is_reported_at_start_up() {
+    let (logs, _guard) = tests::LogCapture::install("jobqueue_runtime=info");
+    let server = TestServer::start().expect("a private server");
+    let url = server.create_database("prepared_warn").await.unwrap();
+    let mut admin = MySqlConnection::connect(server.url()).await.unwrap();
+    admin
+        .execute("SET GLOBAL max_prepared_stmt_count = 1000")
+        .await
+        .unwrap();
+    // 1000 / (10 × 24 + 2 × 16) = 3 processes of the default shape.
+    let queue = Queue::connect(&url).await.unwrap();
+    assert_eq!(queue.server_info().max_prepared_stmt_count, Some(1000));
+    let warned = logs.lines_with(&["WARN", "max_prepared_stmt_count", "processes_that_fit=3"]);
+    assert_eq!(warned.len(), 1, "{}", logs.text());
+
+    // With the server's default cap, no warning.
+    admin
+        .execute("SET GLOBAL max_prepared_stmt_count = 16382")
+        .await
+        .unwrap();
+    let _quiet = Queue::connect(&url).await.unwrap();
+    assert_eq!(logs.lines_with(&["WARN"]).len(), 1, "{}", logs.text());
+}
+
+// ---------------------------------------------------------------------------------------
+// A session that goes silent inside a transaction releases its locks
+// ---------------------------------------------------------------------------------------
+
+/// A library session (a connection of the queue's own pool) that
+/// stops talking in the middle of a transaction holding claimed rows, as a crashed or
+/// partitioned host would, loses them within the queue's idle-transaction bound (30 s by
+/// default): the server ends the session and another claimer gets the rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_locked_by_a_silent_session_become_claimable_within_the_bound() {
+    init_tracing();
+    let queue = fresh_queue("conn_silent").await;
+    for n in 0..5 {
+        let _ = queue.enqueue(Noop { n }).await.unwrap();
+    }
+    let mut silent = queue.pool().acquire().await.unwrap();
+    silent.execute("BEGIN").await.unwrap();
+    let locked: Vec<u64> = sqlx::query_scalar(
+        "SELECT id FROM job_queue WHERE queue = 'conn' AND status = 'ready' \
+         ORDER BY priority, id LIMIT 5 FOR UPDATE SKIP LOCKED",
+    )
+    .fetch_all(&mut *silent)
+    .await
+    .unwrap();
+    assert_eq!(locked.len(), 5);
+
+    let store = queue.store();
+    assert!(store.claim("conn", "other", 10).await.unwrap().is_empty());
+    let t0 = Instant::now();
+    let claimed = wait_for(
+        "the silent session's rows to be claimable",
+        Duration::from_secs(30 + 15),
+        || async {
+            let c = store.claim("conn", "other", 10).await.unwrap();
+            (!c.is_empty()).then_some(c)
+        },
+    )
+    .await;
+    let waited = t0.elapsed();
+    assert_eq!(claimed.len(), 5);
+    assert!(waited <= Duration::from_secs(30 + 5), "waited {waited:?}");
+    println!("rows came free after {waited:?}");
+    drop(silent);
+}
+
+// ---------------------------------------------------------------------------------------
+// A duplicate inside a snapshot-isolation transaction
+// ---------------------------------------------------------------------------------------
+
+/// Confirms a guarantee that already held (on MariaDB 10.11; the variable is on by default
+/// from 11.6.2). With `innodb_snapshot_isolation=ON`, a duplicate
+/// `enqueue_in` whose existing row was committed after the caller's snapshot began
+/// reports the duplicate, and the caller's transaction still commits its own rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_under_snapshot_isolation_keeps_the_callers_transaction() {
+    init_tracing();
+    let url = fresh_database("conn_snapshot").await;
+    let queue = migrated_queue(&url).await;
+    let mut app = MySqlConnection::connect(&url).await.unwrap();
+    app.execute("CREATE TABLE orders (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    app.execute("SET SESSION innodb_snapshot_isolation = ON")
+        .await
+        .unwrap();
+    let (level, snapshot): (String, i64) =
+        sqlx::query_as("SELECT CAST(@@tx_isolation AS CHAR), @@innodb_snapshot_isolation + 0")
+            .fetch_one(&mut app)
+            .await
+            .unwrap();
+    assert_eq!((level.as_str(), snapshot), ("REPEATABLE-READ", 1));
+
+    let mut tx = app.begin().await.unwrap();
+    let _: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    let late = queue.enqueue(Noop { n: 1 }).await.unwrap();
+    sqlx::query("INSERT INTO orders (id) VALUES (1)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let seen = queue.enqueue_in(&mut tx, Noop { n: 1 }).await;
+    match seen {
+        Ok(e) => assert_eq!(e, Enqueued::Duplicate(late.id())),
+        Err(e) => panic!("a duplicate under snapshot isolation failed: {e}"),
+    }
+    let fresh = queue.enqueue_in(&mut tx, Noop { n: 2 }).await.unwrap();
+    assert!(fresh.is_new());
+    tx.commit().await.unwrap();
+    let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders")
+        .fetch_one(&mut app)
+        .await
+        .unwrap();
+    assert_eq!(orders, 1, "the caller's own row was committed");
+    assert!(queue.job(fresh.id()).await.unwrap().is_some());
+}
+
+// ---------------------------------------------------------------------------------------
+// A connection returned with an open transaction does not swallow a later enqueue
+// ---------------------------------------------------------------------------------------
+
+/// A pooled connection that comes back to the pool with a
+/// transaction the driver does not know about (what dropping `run_until` in the middle of
+/// `BEGIN` can leave) does not make a later autocommit enqueue vanish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_after_a_leaked_transaction_is_committed() {
+    init_tracing();
+    let url = fresh_database("conn_leaked_tx").await;
+    migrated_queue(&url).await;
+    let queue = Queue::connect_with(&url, QueueConfig::default().max_connections(1))
+        .await
+        .unwrap();
+    let mut conn = queue.pool().acquire().await.unwrap();
+    conn.execute("START TRANSACTION").await.unwrap();
+    drop(conn);
+
+    let id = queue.enqueue(Noop { n: 7 }).await.unwrap();
+    assert!(id.is_new());
+    queue.pool().close().await;
+
+    let again = Queue::connect(&url).await.unwrap();
+    assert!(
+        again.job(id.id()).await.unwrap().is_some(),
+        "job {} was reported enqueued but is not in the table",
+        id.id()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Three sessions racing for one key
+// ---------------------------------------------------------------------------------------
+
+/// Two plain enqueues of one key, both waiting on a third session's
+/// uncommitted insert of it, deadlock when that session rolls back (InnoDB's documented
+/// three-session duplicate-key deadlock). The enqueue chosen as the victim is retried, so
+/// one reports `New` and the other `Duplicate`, and neither fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_enqueues_of_one_key_survive_the_duplicate_key_deadlock() {
+    init_tracing();
+    let url = fresh_database("conn_dup_deadlock").await;
+    let queue = migrated_queue(&url).await;
+    let mut first = MySqlConnection::connect(&url).await.unwrap();
+    let mut tx = first.begin().await.unwrap();
+    assert!(queue
+        .enqueue_in(&mut tx, Noop { n: 13 })
+        .await
+        .unwrap()
+        .is_new());
+
+    let racers: Vec<_> = (0..2)
+        .map(|_| {
+            let q = queue.clone();
+            tokio::spawn(async move { q.enqueue(Noop { n: 13 }).await })
+        })
+        .collect();
+    let watch = sqlx::MySqlPool::connect(&url).await.unwrap();
+    wait_for(
+        "both enqueues to wait on the first session's lock",
+        Duration::from_secs(20),
+        || {
+            let w = watch.clone();
+            async move {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
+                     JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+                     WHERE p.DB = DATABASE() AND t.trx_state = 'LOCK WAIT'",
+                )
+                .fetch_one(&w)
+                .await
+                .unwrap();
+                (waiting == 2).then_some(())
+            }
+        },
+    )
+    .await;
+    tx.rollback().await.unwrap();
+
+    let mut outcomes = Vec::new();
+    for r in racers {
+        outcomes.push(r.await.unwrap());
+    }
+    let outcomes: Vec<Enqueued> = outcomes
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|e| panic!("an enqueue failed: {e}")))
+        .collect();
+    let new: Vec<_> = outcomes.iter().filter(|o| o.is_new()).collect();
+    assert_eq!(new.len(), 1, "{outcomes:?}");
+    assert!(
+        outcomes.iter().all(|o| o.id() == new[0].id()),
+        "{outcomes:?}"
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
+        .fetch_one(queue.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// Pruning keeps up with a large backlog
+// ---------------------------------------------------------------------------------------
+
+/// One worker's maintenance deletes a backlog of 30,000 finished jobs past their retention
+/// within seconds, rather than 10,000 a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruning_works_off_a_backlog_larger_than_one_minutes_quota() {
+    init_tracing();
+    let queue = fresh_queue("conn_prune").await;
+    sqlx::query(
+        "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, attempts, \
+           max_attempts, lease_ms, created_at, updated_at, finished_at) \
+         SELECT 'conn', 'hardening_conn_noop', CONCAT('old-', n), '{\"n\":0}', 'done', 0, \
+           UTC_TIMESTAMP(6) - INTERVAL 9 DAY, 1, 25, 30000, UTC_TIMESTAMP(6) - INTERVAL 9 DAY, \
+           UTC_TIMESTAMP(6) - INTERVAL 8 DAY, UTC_TIMESTAMP(6) - INTERVAL 8 DAY \
+         FROM (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d AS n \
+               FROM (SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 \
+                     UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) a, \
+                    (SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 \
+                     UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) b, \
+                    (SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 \
+                     UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) c, \
+                    (SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 \
+                     UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) e, \
+                    (SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2) f) numbers",
+    )
+    .execute(queue.pool())
+    .await
+    .unwrap();
+    let old = tests::count_status(&queue, JobStatus::Done).await;
+    assert_eq!(old, 30_000);
+    // A recent one stays.
+    let recent = queue.enqueue(Noop { n: 1 }).await.unwrap().id();
+
+    let worker = quick_worker(&queue).queues(["conn"]).build().unwrap();
+    let t0 = Instant::now();
+    let (handle, task) = start(worker);
+    wait_status(&queue, recent, JobStatus::Done, Duration::from_secs(20)).await;
+    wait_for(
+        "the backlog of 30,000 old done jobs to be pruned",
+        Duration::from_secs(45),
+        || async {
+            let n = tests::count_status(&queue, JobStatus::Done).await;
+            (n == 1).then_some(())
+        },
+    )
+    .await;
+    println!("pruned 30,000 rows in {:?}", t0.elapsed());
+    stop(&handle, task).await;
+    assert_eq!(row(&queue, recent).await.status, JobStatus::Done);
+}
+
+// ---------------------------------------------------------------------------------------
+// Default shutdown fits Kubernetes' default termination grace
+// ---------------------------------------------------------------------------------------
+
+static STUBBORN_STARTED: Mailbox<u64> = Mailbox::new();
+
+/// Ignores cancellation: only dropping it stops it.
+#[job(name = "hardening_conn_stubborn", queue = "conn_stubborn")]
+async fn stubborn(ctx: JobContext) {
+    STUBBORN_STARTED.send(ctx.id());
+    tokio::time::sleep(Duration::from_secs(300)).await;
+}
+
+/// With the default grace periods, a worker told to stop while a job
+/// ignores cancellation has handed the job back before Kubernetes' default
+/// `terminationGracePeriodSeconds` of 30 s would kill the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_shutdown_hands_jobs_back_within_thirty_seconds() {
+    init_tracing();
+    let queue = fresh_queue("conn_k8s").await;
+    let mut started = STUBBORN_STARTED.open();
+    let id = queue.enqueue(Stubborn {}).await.unwrap().id();
+    let worker = Worker::builder(queue.clone())
+        .queues(["conn_stubborn"])
+        .build()
+        .unwrap();
+    let (handle, task) = start(worker);
+    receive(&mut started, "the job to start", Duration::from_secs(20)).await;
+    let t0 = Instant::now();
+    handle.shutdown();
+    let returned = tokio::time::timeout(Duration::from_secs(30), task).await;
+    let took = t0.elapsed();
+    assert!(
+        returned.is_ok(),
+        "the worker was still shutting down after {took:?}"
+    );
+    returned.unwrap().unwrap().unwrap();
+    println!("default shutdown took {took:?}");
+    let r = row(&queue, id).await;
+    assert_eq!((r.status, r.attempts), (JobStatus::Ready, 1), "{r:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Passwords never leak from URLs
+// ---------------------------------------------------------------------------------------
+
+/// Passwords as people type them into a URL, unencoded: each is `S3CR` + something + `ET9X`.
+const NASTY_MIDDLES: &[&str] = &[
+    "", "/", "?", "#", "@", ":", "//", "/?#@", "@@", "a/b@c", "%", "%2F", " ", "\\", "[", "]",
+    "&x=1", "=", ";", "'", "\"", "\n", "é", "::@", "@:", "/@/", "?@?", "#@#",
+];
+
+fn assert_no_secret(text: &str, context: &str) {
+    assert!(
+        !text.contains("S3CR") && !text.contains("ET9X"),
+        "{context} leaks the password: {text}"
+    );
+}
+
+/// `redact_url` hides the password whatever characters it holds, in
+/// URLs with or without a scheme, port, path, query or fragment.
+#[test]
+fn redact_url_never_shows_a_password() {
+    for middle in NASTY_MIDDLES {
+        let password = format!("S3CR{middle}ET9X");
+        for shape in [
+            "mysql://app:{}@db:3306/jobs",
+            "mysql://app:{}@db/jobs",
+            "mysql://app:{}@db",
+            "mysql://app:{}@db:3306/jobs?ssl-mode=REQUIRED",
+            "mysql://app:{}@10.0.0.1:3306/jobs#frag",
+            "mysql://app:{}@[::1]:3306/jobs",
+            "mysql://:{}@db/jobs",
+            "app:{}@db/jobs",
+            "mysql://app:{}@db/jobs?ssl-ca=/etc/a@b",
+        ] {
+            let url = shape.replace("{}", &password);
+            let shown = jobqueue::redact_url(&url);
+            assert_no_secret(&shown, &format!("redact_url({url:?})"));
+        }
+    }
+    // What is not a secret stays readable.
+    assert_eq!(
+        jobqueue::redact_url("mysql://app:pa/ss@db:3306/jobs"),
+        "mysql://app:***@db:3306/jobs"
+    );
+    assert_eq!(
+        jobqueue::redact_url("mysql://root@db/jobs"),
+        "mysql://root@db/jobs"
+    );
+}
+
+/// A database URL that cannot be parsed (the error names the URL) or whose server cannot
+/// be reached gives an error that does not show the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_errors_never_show_a_password() {
+    let config = QueueConfig::default().acquire_timeout(Duration::from_millis(200));
+    for middle in NASTY_MIDDLES {
+        let password = format!("S3CR{middle}ET9X");
+        // Port 1 on the loopback refuses at once.
+        let url = format!("mysql://app:{password}@127.0.0.1:1/jobs");
+        match Queue::connect_with(&url, config.clone()).await {
+            Ok(_) => panic!("connected to {url:?}"),
+            Err(e) => {
+                assert_no_secret(&e.to_string(), &format!("connecting to {url:?}"));
+                assert_no_secret(&format!("{e:?}"), &format!("connecting to {url:?} (Debug)"));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A paused queue stays paused while its pause row is locked
+// ---------------------------------------------------------------------------------------
+
+/// Confirms a guarantee that already held: a claim reads a queue's pause row without
+/// locking it, so a pause row locked by another session (an operator's transaction) is
+/// not skipped by SKIP LOCKED, and two claimers and two workers claim nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_queue_stays_paused_while_its_pause_row_is_locked() {
+    init_tracing();
+    let url = fresh_database("conn_pause").await;
+    let queue = migrated_queue(&url).await;
+    for n in 0..20 {
+        let _ = queue.enqueue(Noop { n }).await.unwrap();
+    }
+    queue.pause("conn").await.unwrap();
+    let mut operator = MySqlConnection::connect(&url).await.unwrap();
+    let mut tx = operator.begin().await.unwrap();
+    let locked: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM job_queue_pause WHERE queue = 'conn' FOR UPDATE")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+    assert_eq!(locked, 1);
+
+    let store = queue.store();
+    let (a, b) = tokio::join!(
+        store.claim("conn", "claimer-a", 10),
+        store.claim("conn", "claimer-b", 10)
+    );
+    assert!(a.unwrap().is_empty() && b.unwrap().is_empty());
+
+    let workers: Vec<_> = (0..2)
+        .map(|_| start(quick_worker(&queue).queues(["conn"]).build().unwrap()))
+        .collect();
+    // Each worker polls several times and finds the queue paused each time.
+    for (handle, _) in &workers {
+        wait_for("paused polls", Duration::from_secs(20), || async {
+            (handle.metrics().empty_paused >= 5).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(tests::count_status(&queue, JobStatus::Ready).await, 20);
+    for (handle, _) in &workers {
+        assert_eq!(handle.metrics().claimed, 0);
+    }
+    tx.rollback().await.unwrap();
+    queue.resume("conn").await.unwrap();
+    wait_for(
+        "the resumed queue to drain",
+        Duration::from_secs(20),
+        || async { (tests::count_status(&queue, JobStatus::Done).await == 20).then_some(()) },
+    )
+    .await;
+    for (handle, task) in workers {
+        stop(&handle, task).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Leases beyond what the table can hold are refused
+// ---------------------------------------------------------------------------------------
+
+/// A lease longer than the `lease_ms` column holds (about 49.7 days).
+#[job(
+    name = "hardening_conn_endless_lease",
+    queue = "conn_never_served",
+    lease = "60d"
+)]
+async fn endless_lease() {}
+
+/// A lease over `u32::MAX` milliseconds is refused at enqueue with
+/// an error naming the limit, instead of being cut to 49.7 days without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_longer_than_the_table_holds_is_refused() {
+    let queue = fresh_queue("conn_lease").await;
+    match queue.enqueue(EndlessLease {}).await {
+        Err(Error::Config(msg)) => {
+            assert!(msg.contains("lease") && msg.contains("49"), "{msg}");
+        }
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+    assert_eq!(queue.counts(None).await.unwrap(), vec![]);
+}
