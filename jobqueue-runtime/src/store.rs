@@ -271,7 +271,9 @@ pub(crate) async fn insert(conn: &mut MySqlConnection, job: &NewJob) -> Result<E
             Ok(done) => return Ok(Enqueued::New(done.last_insert_id())),
             Err(e) if is_key_conflict(&e) => {
                 if let Some((id, kind)) = existing_id(conn, &job.key).await? {
-                    return duplicate_of(job, id, &kind);
+                    // A kind hidden by the caller's snapshot cannot be compared: the key is
+                    // taken either way, and the job holding it is most likely this kind's.
+                    return duplicate_of(job, id, kind.as_deref().unwrap_or(&job.kind));
                 }
             }
             Err(e) => return Err(e.into()),
@@ -284,16 +286,29 @@ pub(crate) async fn insert(conn: &mut MySqlConnection, job: &NewJob) -> Result<E
 }
 
 /// The id and kind of the job holding `key`.
-async fn existing_id(conn: &mut MySqlConnection, key: &str) -> Result<Option<(u64, String)>> {
+async fn existing_id(
+    conn: &mut MySqlConnection,
+    key: &str,
+) -> Result<Option<(u64, Option<String>)>> {
     // A locking read sees the latest committed row even inside the caller's REPEATABLE READ
-    // snapshot; the duplicate-key error already holds this shared lock anyway.
-    let row = sqlx::query("SELECT id, kind FROM job_queue WHERE task_key = ? LOCK IN SHARE MODE")
-        .bind(key)
-        .fetch_optional(&mut *conn)
-        .await?;
-    Ok(row
-        .map(|r| Ok::<_, sqlx::Error>((r.try_get(0)?, text(&r, 1)?)))
-        .transpose()?)
+    // snapshot; the duplicate-key error already holds this shared lock anyway. It reads the
+    // key's index alone: a locking read of the row itself would fail with 1020 (and abort the
+    // caller's transaction) under MariaDB's `innodb_snapshot_isolation=ON` when the row was
+    // committed after the caller's snapshot.
+    let id: Option<u64> =
+        sqlx::query_scalar("SELECT id FROM job_queue WHERE task_key = ? LOCK IN SHARE MODE")
+            .bind(key)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let Some(id) = id else { return Ok(None) };
+    // A plain read never fails that way; inside such a snapshot it may not see the row, and
+    // then the kind is unknown.
+    let kind: Option<String> =
+        sqlx::query_scalar("SELECT CAST(kind AS CHAR) FROM job_queue WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    Ok(Some((id, kind)))
 }
 
 /// `Duplicate(id)` when job `id`, which holds `job`'s key, is of `job`'s kind. A job of
