@@ -317,8 +317,7 @@ async fn claim_skips_a_locked_row_without_waiting() {
 // Copies of the SELECTs in store.rs. `store_rs_sql` reads the same literals out of
 // store.rs's source at compile time (`include_str!`), and `the_sql_copies_match_store_rs`
 // fails when the two drift apart, so the EXPLAIN test always checks the SQL the runtime runs.
-const CLAIM_SELECT: &str =
-    "SELECT id, queue, kind, task_key, payload, attempts, max_attempts, lease_ms \
+const CLAIM_SELECT: &str = "SELECT id, attempts, max_attempts, lease_ms \
      FROM job_queue FORCE INDEX (job_queue_claim) \
      WHERE queue = ? AND status = 'ready' \
        AND NOT EXISTS (SELECT 1 FROM job_queue_pause p WHERE p.queue = ?) \
@@ -371,10 +370,7 @@ fn store_rs_sql(start: &str) -> String {
 #[test]
 fn the_sql_copies_match_store_rs() {
     for (copy, start) in [
-        (
-            CLAIM_SELECT,
-            "SELECT id, queue, kind, task_key, payload, attempts",
-        ),
+        (CLAIM_SELECT, "SELECT id, attempts, max_attempts, lease_ms"),
         (
             PROMOTE_PROBE,
             "SELECT EXISTS(SELECT 1 FROM job_queue FORCE INDEX (job_queue_due)",
@@ -536,7 +532,7 @@ async fn maintenance_queries_use_their_indexes() {
     assert_plan(
         pool,
         "claim",
-        &store_rs_sql("SELECT id, queue, kind, task_key, payload, attempts"),
+        &store_rs_sql("SELECT id, attempts, max_attempts, lease_ms"),
         &["default", "default", "10"],
         "job_queue_claim",
         Access::Ref(2),
