@@ -382,17 +382,42 @@ pub enum Finish {
         error: String,
     },
     /// Back to `ready` at once with `attempts` kept (shutdown); to `cancelled` instead if an
-    /// operator's cancel request is pending.
+    /// operator's cancel request is pending, and to `failed` if this was its last attempt
+    /// (the attempt may have done part of its work, so it is not run beyond `max_attempts`).
     HandBack,
+    /// This worker cannot run the job (its kind is not registered here, or its payload does
+    /// not fit the kind's arguments: typically an old worker during a rolling deploy). Back
+    /// to `scheduled`, due after `delay`, without spending an attempt: `attempts` still
+    /// grows, since it is the fencing token of every claim, and `max_attempts` grows by one
+    /// with it. To `failed` once the job has waited longer than `give_up_after` since a worker
+    /// first found it could not run it; to `cancelled` if an operator's cancel is pending.
+    Defer {
+        /// The wait before another worker may try.
+        delay: Duration,
+        /// Why this worker cannot run it, kept in `last_error` (with a note that it waits).
+        error: String,
+        /// How long a job may wait for a worker that can run it before it fails.
+        give_up_after: Duration,
+    },
 }
+
+/// How many times a job's lease may expire before reclaim fails it, unless the worker says
+/// otherwise ([`WorkerBuilder::max_lease_expiries`](crate::WorkerBuilder::max_lease_expiries)).
+pub const DEFAULT_MAX_LEASE_EXPIRIES: u32 = 3;
 
 /// What one maintenance pass over expired leases did.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct Reclaimed {
-    /// (id, attempts, former owner) put back to `ready`.
+    /// (id, attempts, former owner) put back to `ready` (a first expiry).
     pub ready: Vec<(u64, u32, String)>,
+    /// (id, attempts, former owner, delay) put back to `scheduled`, due after the delay (a
+    /// later expiry).
+    pub delayed: Vec<(u64, u32, String, Duration)>,
     /// (id, attempts, former owner) out of attempts, now `failed`.
     pub failed: Vec<(u64, u32, String)>,
+    /// (id, attempts, former owner) whose lease expired too many times, now `failed`.
+    pub poison: Vec<(u64, u32, String)>,
     /// Ids whose cancel had been requested, now `cancelled`.
     pub cancelled: Vec<u64>,
 }
@@ -665,9 +690,10 @@ impl Store {
             .collect())
     }
 
-    /// Ends one claim other than by success. Returns the status written (a retry or a
-    /// hand-back ends `cancelled` when an operator's cancel was pending), or `None` when the
-    /// lease was lost: nothing was written.
+    /// Ends one claim other than by success. Returns the status written (a retry, a
+    /// hand-back or a deferral ends `cancelled` when an operator's cancel was pending; a
+    /// hand-back of the last attempt, or a deferral past its bound, ends `failed`), or
+    /// `None` when the lease was lost: nothing was written.
     pub async fn finish(
         &self,
         owner: &str,
@@ -677,54 +703,90 @@ impl Store {
     ) -> Result<Option<JobStatus>> {
         const FENCE: &str =
             "WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ?";
-        let (sql, error, delay_us) = match how {
-            Finish::Retry { delay, error } => (
+        // Binds in the order of the statement's marks, before the fence's.
+        let mut delay_us = None;
+        let mut errors = Vec::new();
+        let sql = match how {
+            Finish::Retry { delay, error } => {
+                delay_us = Some(micros(*delay));
+                errors.push(error.clone());
                 format!(
                     "UPDATE job_queue SET status = IF(cancel_requested = 1, 'cancelled', 'scheduled'), \
                      run_at = IF(cancel_requested = 1, run_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
                      finished_at = IF(cancel_requested = 1, UTC_TIMESTAMP(6), NULL), \
-                     cancel_requested = LAST_INSERT_ID(cancel_requested), \
+                     cancel_requested = LAST_INSERT_ID(cancel_requested), unrunnable_since = NULL, \
                      lease_owner = NULL, lease_until = NULL, last_error = ?, updated_at = UTC_TIMESTAMP(6) {FENCE}"
-                ),
-                Some(error),
-                Some(delay.as_micros().min(i64::MAX as u128) as i64),
-            ),
-            Finish::Fail { error } => (
+                )
+            }
+            Finish::Fail { error } => {
+                errors.push(error.clone());
                 format!(
                     "UPDATE job_queue SET status = 'failed', lease_owner = NULL, lease_until = NULL, last_error = ?, \
                      finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) {FENCE}"
-                ),
-                Some(error),
-                None,
-            ),
-            Finish::Cancelled { error } => (
+                )
+            }
+            Finish::Cancelled { error } => {
+                errors.push(error.clone());
                 format!(
                     "UPDATE job_queue SET status = 'cancelled', lease_owner = NULL, lease_until = NULL, last_error = ?, \
                      finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) {FENCE}"
-                ),
-                Some(error),
-                None,
+                )
+            }
+            Finish::HandBack => format!(
+                "UPDATE job_queue SET \
+                 status = IF(cancel_requested = 1, 'cancelled', IF(attempts >= max_attempts, 'failed', 'ready')), \
+                 finished_at = IF(cancel_requested = 1 OR attempts >= max_attempts, UTC_TIMESTAMP(6), NULL), \
+                 last_error = IF(cancel_requested = 1, \
+                   'cancelled on request; its worker shut down before the job stopped', \
+                   IF(attempts >= max_attempts, LEFT(CONCAT('its worker shut down during the last attempt (', \
+                     attempts, ' of ', max_attempts, '), which may have done part of its work; not run again', \
+                     COALESCE(CONCAT('; previous error: ', last_error), '')), 16000), last_error)), \
+                 cancel_requested = {code}, unrunnable_since = NULL, \
+                 lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) {FENCE}",
+                code = outcome_code("attempts >= max_attempts"),
             ),
-            Finish::HandBack => (
+            Finish::Defer {
+                delay,
+                error,
+                give_up_after,
+            } => {
+                let give_up = format!(
+                    "(unrunnable_since < UTC_TIMESTAMP(6) - INTERVAL {} MICROSECOND)",
+                    micros(*give_up_after)
+                );
+                delay_us = Some(micros(*delay));
+                errors.push(format!(
+                    "no worker could run it within {give_up_after:?} of the first try: {error}"
+                ));
+                errors.push(format!(
+                    "waiting for a worker that can run it: {error} (not counted as an attempt; \
+                     fails if no worker can run it within {give_up_after:?} of the first try)"
+                ));
                 format!(
-                    "UPDATE job_queue SET status = IF(cancel_requested = 1, 'cancelled', 'ready'), \
-                     finished_at = IF(cancel_requested = 1, UTC_TIMESTAMP(6), NULL), \
-                     last_error = IF(cancel_requested = 1, \
-                       'cancelled on request; its worker shut down before the job stopped', last_error), \
-                     cancel_requested = LAST_INSERT_ID(cancel_requested), \
-                     lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) {FENCE}"
-                ),
-                None,
-                None,
-            ),
+                    "UPDATE job_queue SET \
+                     status = IF(cancel_requested = 1, 'cancelled', IF({give_up}, 'failed', 'scheduled')), \
+                     run_at = IF(cancel_requested = 1 OR {give_up}, run_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
+                     max_attempts = IF(cancel_requested = 1 OR {give_up}, max_attempts, max_attempts + 1), \
+                     finished_at = IF(cancel_requested = 1 OR {give_up}, UTC_TIMESTAMP(6), NULL), \
+                     last_error = IF(cancel_requested = 1, 'cancelled on request before a worker could run it', \
+                       IF({give_up}, ?, ?)), \
+                     cancel_requested = {code}, \
+                     unrunnable_since = COALESCE(unrunnable_since, UTC_TIMESTAMP(6)), \
+                     lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) {FENCE}",
+                    code = outcome_code(&give_up),
+                )
+            }
         };
-        let error = error.map(|e| truncate(e, MAX_ERROR_BYTES));
+        let errors: Vec<String> = errors
+            .iter()
+            .map(|e| truncate(e, MAX_ERROR_BYTES))
+            .collect();
         let done = autocommit!(self, {
             let mut q = sqlx::query(&sql);
             if let Some(us) = delay_us {
                 q = q.bind(us);
             }
-            if let Some(e) = &error {
+            for e in &errors {
                 q = q.bind(e.as_str());
             }
             q.bind(id).bind(owner).bind(attempt).execute(&self.pool)
@@ -732,15 +794,17 @@ impl Store {
         if done.rows_affected() != 1 {
             return Ok(None);
         }
-        // A retry or hand-back becomes a cancel when an operator's request was pending. The
-        // statement reports which through `LAST_INSERT_ID(cancel_requested)`, which sets the
-        // column to itself and returns its value in the reply, so no second read is needed.
-        let cancelled = done.last_insert_id() == 1;
-        Ok(Some(match how {
-            Finish::Retry { .. } if !cancelled => JobStatus::Scheduled,
-            Finish::HandBack if !cancelled => JobStatus::Ready,
-            Finish::Fail { .. } => JobStatus::Failed,
-            _ => JobStatus::Cancelled,
+        // A retry, hand-back or deferral can end otherwise than asked: cancelled when an
+        // operator's request was pending, failed when out of attempts or time. The statement
+        // reports which through `LAST_INSERT_ID(expr)` (see [`outcome_code`]), which puts the
+        // value in the reply, so no second read is needed.
+        Ok(Some(match (how, done.last_insert_id()) {
+            (Finish::Fail { .. }, _) => JobStatus::Failed,
+            (Finish::Cancelled { .. }, _) => JobStatus::Cancelled,
+            (_, 1) => JobStatus::Cancelled,
+            (_, 2) => JobStatus::Failed,
+            (Finish::HandBack, _) => JobStatus::Ready,
+            (Finish::Retry { .. } | Finish::Defer { .. }, _) => JobStatus::Scheduled,
         }))
     }
 
@@ -814,13 +878,31 @@ impl Store {
         Ok(out)
     }
 
-    /// Takes back up to `limit` jobs whose lease expired: to `ready` with `attempts` kept, to
-    /// `failed` when that was the last attempt, to `cancelled` when a cancel was pending.
-    /// Rows that another process is reclaiming are skipped.
+    /// [`Store::reclaim_with`] with the default bound of [`DEFAULT_MAX_LEASE_EXPIRIES`]
+    /// expired leases per job.
     pub async fn reclaim(&self, limit: usize) -> Result<Reclaimed> {
+        self.reclaim_with(limit, DEFAULT_MAX_LEASE_EXPIRIES).await
+    }
+
+    /// Takes back up to `limit` jobs whose lease expired, and counts the expiry in the
+    /// job's `lease_expiries`:
+    /// - to `cancelled` when a cancel was pending;
+    /// - to `failed` when that was the last attempt;
+    /// - to `failed` when this is the `max_lease_expiries`th expiry of the job: a job whose
+    ///   worker crashed or stalled that often is taken to be what crashes them (a poison
+    ///   job), and is not run again;
+    /// - otherwise back to `ready` at once after a first expiry (a crashed or killed worker
+    ///   is routine), and to `scheduled` after a later one, due after `lease × (2^(n-1) - 1)`
+    ///   (±20 %, at most an hour) for the `n`th: 1, 3, 7... leases, so that a job that keeps
+    ///   killing workers does not go round the fleet at full speed.
+    ///
+    /// Attempts are kept either way. Rows that another process is reclaiming are skipped.
+    pub async fn reclaim_with(&self, limit: usize, max_lease_expiries: u32) -> Result<Reclaimed> {
+        let max_lease_expiries = max_lease_expiries.max(1);
         transaction!(self, |conn| {
             let rows = sqlx::query(
-                "SELECT id, attempts, max_attempts, cancel_requested, COALESCE(lease_owner, '') \
+                "SELECT id, attempts, max_attempts, cancel_requested, COALESCE(lease_owner, ''), \
+                   lease_expiries, lease_ms \
                  FROM job_queue FORCE INDEX (job_queue_lease) \
                  WHERE status = 'running' AND lease_until < UTC_TIMESTAMP(6) \
                  ORDER BY lease_until, id LIMIT ? FOR UPDATE SKIP LOCKED",
@@ -833,17 +915,32 @@ impl Store {
                 let (id, attempts, max, cancel): (u64, u32, u32, bool) =
                     (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
                 let owner = text(r, 4)?;
+                let (expiries, lease_ms): (u32, u32) = (r.try_get(5)?, r.try_get(6)?);
+                let expiry = expiries.saturating_add(1);
                 if cancel {
                     out.cancelled.push(id);
                 } else if attempts >= max {
                     out.failed.push((id, attempts, owner));
-                } else {
+                } else if expiry >= max_lease_expiries {
+                    out.poison.push((id, attempts, owner));
+                } else if expiry == 1 {
                     out.ready.push((id, attempts, owner));
+                } else {
+                    let leases = (1u64 << (expiry - 1).min(20)) - 1;
+                    let delay = Duration::from_millis(u64::from(lease_ms).saturating_mul(leases))
+                        .min(Duration::from_secs(3600));
+                    out.delayed
+                        .push((id, attempts, owner, crate::retry::jitter(delay, 0.2)));
                 }
             }
             const GUARD: &str = "AND status = 'running' AND lease_until < UTC_TIMESTAMP(6)";
+            // Every SET reads `lease_expiries` and `lease_owner` before they are assigned.
+            const COUNT: &str =
+                "lease_expiries = lease_expiries + 1, lease_owner = NULL, lease_until = NULL, \
+                 updated_at = UTC_TIMESTAMP(6)";
             let ready: Vec<u64> = out.ready.iter().map(|r| r.0).collect();
             let failed: Vec<u64> = out.failed.iter().map(|r| r.0).collect();
+            let poison: Vec<u64> = out.poison.iter().map(|r| r.0).collect();
             let updates = [
                 (
                     &ready,
@@ -858,6 +955,13 @@ impl Store {
                      COALESCE(CONCAT('; previous error: ', last_error), '')), 16000)",
                 ),
                 (
+                    &poison,
+                    "status = 'failed', finished_at = UTC_TIMESTAMP(6), last_error = LEFT(CONCAT('lease expired ', \
+                     lease_expiries + 1, ' times (the last during attempt ', attempts, ', held by ', \
+                     COALESCE(lease_owner, '?'), '): the job may be crashing or stalling the workers that run it; \
+                     not run again', COALESCE(CONCAT('; previous error: ', last_error), '')), 16000)",
+                ),
+                (
                     &out.cancelled,
                     "status = 'cancelled', finished_at = UTC_TIMESTAMP(6), \
                      last_error = 'cancelled on request; its worker stopped renewing the lease'",
@@ -868,8 +972,7 @@ impl Store {
                     continue;
                 }
                 let sql = format!(
-                    "UPDATE job_queue SET {set}, lease_owner = NULL, lease_until = NULL, \
-                     updated_at = UTC_TIMESTAMP(6) WHERE id IN ({}) {GUARD}",
+                    "UPDATE job_queue SET {set}, {COUNT} WHERE id IN ({}) {GUARD}",
                     placeholders(padded_len(ids.len()))
                 );
                 let mut q = sqlx::query(&sql);
@@ -878,6 +981,27 @@ impl Store {
                 }
                 let matched = q.execute(&mut *conn).await?.rows_affected();
                 if matched != ids.len() as u64 {
+                    return Ok((Reclaimed::default(), false));
+                }
+            }
+            // Each delayed job has a delay of its own: one statement each (they are rare).
+            for (id, _, _, delay) in &out.delayed {
+                let sql = format!(
+                    "UPDATE job_queue SET status = 'scheduled', \
+                     run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+                     last_error = LEFT(CONCAT('lease of ', COALESCE(lease_owner, '?'), \
+                     ' expired during attempt ', attempts, ' (expiry ', lease_expiries + 1, ' of at most ', ?, \
+                     '); taken back with a delay', COALESCE(CONCAT('; previous error: ', last_error), '')), 16000), \
+                     {COUNT} WHERE id = ? {GUARD}"
+                );
+                let matched = sqlx::query(&sql)
+                    .bind(micros(*delay))
+                    .bind(max_lease_expiries - 1)
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await?
+                    .rows_affected();
+                if matched != 1 {
                     return Ok((Reclaimed::default(), false));
                 }
             }
@@ -1076,6 +1200,19 @@ pub(crate) fn opt_text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(
                 .transpose()
         }
     }
+}
+
+/// An assignment to `cancel_requested` that leaves it as it is and reports, through
+/// `LAST_INSERT_ID(expr)`, how a statement ended: 1 cancelled (a cancel was pending), 2
+/// failed (`failed_if` held), 0 as asked. It reads only columns that no earlier assignment
+/// of the statement changes, so it means the same under MariaDB's `SIMULTANEOUS_ASSIGNMENT`.
+fn outcome_code(failed_if: &str) -> String {
+    format!("IF(LAST_INSERT_ID(IF(cancel_requested = 1, 1, IF({failed_if}, 2, 0))) = 1, 1, 0)")
+}
+
+/// `d` in whole microseconds, for `INTERVAL ? MICROSECOND`.
+fn micros(d: Duration) -> i64 {
+    d.as_micros().min(i64::MAX as u128) as i64
 }
 
 /// `?, ?, ?` with `n` marks.

@@ -331,7 +331,8 @@ const PROMOTE_SELECT: &str = "SELECT id FROM job_queue FORCE INDEX (job_queue_du
      ORDER BY run_at, id LIMIT ? FOR UPDATE SKIP LOCKED";
 
 const RECLAIM_SELECT: &str =
-    "SELECT id, attempts, max_attempts, cancel_requested, COALESCE(lease_owner, '') \
+    "SELECT id, attempts, max_attempts, cancel_requested, COALESCE(lease_owner, ''), \
+       lease_expiries, lease_ms \
      FROM job_queue FORCE INDEX (job_queue_lease) \
      WHERE status = 'running' AND lease_until < UTC_TIMESTAMP(6) \
      ORDER BY lease_until, id LIMIT ? FOR UPDATE SKIP LOCKED";
@@ -745,6 +746,7 @@ async fn reclaim_takes_back_expired_leases() {
         ready,
         failed,
         cancelled,
+        ..
     } = store.reclaim(100).await.expect("reclaim");
     assert_eq!(ready, vec![(again, 1, "worker-a".to_owned())]);
     assert_eq!(failed, vec![(last, 2, "worker-b".to_owned())]);
