@@ -926,9 +926,7 @@ impl Store {
                 } else if expiry == 1 {
                     out.ready.push((id, attempts, owner));
                 } else {
-                    let leases = (1u64 << (expiry - 1).min(20)) - 1;
-                    let delay = Duration::from_millis(u64::from(lease_ms).saturating_mul(leases))
-                        .min(Duration::from_secs(3600));
+                    let delay = expiry_delay(Duration::from_millis(lease_ms.into()), expiry);
                     out.delayed
                         .push((id, attempts, owner, crate::retry::jitter(delay, 0.2)));
                 }
@@ -1210,6 +1208,16 @@ fn outcome_code(failed_if: &str) -> String {
     format!("IF(LAST_INSERT_ID(IF(cancel_requested = 1, 1, IF({failed_if}, 2, 0))) = 1, 1, 0)")
 }
 
+/// How long a job waits after the `expiry`th expiry of its lease (from 2; the first one
+/// returns it at once): `lease × (2^(expiry-1) - 1)`, at most an hour, before jitter.
+fn expiry_delay(lease: Duration, expiry: u32) -> Duration {
+    let leases = (1u32 << expiry.saturating_sub(1).min(20)) - 1;
+    lease
+        .checked_mul(leases)
+        .unwrap_or(Duration::MAX)
+        .min(Duration::from_secs(3600))
+}
+
 /// `d` in whole microseconds, for `INTERVAL ? MICROSECOND`.
 fn micros(d: Duration) -> i64 {
     d.as_micros().min(i64::MAX as u128) as i64
@@ -1259,4 +1267,17 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_whose_lease_keeps_expiring_comes_back_later_each_time() {
+        let lease = Duration::from_secs(30);
+        let waits: Vec<u64> = (1..=5).map(|n| expiry_delay(lease, n).as_secs()).collect();
+        assert_eq!(waits, [0, 30, 90, 210, 450]);
+        assert_eq!(expiry_delay(lease, 40), Duration::from_secs(3600));
+    }
 }

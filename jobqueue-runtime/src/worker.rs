@@ -1255,3 +1255,50 @@ fn default_owner() -> String {
         rand::random::<u32>()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(attempt: u32, max_attempts: u32) -> JobContext {
+        JobContext {
+            id: 1,
+            attempt,
+            max_attempts,
+            kind: "k".into(),
+            queue: "default".into(),
+            task_key: "k:1".into(),
+            token: CancellationToken::new(),
+            reason: Default::default(),
+        }
+    }
+
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+
+    #[test]
+    fn a_job_this_worker_cannot_run_is_deferred_even_on_its_last_attempt() {
+        let c = ctx(1, 1);
+        let Some(Outcome::Finish(Finish::Defer {
+            delay,
+            error,
+            give_up_after,
+        })) = decide(Ran::Unrunnable("no such kind".into()), &c, None, DAY)
+        else {
+            panic!("not deferred");
+        };
+        assert!(delay >= Duration::from_millis(800) && delay <= Duration::from_millis(1200));
+        assert_eq!((error.as_str(), give_up_after), ("no such kind", DAY));
+        // The wait grows with each claim, up to five minutes.
+        assert!(unrunnable_delay(3) >= Duration::from_millis(3200));
+        assert!(unrunnable_delay(30) <= Duration::from_secs(360));
+    }
+
+    #[test]
+    fn a_row_that_cannot_be_read_fails_at_once() {
+        let outcome = decide(Ran::Unreadable("not JSON".into()), &ctx(1, 25), None, DAY);
+        assert!(
+            matches!(&outcome, Some(Outcome::Finish(Finish::Fail { error })) if error == "not JSON"),
+            "{outcome:?}"
+        );
+    }
+}
