@@ -520,7 +520,24 @@ impl Store {
             return committed.map(|()| Vec::new());
         }
         match committed {
-            Ok(()) => self.read_claimed(owner, &taken, sent).await,
+            Ok(()) => {
+                // The rows are ours now: a failed read would leave them to run out their
+                // lease unrun (and spend an attempt), so it is tried a few times.
+                let mut delay = Duration::from_millis(50);
+                let mut tries = 1;
+                loop {
+                    match self.read_claimed(owner, &taken, sent).await {
+                        Ok(claimed) => break Ok(claimed),
+                        Err(e) if tries >= 4 => break Err(e),
+                        Err(e) => {
+                            tracing::warn!(error = %e, jobs = taken.len(), "cannot read the jobs just claimed; retrying");
+                            tokio::time::sleep(delay).await;
+                            delay *= 2;
+                            tries += 1;
+                        }
+                    }
+                }
+            }
             Err(e) => {
                 // The COMMIT was sent; whether it took effect is unknown. The rows say.
                 match self.read_claimed(owner, &taken, sent).await {
