@@ -741,7 +741,8 @@ async fn migrate_check_reports_pending_migrations_on_an_empty_database() {
 
     let migrate = jobqueue(Some(&url), &["migrate"]).await;
     assert!(
-        migrate.ok().starts_with("applied 1 migration"),
+        // However many migrations there are: each release may add one.
+        migrate.ok().starts_with("applied ") && migrate.stdout.contains("20261130000001"),
         "{migrate:#?}"
     );
     let check = jobqueue(Some(&url), &["migrate", "--check"]).await;

@@ -772,12 +772,13 @@ impl Store {
                     micros(*give_up_after)
                 );
                 delay_us = Some(micros(*delay));
+                let within = human_duration(*give_up_after);
                 errors.push(format!(
-                    "no worker could run it within {give_up_after:?} of the first try: {error}"
+                    "no worker could run it within {within} of the first try: {error}"
                 ));
                 errors.push(format!(
                     "waiting for a worker that can run it: {error} (not counted as an attempt; \
-                     fails if no worker can run it within {give_up_after:?} of the first try)"
+                     fails if no worker can run it within {within} of the first try)"
                 ));
                 format!(
                     "UPDATE job_queue SET \
@@ -1135,7 +1136,8 @@ pub(crate) enum JobLookup<'a> {
 }
 
 pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, task_key, payload, CAST(status AS CHAR) AS status, priority, run_at, \
-    attempts, max_attempts, lease_owner, lease_until, cancel_requested, last_error, created_at, updated_at, finished_at";
+    attempts, max_attempts, lease_owner, lease_until, cancel_requested, last_error, created_at, updated_at, finished_at, \
+    lease_expiries, unrunnable_since";
 
 pub(crate) async fn fetch_job(
     pool: &MySqlPool,
@@ -1182,6 +1184,8 @@ pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
         finished_at: r.try_get("finished_at")?,
+        lease_expiries: r.try_get("lease_expiries")?,
+        unrunnable_since: r.try_get("unrunnable_since")?,
     })
 }
 
@@ -1233,6 +1237,17 @@ fn expiry_delay(lease: Duration, expiry: u32) -> Duration {
         .checked_mul(leases)
         .unwrap_or(Duration::MAX)
         .min(Duration::from_secs(3600))
+}
+
+/// `d` for a message: `24h`, `90min`, `45s`, or as `Debug` writes it when not whole.
+fn human_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    match (secs, d.subsec_nanos()) {
+        (0, _) | (_, 1..) => format!("{d:?}"),
+        (s, _) if s % 3600 == 0 => format!("{}h", s / 3600),
+        (s, _) if s % 60 == 0 => format!("{}min", s / 60),
+        (s, _) => format!("{s}s"),
+    }
 }
 
 /// `d` in whole microseconds, for `INTERVAL ? MICROSECOND`.
@@ -1296,5 +1311,13 @@ mod tests {
         let waits: Vec<u64> = (1..=5).map(|n| expiry_delay(lease, n).as_secs()).collect();
         assert_eq!(waits, [0, 30, 90, 210, 450]);
         assert_eq!(expiry_delay(lease, 40), Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn waiting_bounds_read_as_people_write_them() {
+        assert_eq!(human_duration(Duration::from_secs(24 * 3600)), "24h");
+        assert_eq!(human_duration(Duration::from_secs(5400)), "90min");
+        assert_eq!(human_duration(Duration::from_secs(90)), "90s");
+        assert_eq!(human_duration(Duration::from_millis(1500)), "1.5s");
     }
 }

@@ -788,8 +788,13 @@ async fn run_one(
             .map(|d| d.kind())
             .collect::<Vec<_>>()
             .join(", ");
+        let known = if known.is_empty() {
+            "it knows no kinds".to_owned()
+        } else {
+            format!("it knows: {known}")
+        };
         return Ran::Unrunnable(format!(
-            "job kind `{kind}` is not registered in this worker (it knows: {known}); deploy a worker that has it, or cancel the job"
+            "job kind `{kind}` is not registered in this worker ({known}); deploy a worker that has it, or cancel the job"
         ));
     };
     let payload = match payload {
