@@ -105,6 +105,12 @@ async fn list_and_show_say_why_a_job_waits() {
         "{show}"
     );
 
+    let status: serde_json::Value =
+        serde_json::from_str(&jobqueue(&url, &["status", "--json"]).await).expect("JSON");
+    assert_eq!(status["queues"][0]["unrunnable"], 1, "{status}");
+    let table = jobqueue(&url, &["status"]).await;
+    assert!(table.contains("NO WORKER"), "{table}");
+
     let json: serde_json::Value =
         serde_json::from_str(&jobqueue(&url, &["show", &waiting.to_string(), "--json"]).await)
             .expect("JSON");
