@@ -767,19 +767,27 @@ impl Store {
                 error,
                 give_up_after,
             } => {
+                // Far beyond any deploy, and still a valid date to subtract.
+                const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
                 let give_up = format!(
                     "(unrunnable_since < UTC_TIMESTAMP(6) - INTERVAL {} MICROSECOND)",
-                    micros(*give_up_after)
+                    micros((*give_up_after).min(CENTURY))
                 );
                 delay_us = Some(micros(*delay));
-                let within = human_duration(*give_up_after);
+                let within = human_duration((*give_up_after).min(CENTURY));
                 errors.push(format!(
                     "no worker could run it within {within} of the first try: {error}"
                 ));
-                errors.push(format!(
-                    "waiting for a worker that can run it: {error} (not counted as an attempt; \
-                     fails if no worker can run it within {within} of the first try)"
-                ));
+                errors.push(if *give_up_after >= CENTURY {
+                    format!(
+                        "waiting for a worker that can run it: {error} (not counted as an attempt)"
+                    )
+                } else {
+                    format!(
+                        "waiting for a worker that can run it: {error} (not counted as an attempt; \
+                         fails if no worker can run it within {within} of the first try)"
+                    )
+                });
                 format!(
                     "UPDATE job_queue SET \
                      status = IF(cancel_requested = 1, 'cancelled', IF({give_up}, 'failed', 'scheduled')), \

@@ -189,7 +189,8 @@ impl WorkerBuilder {
     /// and why, and counts it in `jobqueue_jobs_deferred_total`. Once the job has waited
     /// this long since the first such claim, the next worker that cannot run it fails it,
     /// naming the missing kind or the payload error, so that a kind that no deployed
-    /// worker registers does not wait unseen forever.
+    /// worker registers does not wait unseen forever. `Duration::MAX` waits for good (the
+    /// CLI's `status` counts such jobs in its NO WORKER column).
     pub fn unrunnable_deadline(mut self, wait: Duration) -> Self {
         self.config.unrunnable_deadline = wait;
         self
