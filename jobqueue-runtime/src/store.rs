@@ -1176,7 +1176,12 @@ pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
         id: r.try_get("id")?,
         queue: text(r, "queue")?,
         kind: text(r, "kind")?,
-        task_key: text(r, "task_key")?,
+        // Keys are bytes: one written by raw SQL need not be UTF-8, and such a row must still
+        // be listed and shown (it has failed, and says why).
+        task_key: text(r, "task_key").or_else(|_| {
+            r.try_get::<Vec<u8>, _>("task_key")
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+        })?,
         payload: r
             .try_get::<sqlx::types::Json<serde_json::Value>, _>("payload")
             .map(|j| j.0)?,

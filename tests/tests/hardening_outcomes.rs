@@ -703,4 +703,12 @@ async fn a_row_with_a_key_that_is_not_utf8_fails_alone_and_the_queue_goes_on() {
         1,
         "the good job ran once"
     );
+    // The row can still be read and listed, its key as near as text can say it.
+    let r = row(&queue, bad).await;
+    assert_eq!(r.task_key, "bad-\u{fffd}\u{fffd}-key");
+    let all = queue
+        .list(&jobqueue::JobFilter::default(), 10)
+        .await
+        .expect("list every job");
+    assert_eq!(all.len(), 2);
 }
