@@ -25,6 +25,8 @@ pub(crate) fn job_json(job: &JobRecord) -> Value {
         "lease_owner": job.lease_owner,
         "lease_until": job.lease_until.map(utc),
         "cancel_requested": job.cancel_requested,
+        "lease_expiries": job.lease_expiries,
+        "unrunnable_since": job.unrunnable_since.map(utc),
         "last_error": job.last_error,
         "payload": job.payload,
     })
@@ -167,6 +169,27 @@ pub(crate) async fn show(queue: &Queue, lookup: &Lookup, json: bool) -> Result<(
         fields.push((
             "lease",
             format!("{owner} until {} ({left})", timestamp(until)),
+        ));
+    }
+    if let (Some(since), JobStatus::Scheduled) = (job.unrunnable_since, job.status) {
+        fields.push((
+            "waiting",
+            p.paint(
+                Paint::Yellow,
+                &format!(
+                    "for a worker that can run it, since {}; attempts are not spent meanwhile (see the last error)",
+                    when(since)
+                ),
+            ),
+        ));
+    }
+    if job.lease_expiries > 0 {
+        fields.push((
+            "expiries",
+            format!(
+                "its lease expired {} (its worker crashed, was killed or stalled)",
+                plural(job.lease_expiries.into(), "time", "times")
+            ),
         ));
     }
     if job.cancel_requested {

@@ -178,6 +178,7 @@ fn render(
         ("CANCELLED", Align::Right),
         ("OLDEST READY", Align::Right),
         ("EXPIRED LEASES", Align::Right),
+        ("NO WORKER", Align::Right),
         ("FAILED 1H", Align::Right),
         ("DONE 1M", Align::Right),
     ]);
@@ -200,6 +201,7 @@ fn render(
                 None => ("-".into(), Paint::Dim),
             },
             count(s.expired_leases, Paint::Yellow),
+            count(s.unrunnable, Paint::Yellow),
             count(s.failed_last_hour, Paint::Red),
             count(s.done_last_minute, Paint::Green),
         ]);

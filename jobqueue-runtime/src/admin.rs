@@ -101,6 +101,10 @@ pub struct QueueStats {
     pub oldest_ready_secs: Option<f64>,
     /// Running jobs whose lease has expired: they wait for a reclaim.
     pub expired_leases: u64,
+    /// Scheduled jobs that wait for a worker that can run them: a worker found their kind
+    /// unknown or their payload unfit (another release, during a rolling deploy). A count
+    /// that stays above zero means no deployed worker can run them.
+    pub unrunnable: u64,
     /// Jobs that failed in the last hour.
     pub failed_last_hour: u64,
     /// Jobs done in the last minute.
@@ -362,8 +366,10 @@ impl Queue {
                    (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(run_at), UTC_TIMESTAMP(6)) FROM job_queue WHERE queue = ? AND status = 'ready'), \
                    (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'running' AND lease_until < UTC_TIMESTAMP(6)), \
                    (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'failed' AND finished_at > UTC_TIMESTAMP(6) - INTERVAL 1 HOUR), \
-                   (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'done' AND finished_at > UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE)",
+                   (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'done' AND finished_at > UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE), \
+                   (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'scheduled' AND unrunnable_since IS NOT NULL)",
             )
+            .bind(&s.queue)
             .bind(&s.queue)
             .bind(&s.queue)
             .bind(&s.queue)
@@ -375,6 +381,7 @@ impl Queue {
             s.expired_leases = r.try_get::<i64, _>(1)? as u64;
             s.failed_last_hour = r.try_get::<i64, _>(2)? as u64;
             s.done_last_minute = r.try_get::<i64, _>(3)? as u64;
+            s.unrunnable = r.try_get::<i64, _>(4)? as u64;
         }
         Ok(out)
     }
@@ -418,8 +425,11 @@ impl Queue {
     }
 }
 
+// An operator's retry is a fresh start: one more attempt, and the bounds on expired leases
+// and on waiting for a worker that can run the job count again from zero.
 const RETRY_SET: &str = "UPDATE job_queue SET status = 'ready', run_at = UTC_TIMESTAMP(6), \
      max_attempts = GREATEST(max_attempts, attempts + 1), cancel_requested = 0, \
+     lease_expiries = 0, unrunnable_since = NULL, \
      lease_owner = NULL, lease_until = NULL, finished_at = NULL, updated_at = UTC_TIMESTAMP(6)";
 
 fn check_prunable(status: JobStatus) -> Result<()> {

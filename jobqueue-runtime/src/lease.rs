@@ -41,8 +41,19 @@ pub(crate) struct Leases {
 }
 
 impl Leases {
-    pub(crate) fn insert(&self, id: u64, held: Held) {
-        self.lock().insert(id, held);
+    /// Records a claim. If this worker still held an earlier claim of the same job (it
+    /// stalled past its lease, and its own maintenance and claim loop took the job back and
+    /// claimed it again before the renewer noticed), that attempt is told its lease is lost:
+    /// nothing tracks it any more, so it must not go on next to the new one. Returns whether
+    /// an earlier claim was displaced.
+    pub(crate) fn insert(&self, id: u64, held: Held) -> bool {
+        match self.lock().insert(id, held) {
+            Some(old) => {
+                old.ctx.cancel(CancelReason::LeaseLost);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Removes the claim if it is still this attempt's. Returns whether it was.
@@ -365,4 +376,43 @@ async fn sort_out(
         }
     }
     locked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(id: u64, attempt: u32) -> Held {
+        Held {
+            attempt,
+            lease: Duration::from_secs(30),
+            renewed_at: Instant::now(),
+            ctx: JobContext {
+                id,
+                attempt,
+                max_attempts: 5,
+                kind: "k".into(),
+                queue: "default".into(),
+                task_key: "k:1".into(),
+                token: CancellationToken::new(),
+                reason: Default::default(),
+            },
+            cancel_seen: false,
+        }
+    }
+
+    #[test]
+    fn a_second_claim_of_the_same_job_stops_the_first_attempt() {
+        let leases = Leases::default();
+        let first = held(1, 1);
+        let first_ctx = first.ctx.clone();
+        assert!(!leases.insert(1, first));
+        let second = held(1, 2);
+        let second_ctx = second.ctx.clone();
+        assert!(leases.insert(1, second), "the earlier claim is reported");
+        assert!(first_ctx.is_cancelled(), "the orphaned attempt is stopped");
+        assert_eq!(first_ctx.cancel_reason(), Some(CancelReason::LeaseLost));
+        assert!(!second_ctx.is_cancelled());
+        assert!(leases.holds(1, 2) && !leases.holds(1, 1));
+    }
 }

@@ -434,6 +434,11 @@ pub struct JobRecord {
     pub updated_at: NaiveDateTime,
     /// When it reached done, failed or cancelled.
     pub finished_at: Option<NaiveDateTime>,
+    /// How many times a lease of it expired (its worker crashed, was killed or stalled).
+    pub lease_expiries: u32,
+    /// Since when it waits for a worker that can run it (a worker found its kind unknown or
+    /// its payload unfit), if it does; `last_error` says why.
+    pub unrunnable_since: Option<NaiveDateTime>,
 }
 
 /// The statement cache of a sqlx connection whose options do not set one.

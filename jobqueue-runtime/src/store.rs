@@ -514,17 +514,42 @@ pub enum Finish {
         error: String,
     },
     /// Back to `ready` at once with `attempts` kept (shutdown); to `cancelled` instead if an
-    /// operator's cancel request is pending.
+    /// operator's cancel request is pending, and to `failed` if this was its last attempt
+    /// (the attempt may have done part of its work, so it is not run beyond `max_attempts`).
     HandBack,
+    /// This worker cannot run the job (its kind is not registered here, or its payload does
+    /// not fit the kind's arguments: typically an old worker during a rolling deploy). Back
+    /// to `scheduled`, due after `delay`, without spending an attempt: `attempts` still
+    /// grows, since it is the fencing token of every claim, and `max_attempts` grows by one
+    /// with it. To `failed` once the job has waited longer than `give_up_after` since a worker
+    /// first found it could not run it; to `cancelled` if an operator's cancel is pending.
+    Defer {
+        /// The wait before another worker may try.
+        delay: Duration,
+        /// Why this worker cannot run it, kept in `last_error` (with a note that it waits).
+        error: String,
+        /// How long a job may wait for a worker that can run it before it fails.
+        give_up_after: Duration,
+    },
 }
+
+/// How many times a job's lease may expire before reclaim fails it, unless the worker says
+/// otherwise ([`WorkerBuilder::max_lease_expiries`](crate::WorkerBuilder::max_lease_expiries)).
+pub const DEFAULT_MAX_LEASE_EXPIRIES: u32 = 3;
 
 /// What one maintenance pass over expired leases did.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct Reclaimed {
-    /// (id, attempts, former owner) put back to `ready`.
+    /// (id, attempts, former owner) put back to `ready` (a first expiry).
     pub ready: Vec<(u64, u32, String)>,
+    /// (id, attempts, former owner, delay) put back to `scheduled`, due after the delay (a
+    /// later expiry).
+    pub delayed: Vec<(u64, u32, String, Duration)>,
     /// (id, attempts, former owner) out of attempts, now `failed`.
     pub failed: Vec<(u64, u32, String)>,
+    /// (id, attempts, former owner) whose lease expired too many times, now `failed`.
+    pub poison: Vec<(u64, u32, String)>,
     /// Ids whose cancel had been requested, now `cancelled`.
     pub cancelled: Vec<u64>,
 }
@@ -577,57 +602,175 @@ impl Store {
     /// transaction. Rows other claimers hold are skipped, never waited for. If the `UPDATE`
     /// matches fewer rows than were locked, something changed them under us: roll back and
     /// claim nothing.
+    ///
+    /// The locking read takes only small columns; payloads and keys are read by id after
+    /// the COMMIT, so that the rows are locked for as short a time as possible. That read
+    /// also names the owner and the attempt: after a COMMIT whose reply was lost (the
+    /// connection died), it finds out whether the claim was made, and returns its jobs if
+    /// so, instead of leaving them to run out their lease unrun. A row whose key, queue or
+    /// kind cannot be decoded is returned with the reason in `payload`, so that it fails on
+    /// its own instead of failing every claim of its queue.
     pub async fn claim(&self, queue: &str, owner: &str, limit: usize) -> Result<Vec<Claimed>> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        transaction!(self, |conn| {
-            let rows = sqlx::query(
-                "SELECT id, queue, kind, task_key, payload, attempts, max_attempts, lease_ms \
-                 FROM job_queue FORCE INDEX (job_queue_claim) \
-                 WHERE queue = ? AND status = 'ready' \
-                   AND NOT EXISTS (SELECT 1 FROM job_queue_pause p WHERE p.queue = ?) \
-                 ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED",
-            )
-            .bind(queue)
-            .bind(queue)
-            .bind(limit as u64)
-            .fetch_all(&mut *conn)
-            .await?;
-            if rows.is_empty() {
-                return Ok((Vec::new(), false));
+        // (id, attempt, max_attempts, lease_ms) of the rows the UPDATE took, set only once it
+        // matched them all: an error after that can only be the COMMIT's.
+        let mut taken: Vec<(u64, u32, u32, u32)> = Vec::new();
+        let mut sent = std::time::Instant::now();
+        let committed: Result<()> = async {
+            transaction!(self, |conn| {
+                taken.clear();
+                let rows = sqlx::query(
+                    "SELECT id, attempts, max_attempts, lease_ms \
+                     FROM job_queue FORCE INDEX (job_queue_claim) \
+                     WHERE queue = ? AND status = 'ready' \
+                       AND NOT EXISTS (SELECT 1 FROM job_queue_pause p WHERE p.queue = ?) \
+                     ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED",
+                )
+                .bind(queue)
+                .bind(queue)
+                .bind(limit as u64)
+                .fetch_all(&mut *conn)
+                .await?;
+                if rows.is_empty() {
+                    return Ok(((), false));
+                }
+                let ids: Vec<u64> = rows.iter().map(|r| r.get::<u64, _>(0)).collect();
+                let sql = format!(
+                    "UPDATE job_queue SET status = 'running', lease_owner = ?, \
+                     lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms * 1000 MICROSECOND, \
+                     attempts = attempts + 1, updated_at = UTC_TIMESTAMP(6) \
+                     WHERE id IN ({}) AND status = 'ready'",
+                    placeholders(padded_len(ids.len()))
+                );
+                let mut q = sqlx::query(&sql).bind(owner);
+                for id in padded(&ids) {
+                    q = q.bind(id);
+                }
+                // The server's lease starts while this statement runs: a local clock read
+                // just before it is never later than the server's, so deadlines derived from
+                // it are conservative.
+                sent = std::time::Instant::now();
+                let matched = q.execute(&mut *conn).await?.rows_affected();
+                if matched != ids.len() as u64 {
+                    tracing::warn!(
+                        locked = ids.len(),
+                        matched,
+                        "claim matched fewer rows than it locked; rolled back"
+                    );
+                    return Ok(((), false));
+                }
+                for r in &rows {
+                    // The row was read before the UPDATE incremented `attempts`.
+                    let attempts: u32 = r.try_get(1)?;
+                    taken.push((r.try_get(0)?, attempts + 1, r.try_get(2)?, r.try_get(3)?));
+                }
+                Ok(((), true))
+            })
+        }
+        .await;
+        if taken.is_empty() {
+            return committed.map(|()| Vec::new());
+        }
+        match committed {
+            Ok(()) => {
+                // The rows are ours now: a failed read would leave them to run out their
+                // lease unrun (and spend an attempt), so it is tried a few times.
+                let mut delay = Duration::from_millis(50);
+                let mut tries = 1;
+                loop {
+                    match self.read_claimed(owner, &taken, sent).await {
+                        Ok(claimed) => break Ok(claimed),
+                        Err(e) if tries >= 4 => break Err(e),
+                        Err(e) => {
+                            tracing::warn!(error = %e, jobs = taken.len(), "cannot read the jobs just claimed; retrying");
+                            tokio::time::sleep(delay).await;
+                            delay *= 2;
+                            tries += 1;
+                        }
+                    }
+                }
             }
-            let ids: Vec<u64> = rows.iter().map(|r| r.get::<u64, _>(0)).collect();
-            let sql = format!(
-                "UPDATE job_queue SET status = 'running', lease_owner = ?, \
-                 lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms * 1000 MICROSECOND, \
-                 attempts = attempts + 1, updated_at = UTC_TIMESTAMP(6) \
-                 WHERE id IN ({}) AND status = 'ready'",
-                placeholders(padded_len(ids.len()))
-            );
+            Err(e) => {
+                // The COMMIT was sent; whether it took effect is unknown. The rows say.
+                match self.read_claimed(owner, &taken, sent).await {
+                    Ok(claimed) if !claimed.is_empty() => {
+                        tracing::warn!(
+                            error = %e,
+                            jobs = claimed.len(),
+                            "the claim's commit reply was lost, but the claim was made; running its jobs"
+                        );
+                        Ok(claimed)
+                    }
+                    _ => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Reads the rows of a claim just made (`taken`: id, attempt, max_attempts, lease_ms) by
+    /// id, keeping those that `owner` holds at that attempt.
+    async fn read_claimed(
+        &self,
+        owner: &str,
+        taken: &[(u64, u32, u32, u32)],
+        claimed_at: std::time::Instant,
+    ) -> Result<Vec<Claimed>> {
+        let ids: Vec<u64> = taken.iter().map(|t| t.0).collect();
+        let sql = format!(
+            "SELECT id, attempts, status = 'running' AND lease_owner <=> ?, queue, kind, task_key, payload \
+             FROM job_queue WHERE id IN ({})",
+            placeholders(padded_len(ids.len()))
+        );
+        let rows = {
             let mut q = sqlx::query(&sql).bind(owner);
             for id in padded(&ids) {
                 q = q.bind(id);
             }
-            // The server's lease starts while this statement runs: a local clock read just
-            // before it is never later than the server's, so deadlines derived from it are
-            // conservative.
-            let sent = std::time::Instant::now();
-            let matched = q.execute(&mut *conn).await?.rows_affected();
-            if matched != ids.len() as u64 {
-                tracing::warn!(
-                    locked = ids.len(),
-                    matched,
-                    "claim matched fewer rows than it locked; rolled back"
-                );
-                return Ok((Vec::new(), false));
+            q.fetch_all(&self.pool).await?
+        };
+        let mut claimed = Vec::with_capacity(taken.len());
+        for &(id, attempt, max_attempts, lease_ms) in taken {
+            let Some(r) = rows.iter().find(|r| r.get::<u64, _>(0) == id) else {
+                continue;
+            };
+            if r.try_get::<u32, _>(1)? != attempt || !r.try_get::<bool, _>(2)? {
+                continue;
             }
-            let claimed = rows
-                .iter()
-                .map(|r| claimed_from_row(r, sent))
-                .collect::<sqlx::Result<Vec<_>>>()?;
-            Ok((claimed, true))
-        })
+            let mut undecodable = Vec::new();
+            let mut column = |name: &'static str| match text(r, name) {
+                Ok(s) => s,
+                Err(e) => {
+                    undecodable.push(format!("{name} is not valid UTF-8 ({e})"));
+                    let bytes: Vec<u8> = r.try_get(name).unwrap_or_default();
+                    String::from_utf8_lossy(&bytes).into_owned()
+                }
+            };
+            let (queue, kind, task_key) = (column("queue"), column("kind"), column("task_key"));
+            let payload = if undecodable.is_empty() {
+                r.try_get::<sqlx::types::Json<serde_json::Value>, _>("payload")
+                    .map(|j| j.0)
+                    .map_err(|e| format!("payload is not readable JSON: {e}"))
+            } else {
+                Err(format!(
+                    "the row cannot be read: {}; fix it or delete the job",
+                    undecodable.join("; ")
+                ))
+            };
+            claimed.push(Claimed {
+                id,
+                queue,
+                kind,
+                task_key,
+                payload,
+                attempt,
+                max_attempts,
+                lease: Duration::from_millis(lease_ms.into()),
+                claimed_at,
+            });
+        }
+        Ok(claimed)
     }
 
     /// Why a claim over `queues` found nothing (plain reads: they lock nothing).
@@ -718,9 +861,10 @@ impl Store {
             .collect())
     }
 
-    /// Ends one claim other than by success. Returns the status written (a retry or a
-    /// hand-back ends `cancelled` when an operator's cancel was pending), or `None` when the
-    /// lease was lost: nothing was written.
+    /// Ends one claim other than by success. Returns the status written (a retry, a
+    /// hand-back or a deferral ends `cancelled` when an operator's cancel was pending; a
+    /// hand-back of the last attempt, or a deferral past its bound, ends `failed`), or
+    /// `None` when the lease was lost: nothing was written.
     pub async fn finish(
         &self,
         owner: &str,
@@ -730,54 +874,99 @@ impl Store {
     ) -> Result<Option<JobStatus>> {
         const FENCE: &str =
             "WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ?";
-        let (sql, error, delay_us) = match how {
-            Finish::Retry { delay, error } => (
+        // Binds in the order of the statement's marks, before the fence's.
+        let mut delay_us = None;
+        let mut errors = Vec::new();
+        let sql = match how {
+            Finish::Retry { delay, error } => {
+                delay_us = Some(micros(*delay));
+                errors.push(error.clone());
                 format!(
                     "UPDATE job_queue SET status = IF(cancel_requested = 1, 'cancelled', 'scheduled'), \
                      run_at = IF(cancel_requested = 1, run_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
                      finished_at = IF(cancel_requested = 1, UTC_TIMESTAMP(6), NULL), \
-                     cancel_requested = LAST_INSERT_ID(cancel_requested), \
+                     cancel_requested = LAST_INSERT_ID(cancel_requested), unrunnable_since = NULL, \
                      lease_owner = NULL, lease_until = NULL, last_error = ?, updated_at = UTC_TIMESTAMP(6) {FENCE}"
-                ),
-                Some(error),
-                Some(delay.as_micros().min(i64::MAX as u128) as i64),
-            ),
-            Finish::Fail { error } => (
+                )
+            }
+            Finish::Fail { error } => {
+                errors.push(error.clone());
                 format!(
                     "UPDATE job_queue SET status = 'failed', lease_owner = NULL, lease_until = NULL, last_error = ?, \
                      finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) {FENCE}"
-                ),
-                Some(error),
-                None,
-            ),
-            Finish::Cancelled { error } => (
+                )
+            }
+            Finish::Cancelled { error } => {
+                errors.push(error.clone());
                 format!(
                     "UPDATE job_queue SET status = 'cancelled', lease_owner = NULL, lease_until = NULL, last_error = ?, \
                      finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) {FENCE}"
-                ),
-                Some(error),
-                None,
+                )
+            }
+            Finish::HandBack => format!(
+                "UPDATE job_queue SET \
+                 status = IF(cancel_requested = 1, 'cancelled', IF(attempts >= max_attempts, 'failed', 'ready')), \
+                 finished_at = IF(cancel_requested = 1 OR attempts >= max_attempts, UTC_TIMESTAMP(6), NULL), \
+                 last_error = IF(cancel_requested = 1, \
+                   'cancelled on request; its worker shut down before the job stopped', \
+                   IF(attempts >= max_attempts, LEFT(CONCAT('its worker shut down during the last attempt (', \
+                     attempts, ' of ', max_attempts, '), which may have done part of its work; not run again', \
+                     COALESCE(CONCAT('; previous error: ', last_error), '')), 16000), last_error)), \
+                 cancel_requested = {code}, unrunnable_since = NULL, \
+                 lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) {FENCE}",
+                code = outcome_code("attempts >= max_attempts"),
             ),
-            Finish::HandBack => (
+            Finish::Defer {
+                delay,
+                error,
+                give_up_after,
+            } => {
+                // Far beyond any deploy, and still a valid date to subtract.
+                const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+                let give_up = format!(
+                    "(unrunnable_since < UTC_TIMESTAMP(6) - INTERVAL {} MICROSECOND)",
+                    micros((*give_up_after).min(CENTURY))
+                );
+                delay_us = Some(micros(*delay));
+                let within = human_duration((*give_up_after).min(CENTURY));
+                errors.push(format!(
+                    "no worker could run it within {within} of the first try: {error}"
+                ));
+                errors.push(if *give_up_after >= CENTURY {
+                    format!(
+                        "waiting for a worker that can run it: {error} (not counted as an attempt)"
+                    )
+                } else {
+                    format!(
+                        "waiting for a worker that can run it: {error} (not counted as an attempt; \
+                         fails if no worker can run it within {within} of the first try)"
+                    )
+                });
                 format!(
-                    "UPDATE job_queue SET status = IF(cancel_requested = 1, 'cancelled', 'ready'), \
-                     finished_at = IF(cancel_requested = 1, UTC_TIMESTAMP(6), NULL), \
-                     last_error = IF(cancel_requested = 1, \
-                       'cancelled on request; its worker shut down before the job stopped', last_error), \
-                     cancel_requested = LAST_INSERT_ID(cancel_requested), \
-                     lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) {FENCE}"
-                ),
-                None,
-                None,
-            ),
+                    "UPDATE job_queue SET \
+                     status = IF(cancel_requested = 1, 'cancelled', IF({give_up}, 'failed', 'scheduled')), \
+                     run_at = IF(cancel_requested = 1 OR {give_up}, run_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
+                     max_attempts = IF(cancel_requested = 1 OR {give_up}, max_attempts, max_attempts + 1), \
+                     finished_at = IF(cancel_requested = 1 OR {give_up}, UTC_TIMESTAMP(6), NULL), \
+                     last_error = IF(cancel_requested = 1, 'cancelled on request before a worker could run it', \
+                       IF({give_up}, ?, ?)), \
+                     cancel_requested = {code}, \
+                     unrunnable_since = COALESCE(unrunnable_since, UTC_TIMESTAMP(6)), \
+                     lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) {FENCE}",
+                    code = outcome_code(&give_up),
+                )
+            }
         };
-        let error = error.map(|e| truncate(e, MAX_ERROR_BYTES));
+        let errors: Vec<String> = errors
+            .iter()
+            .map(|e| truncate(e, MAX_ERROR_BYTES))
+            .collect();
         let done = autocommit!(self, |conn| {
             let mut q = sqlx::query(&sql);
             if let Some(us) = delay_us {
                 q = q.bind(us);
             }
-            if let Some(e) = &error {
+            for e in &errors {
                 q = q.bind(e.as_str());
             }
             q.bind(id).bind(owner).bind(attempt).execute(&mut *conn)
@@ -785,15 +974,17 @@ impl Store {
         if done.rows_affected() != 1 {
             return Ok(None);
         }
-        // A retry or hand-back becomes a cancel when an operator's request was pending. The
-        // statement reports which through `LAST_INSERT_ID(cancel_requested)`, which sets the
-        // column to itself and returns its value in the reply, so no second read is needed.
-        let cancelled = done.last_insert_id() == 1;
-        Ok(Some(match how {
-            Finish::Retry { .. } if !cancelled => JobStatus::Scheduled,
-            Finish::HandBack if !cancelled => JobStatus::Ready,
-            Finish::Fail { .. } => JobStatus::Failed,
-            _ => JobStatus::Cancelled,
+        // A retry, hand-back or deferral can end otherwise than asked: cancelled when an
+        // operator's request was pending, failed when out of attempts or time. The statement
+        // reports which through `LAST_INSERT_ID(expr)` (see [`outcome_code`]), which puts the
+        // value in the reply, so no second read is needed.
+        Ok(Some(match (how, done.last_insert_id()) {
+            (Finish::Fail { .. }, _) => JobStatus::Failed,
+            (Finish::Cancelled { .. }, _) => JobStatus::Cancelled,
+            (_, 1) => JobStatus::Cancelled,
+            (_, 2) => JobStatus::Failed,
+            (Finish::HandBack, _) => JobStatus::Ready,
+            (Finish::Retry { .. } | Finish::Defer { .. }, _) => JobStatus::Scheduled,
         }))
     }
 
@@ -913,13 +1104,31 @@ impl Store {
         Ok(out)
     }
 
-    /// Takes back up to `limit` jobs whose lease expired: to `ready` with `attempts` kept, to
-    /// `failed` when that was the last attempt, to `cancelled` when a cancel was pending.
-    /// Rows that another process is reclaiming are skipped.
+    /// [`Store::reclaim_with`] with the default bound of [`DEFAULT_MAX_LEASE_EXPIRIES`]
+    /// expired leases per job.
     pub async fn reclaim(&self, limit: usize) -> Result<Reclaimed> {
+        self.reclaim_with(limit, DEFAULT_MAX_LEASE_EXPIRIES).await
+    }
+
+    /// Takes back up to `limit` jobs whose lease expired, and counts the expiry in the
+    /// job's `lease_expiries`:
+    /// - to `cancelled` when a cancel was pending;
+    /// - to `failed` when that was the last attempt;
+    /// - to `failed` when this is the `max_lease_expiries`th expiry of the job: a job whose
+    ///   worker crashed or stalled that often is taken to be what crashes them (a poison
+    ///   job), and is not run again;
+    /// - otherwise back to `ready` at once after a first expiry (a crashed or killed worker
+    ///   is routine), and to `scheduled` after a later one, due after `lease × (2^(n-1) - 1)`
+    ///   (±20 %, at most an hour) for the `n`th: 1, 3, 7... leases, so that a job that keeps
+    ///   killing workers does not go round the fleet at full speed.
+    ///
+    /// Attempts are kept either way. Rows that another process is reclaiming are skipped.
+    pub async fn reclaim_with(&self, limit: usize, max_lease_expiries: u32) -> Result<Reclaimed> {
+        let max_lease_expiries = max_lease_expiries.max(1);
         transaction!(self, |conn| {
             let rows = sqlx::query(
-                "SELECT id, attempts, max_attempts, cancel_requested, COALESCE(lease_owner, '') \
+                "SELECT id, attempts, max_attempts, cancel_requested, COALESCE(lease_owner, ''), \
+                   lease_expiries, lease_ms \
                  FROM job_queue FORCE INDEX (job_queue_lease) \
                  WHERE status = 'running' AND lease_until < UTC_TIMESTAMP(6) \
                  ORDER BY lease_until, id LIMIT ? FOR UPDATE SKIP LOCKED",
@@ -932,17 +1141,30 @@ impl Store {
                 let (id, attempts, max, cancel): (u64, u32, u32, bool) =
                     (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
                 let owner = text(r, 4)?;
+                let (expiries, lease_ms): (u32, u32) = (r.try_get(5)?, r.try_get(6)?);
+                let expiry = expiries.saturating_add(1);
                 if cancel {
                     out.cancelled.push(id);
                 } else if attempts >= max {
                     out.failed.push((id, attempts, owner));
-                } else {
+                } else if expiry >= max_lease_expiries {
+                    out.poison.push((id, attempts, owner));
+                } else if expiry == 1 {
                     out.ready.push((id, attempts, owner));
+                } else {
+                    let delay = expiry_delay(Duration::from_millis(lease_ms.into()), expiry);
+                    out.delayed
+                        .push((id, attempts, owner, crate::retry::jitter(delay, 0.2)));
                 }
             }
             const GUARD: &str = "AND status = 'running' AND lease_until < UTC_TIMESTAMP(6)";
+            // Every SET reads `lease_expiries` and `lease_owner` before they are assigned.
+            const COUNT: &str =
+                "lease_expiries = lease_expiries + 1, lease_owner = NULL, lease_until = NULL, \
+                 updated_at = UTC_TIMESTAMP(6)";
             let ready: Vec<u64> = out.ready.iter().map(|r| r.0).collect();
             let failed: Vec<u64> = out.failed.iter().map(|r| r.0).collect();
+            let poison: Vec<u64> = out.poison.iter().map(|r| r.0).collect();
             let updates = [
                 (
                     &ready,
@@ -957,6 +1179,13 @@ impl Store {
                      COALESCE(CONCAT('; previous error: ', last_error), '')), 16000)",
                 ),
                 (
+                    &poison,
+                    "status = 'failed', finished_at = UTC_TIMESTAMP(6), last_error = LEFT(CONCAT('lease expired ', \
+                     lease_expiries + 1, ' times (the last during attempt ', attempts, ', held by ', \
+                     COALESCE(lease_owner, '?'), '): the job may be crashing or stalling the workers that run it; \
+                     not run again', COALESCE(CONCAT('; previous error: ', last_error), '')), 16000)",
+                ),
+                (
                     &out.cancelled,
                     "status = 'cancelled', finished_at = UTC_TIMESTAMP(6), \
                      last_error = 'cancelled on request; its worker stopped renewing the lease'",
@@ -967,8 +1196,7 @@ impl Store {
                     continue;
                 }
                 let sql = format!(
-                    "UPDATE job_queue SET {set}, lease_owner = NULL, lease_until = NULL, \
-                     updated_at = UTC_TIMESTAMP(6) WHERE id IN ({}) {GUARD}",
+                    "UPDATE job_queue SET {set}, {COUNT} WHERE id IN ({}) {GUARD}",
                     placeholders(padded_len(ids.len()))
                 );
                 // Rare (only after a crash or a lost lease), and twelve texts in all: not
@@ -979,6 +1207,27 @@ impl Store {
                 }
                 let matched = q.execute(&mut *conn).await?.rows_affected();
                 if matched != ids.len() as u64 {
+                    return Ok((Reclaimed::default(), false));
+                }
+            }
+            // Each delayed job has a delay of its own: one statement each (they are rare).
+            for (id, _, _, delay) in &out.delayed {
+                let sql = format!(
+                    "UPDATE job_queue SET status = 'scheduled', \
+                     run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+                     last_error = LEFT(CONCAT('lease of ', COALESCE(lease_owner, '?'), \
+                     ' expired during attempt ', attempts, ' (expiry ', lease_expiries + 1, ' of at most ', ?, \
+                     '); taken back with a delay', COALESCE(CONCAT('; previous error: ', last_error), '')), 16000), \
+                     {COUNT} WHERE id = ? {GUARD}"
+                );
+                let matched = sqlx::query(&sql)
+                    .bind(micros(*delay))
+                    .bind(max_lease_expiries - 1)
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await?
+                    .rows_affected();
+                if matched != 1 {
                     return Ok((Reclaimed::default(), false));
                 }
             }
@@ -1235,26 +1484,6 @@ impl Store {
     }
 }
 
-fn claimed_from_row(r: &MySqlRow, claimed_at: std::time::Instant) -> sqlx::Result<Claimed> {
-    let lease_ms: u32 = r.try_get("lease_ms")?;
-    let attempts: u32 = r.try_get("attempts")?;
-    Ok(Claimed {
-        id: r.try_get("id")?,
-        queue: text(r, "queue")?,
-        kind: text(r, "kind")?,
-        task_key: text(r, "task_key")?,
-        payload: r
-            .try_get::<sqlx::types::Json<serde_json::Value>, _>("payload")
-            .map(|j| j.0)
-            .map_err(|e| format!("payload is not readable JSON: {e}")),
-        // The row was read before the UPDATE incremented it.
-        attempt: attempts + 1,
-        max_attempts: r.try_get("max_attempts")?,
-        lease: Duration::from_millis(lease_ms.into()),
-        claimed_at,
-    })
-}
-
 /// Which row [`fetch_job`] reads.
 #[derive(Debug)]
 pub(crate) enum JobLookup<'a> {
@@ -1263,7 +1492,8 @@ pub(crate) enum JobLookup<'a> {
 }
 
 pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, task_key, payload, CAST(status AS CHAR) AS status, priority, run_at, \
-    attempts, max_attempts, lease_owner, lease_until, cancel_requested, last_error, created_at, updated_at, finished_at";
+    attempts, max_attempts, lease_owner, lease_until, cancel_requested, last_error, created_at, updated_at, finished_at, \
+    lease_expiries, unrunnable_since";
 
 pub(crate) async fn fetch_job(
     pool: &MySqlPool,
@@ -1294,7 +1524,12 @@ pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
         id: r.try_get("id")?,
         queue: text(r, "queue")?,
         kind: text(r, "kind")?,
-        task_key: text(r, "task_key")?,
+        // Keys are bytes: one written by raw SQL need not be UTF-8, and such a row must still
+        // be listed and shown (it has failed, and says why).
+        task_key: text(r, "task_key").or_else(|_| {
+            r.try_get::<Vec<u8>, _>("task_key")
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+        })?,
         payload: r
             .try_get::<sqlx::types::Json<serde_json::Value>, _>("payload")
             .map(|j| j.0)?,
@@ -1310,6 +1545,8 @@ pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
         finished_at: r.try_get("finished_at")?,
+        lease_expiries: r.try_get("lease_expiries")?,
+        unrunnable_since: r.try_get("unrunnable_since")?,
     })
 }
 
@@ -1343,6 +1580,40 @@ pub(crate) fn opt_text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(
                 .transpose()
         }
     }
+}
+
+/// An assignment to `cancel_requested` that leaves it as it is and reports, through
+/// `LAST_INSERT_ID(expr)`, how a statement ended: 1 cancelled (a cancel was pending), 2
+/// failed (`failed_if` held), 0 as asked. It reads only columns that no earlier assignment
+/// of the statement changes, so it means the same under MariaDB's `SIMULTANEOUS_ASSIGNMENT`.
+fn outcome_code(failed_if: &str) -> String {
+    format!("IF(LAST_INSERT_ID(IF(cancel_requested = 1, 1, IF({failed_if}, 2, 0))) = 1, 1, 0)")
+}
+
+/// How long a job waits after the `expiry`th expiry of its lease (from 2; the first one
+/// returns it at once): `lease × (2^(expiry-1) - 1)`, at most an hour, before jitter.
+fn expiry_delay(lease: Duration, expiry: u32) -> Duration {
+    let leases = (1u32 << expiry.saturating_sub(1).min(20)) - 1;
+    lease
+        .checked_mul(leases)
+        .unwrap_or(Duration::MAX)
+        .min(Duration::from_secs(3600))
+}
+
+/// `d` for a message: `24h`, `90min`, `45s`, or as `Debug` writes it when not whole.
+fn human_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    match (secs, d.subsec_nanos()) {
+        (0, _) | (_, 1..) => format!("{d:?}"),
+        (s, _) if s % 3600 == 0 => format!("{}h", s / 3600),
+        (s, _) if s % 60 == 0 => format!("{}min", s / 60),
+        (s, _) => format!("{s}s"),
+    }
+}
+
+/// `d` in whole microseconds, for `INTERVAL ? MICROSECOND`.
+fn micros(d: Duration) -> i64 {
+    d.as_micros().min(i64::MAX as u128) as i64
 }
 
 /// `?, ?, ?` with `n` marks.
@@ -1389,4 +1660,25 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_whose_lease_keeps_expiring_comes_back_later_each_time() {
+        let lease = Duration::from_secs(30);
+        let waits: Vec<u64> = (1..=5).map(|n| expiry_delay(lease, n).as_secs()).collect();
+        assert_eq!(waits, [0, 30, 90, 210, 450]);
+        assert_eq!(expiry_delay(lease, 40), Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn waiting_bounds_read_as_people_write_them() {
+        assert_eq!(human_duration(Duration::from_secs(24 * 3600)), "24h");
+        assert_eq!(human_duration(Duration::from_secs(5400)), "90min");
+        assert_eq!(human_duration(Duration::from_secs(90)), "90s");
+        assert_eq!(human_duration(Duration::from_millis(1500)), "1.5s");
+    }
 }

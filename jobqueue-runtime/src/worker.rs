@@ -34,6 +34,8 @@ struct Config {
     retention: Retention,
     periodic: bool,
     owner: String,
+    unrunnable_deadline: Duration,
+    max_lease_expiries: u32,
 }
 
 /// How long finished jobs stay in the table before maintenance deletes them. `None` keeps
@@ -139,7 +141,9 @@ impl WorkerBuilder {
 
     /// After a job is cancelled at shutdown, how long it has to return by itself before it is
     /// dropped. Default 5 s ([`Worker::DEFAULT_CANCEL_GRACE`]). Either way its lease is
-    /// handed back (`ready`, attempts kept).
+    /// handed back (`ready`, attempts kept), unless that was its last attempt: then it is
+    /// `failed`, since the attempt may have done part of its work, and `max_attempts` is
+    /// never exceeded.
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
         self.config.cancel_grace = grace;
         self
@@ -186,6 +190,36 @@ impl WorkerBuilder {
         self
     }
 
+    /// How long a job this worker cannot run may wait for one that can. Default 24 h.
+    ///
+    /// A worker that claims a job whose kind it does not have, or whose payload does not
+    /// fit its kind's arguments (an old worker during a rolling deploy, when the new
+    /// version added a kind or changed its arguments), does not spend the job's attempts:
+    /// it puts the job back as `scheduled`, due again after 1 s, 2 s, 4 s... (by claim, at
+    /// most 5 min, ±20 %), with `last_error` saying `waiting for a worker that can run it`
+    /// and why, and counts it in `jobqueue_jobs_deferred_total`. Once the job has waited
+    /// this long since the first such claim, the next worker that cannot run it fails it,
+    /// naming the missing kind or the payload error, so that a kind that no deployed
+    /// worker registers does not wait unseen forever. `Duration::MAX` waits for good (the
+    /// CLI's `status` counts such jobs in its NO WORKER column).
+    pub fn unrunnable_deadline(mut self, wait: Duration) -> Self {
+        self.config.unrunnable_deadline = wait;
+        self
+    }
+
+    /// How many times a job's lease may expire (its worker crashed, was killed or stalled
+    /// past the lease) before this worker's maintenance fails it as a poison job. Default
+    /// 3.
+    ///
+    /// The first expiry puts the job back to `ready` at once; the `n`th later one puts it
+    /// back as `scheduled`, due after `lease × (2^(n-1) - 1)` (1, 3, 7... leases, ±20 %, at
+    /// most 1 h), so that a job that crashes its workers does not go round the fleet at full
+    /// speed. Each expiry also uses the attempt it happened in.
+    pub fn max_lease_expiries(mut self, n: u32) -> Self {
+        self.config.max_lease_expiries = n;
+        self
+    }
+
     /// Checks the settings and the job registry (no two kinds with one name).
     pub fn build(self) -> Result<Worker> {
         let c = &self.config;
@@ -205,6 +239,11 @@ impl WorkerBuilder {
                 "poll interval must satisfy 0 < min <= max, got min {:?}, max {:?}",
                 c.poll_min, c.poll_max
             )));
+        }
+        if c.max_lease_expiries == 0 {
+            return Err(Error::Config(
+                "`max_lease_expiries` must be at least 1".into(),
+            ));
         }
         if c.owner.is_empty() || c.owner.chars().count() > 100 {
             return Err(Error::Config("`owner` must be 1 to 100 characters".into()));
@@ -482,6 +521,8 @@ impl Worker {
                 retention: Retention::default(),
                 periodic: true,
                 owner: default_owner(),
+                unrunnable_deadline: Duration::from_secs(24 * 3600),
+                max_lease_expiries: crate::store::DEFAULT_MAX_LEASE_EXPIRIES,
             },
         }
     }
@@ -512,7 +553,8 @@ impl Worker {
     /// Runs until `signal` resolves (or [`WorkerHandle::shutdown`]), then shuts down in two
     /// phases: it stops claiming and lets running jobs finish for the shutdown grace period;
     /// then it cancels what still runs ([`CancelReason::Shutdown`]) and hands those jobs
-    /// back to `ready` with their attempts kept, so another worker starts them at once.
+    /// back to `ready` with their attempts kept, so another worker starts them at once (a
+    /// job on its last attempt is `failed` instead: it never runs beyond `max_attempts`).
     ///
     /// Lease renewals and outcome writes run on an OS thread the worker starts for them
     /// (`jobqueue-lease`), with a single-threaded runtime and two connections of their own, so
@@ -569,6 +611,7 @@ impl Worker {
                     metrics: self.metrics.clone(),
                     scheduler,
                     retention: cfg.retention,
+                    max_lease_expiries: cfg.max_lease_expiries,
                     last_prune: None,
                 },
                 cfg.maintenance_interval,
@@ -766,7 +809,7 @@ impl Worker {
             token: CancellationToken::new(),
             reason: Default::default(),
         };
-        leases.insert(
+        let displaced = leases.insert(
             c.id,
             Held {
                 attempt: c.attempt,
@@ -777,6 +820,15 @@ impl Worker {
                 finishing: false,
             },
         );
+        if displaced {
+            self.metrics
+                .add(&self.metrics.lease_lost, "jobqueue_leases_lost_total", 1);
+            tracing::warn!(
+                job.id = c.id,
+                attempt = c.attempt,
+                "claimed a job this worker was still running under an earlier attempt; that attempt is stopped"
+            );
+        }
         let span = tracing::info_span!(
             "job",
             job.kind = %c.kind,
@@ -788,31 +840,50 @@ impl Worker {
         let registry = self.registry.clone();
         let reports = reports.clone();
         let cancel_grace = self.config.cancel_grace;
+        let give_up_after = self.config.unrunnable_deadline;
         let shutdown = shutdown.clone();
+        let leases = leases.clone();
+        let (id, attempt) = (c.id, c.attempt);
+        let task_ctx = ctx.clone();
+        let task = async move {
+            let outcome = run_one(
+                c.kind.clone(),
+                descriptor,
+                c.payload,
+                ctx.clone(),
+                cancel_grace,
+                shutdown,
+                &registry,
+            )
+            .await;
+            let Some(outcome) = decide(outcome, &ctx, descriptor, give_up_after) else {
+                return;
+            };
+            let report = Report {
+                id: c.id,
+                attempt: c.attempt,
+                kind: c.kind,
+                outcome,
+            };
+            if reports.send(report).await.is_err() {
+                tracing::error!(
+                    "outcome writer is gone; the job's lease will expire and it will run again"
+                );
+            }
+        };
         jobs.spawn(
             async move {
-                let outcome = run_one(
-                    c.kind.clone(),
-                    descriptor,
-                    c.payload,
-                    ctx.clone(),
-                    cancel_grace,
-                    shutdown,
-                    &registry,
-                )
-                .await;
-                let Some(outcome) = decide(outcome, &ctx, descriptor) else {
-                    return;
-                };
-                let report = Report {
-                    id: c.id,
-                    attempt: c.attempt,
-                    kind: c.kind,
-                    outcome,
-                };
-                if reports.send(report).await.is_err() {
+                // A panic outside the job's own code (a tracing layer, a metrics recorder)
+                // must not leave the claim in `leases`, renewed for ever: stop and release
+                // it, so that the lease runs out and the job is taken back.
+                if let Err(panic) = AssertUnwindSafe(task).catch_unwind().await {
+                    task_ctx.cancel(CancelReason::LeaseLost);
+                    leases.release(id, attempt);
                     tracing::error!(
-                        "outcome writer is gone; the job's lease will expire and it will run again"
+                        job.id = id,
+                        attempt,
+                        panic = %panic_message(&*panic),
+                        "the job's task panicked outside the job; its lease is released, and the job is taken back once it expires"
                     );
                 }
             }
@@ -839,7 +910,11 @@ enum Ran {
     Abandoned {
         hand_back: bool,
     },
-    UnknownKind(String),
+    /// This worker cannot run it (unknown kind, payload that does not fit the arguments);
+    /// another worker may.
+    Unrunnable(String),
+    /// The row itself cannot be read (payload not JSON, key not UTF-8): no worker can run it.
+    Unreadable(String),
 }
 
 async fn run_one(
@@ -858,18 +933,25 @@ async fn run_one(
             .map(|d| d.kind())
             .collect::<Vec<_>>()
             .join(", ");
-        return Ran::UnknownKind(format!(
-            "job kind `{kind}` is not registered in this worker (it knows: {known}); deploy a worker that has it, or cancel the job"
+        let known = if known.is_empty() {
+            "it knows no kinds".to_owned()
+        } else {
+            format!("it knows: {known}")
+        };
+        return Ran::Unrunnable(format!(
+            "job kind `{kind}` is not registered in this worker ({known}); deploy a worker that has it, or cancel the job"
         ));
     };
     let payload = match payload {
         Ok(p) => p,
-        Err(e) => return Ran::Finished(Err(RunError::Payload(e))),
+        Err(e) => return Ran::Unreadable(e),
     };
     tracing::debug!("job started");
     let started = Instant::now();
     let timeout = d.options().timeout;
-    let mut run = std::pin::pin!(AssertUnwindSafe(d.run(payload, ctx.clone())).catch_unwind());
+    // Boxed already (`RunFuture`), so it can be dropped below, where a panicking destructor
+    // is caught too.
+    let mut run = AssertUnwindSafe(d.run(payload, ctx.clone())).catch_unwind();
     let deadline = async {
         match timeout {
             Some(t) => tokio::time::sleep(t).await,
@@ -893,6 +975,11 @@ async fn run_one(
         // only tells the job, which decides how to stop.)
         _ = lease_lost(&ctx) => Ran::Abandoned { hand_back: false },
     };
+    // An unfinished job (timed out, abandoned) is dropped here: its destructors run now,
+    // outside the polls above, and one that panics must not take the outcome with it.
+    if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(move || drop(run))) {
+        tracing::error!(panic = %panic_message(&*panic), "the job panicked while being dropped");
+    }
     metrics::histogram!("jobqueue_job_duration_seconds", "kind" => d.kind())
         .record(started.elapsed().as_secs_f64());
     ran
@@ -910,19 +997,38 @@ fn finished(
     r: std::result::Result<std::result::Result<(), RunError>, Box<dyn std::any::Any + Send>>,
 ) -> Ran {
     match r {
+        Ok(Err(RunError::Payload(msg))) => Ran::Unrunnable(msg),
         Ok(r) => Ran::Finished(r),
-        Err(panic) => Ran::Panicked(
-            panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-string panic payload".into()),
-        ),
+        Err(panic) => Ran::Panicked(panic_message(&*panic)),
     }
 }
 
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".into())
+}
+
+/// The wait before another worker may try a job this one cannot run, by claim number:
+/// 1 s, 2 s, 4 s... at most 5 minutes, ±20 %.
+fn unrunnable_delay(attempt: u32) -> Duration {
+    const BACKOFF: Backoff = Backoff::Exponential {
+        base: Duration::from_secs(1),
+        max: Duration::from_secs(300),
+    };
+    BACKOFF.delay(attempt)
+}
+
 /// What to write for an attempt that ended as `ran`. `None`: write nothing (lease lost).
-fn decide(ran: Ran, ctx: &JobContext, descriptor: Option<&JobDescriptor>) -> Option<Outcome> {
+/// `give_up_after`: how long a job no worker can run may wait for one.
+fn decide(
+    ran: Ran,
+    ctx: &JobContext,
+    descriptor: Option<&JobDescriptor>,
+    give_up_after: Duration,
+) -> Option<Outcome> {
     let backoff = descriptor
         .map(|d| d.options().backoff)
         .unwrap_or(Backoff::DEFAULT);
@@ -943,7 +1049,14 @@ fn decide(ran: Ran, ctx: &JobContext, descriptor: Option<&JobDescriptor>) -> Opt
     };
     Some(match ran {
         Ran::Finished(Ok(())) => Outcome::Done,
-        Ran::Finished(Err(RunError::Payload(msg))) => Outcome::Finish(Finish::Fail { error: msg }),
+        Ran::Unreadable(msg) | Ran::Finished(Err(RunError::Payload(msg))) => {
+            Outcome::Finish(Finish::Fail { error: msg })
+        }
+        Ran::Unrunnable(error) => Outcome::Finish(Finish::Defer {
+            delay: unrunnable_delay(ctx.attempt),
+            error,
+            give_up_after,
+        }),
         Ran::Finished(Err(RunError::Job(e))) => {
             if reason == Some(CancelReason::Shutdown) {
                 Outcome::Finish(Finish::HandBack)
@@ -957,7 +1070,6 @@ fn decide(ran: Ran, ctx: &JobContext, descriptor: Option<&JobDescriptor>) -> Opt
         }
         Ran::Panicked(msg) => failed_attempt(format!("job panicked: {msg}")),
         Ran::TimedOut(t) => failed_attempt(format!("timed out after {t:?}")),
-        Ran::UnknownKind(msg) => failed_attempt(msg),
         Ran::Abandoned { hand_back: true } => Outcome::Finish(Finish::HandBack),
         Ran::Abandoned { hand_back: false } => return None,
     })
@@ -1074,6 +1186,30 @@ async fn write_batch(
                 metrics.add(&metrics.failed, "jobqueue_jobs_failed_total", 1);
                 tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; not retrying");
             }
+            (Some(JobStatus::Scheduled), Finish::Defer { delay, error, .. }) => {
+                metrics.add(&metrics.deferred, "jobqueue_jobs_deferred_total", 1);
+                tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "this worker cannot run the job; left for a worker that can, back in {delay:.1?} (not counted as an attempt)");
+            }
+            (
+                Some(JobStatus::Failed),
+                Finish::Defer {
+                    error,
+                    give_up_after,
+                    ..
+                },
+            ) => {
+                metrics.add(&metrics.failed, "jobqueue_jobs_failed_total", 1);
+                tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "no worker could run the job within {give_up_after:?}; job failed");
+            }
+            (Some(JobStatus::Failed), _) => {
+                metrics.add(&metrics.failed, "jobqueue_jobs_failed_total", 1);
+                tracing::error!(
+                    job.id = id,
+                    job.kind = kind,
+                    attempt,
+                    "job stopped at shutdown during its last attempt; failed, not run again"
+                );
+            }
             (Some(JobStatus::Ready), _) => {
                 metrics.add(&metrics.handed_back, "jobqueue_jobs_handed_back_total", 1);
                 tracing::info!(
@@ -1105,6 +1241,7 @@ struct Maintenance {
     metrics: Arc<Metrics>,
     scheduler: crate::cron::Scheduler,
     retention: Retention,
+    max_lease_expiries: u32,
     last_prune: Option<Instant>,
 }
 
@@ -1190,13 +1327,28 @@ async fn reclaim_expired(m: &Maintenance) -> Result<()> {
     const RECLAIM_BATCH: usize = 100;
     let (store, queue, metrics) = (&m.store, &m.queue, &*m.metrics);
     loop {
-        let r = store.reclaim(RECLAIM_BATCH).await?;
-        let total = r.ready.len() + r.failed.len() + r.cancelled.len();
+        let r = store
+            .reclaim_with(RECLAIM_BATCH, m.max_lease_expiries)
+            .await?;
+        let total =
+            r.ready.len() + r.delayed.len() + r.failed.len() + r.poison.len() + r.cancelled.len();
         for (id, attempts, owner) in &r.ready {
             tracing::warn!(job.id = id, attempts, lease_owner = %owner, "lease expired; job back to ready with its attempts kept");
         }
+        for (id, attempts, owner, delay) in &r.delayed {
+            tracing::warn!(job.id = id, attempts, lease_owner = %owner, "lease of this job expired again; back in {delay:.1?} with its attempts kept");
+        }
         for (id, attempts, owner) in &r.failed {
             tracing::error!(job.id = id, attempts, lease_owner = %owner, "lease expired on the last attempt; job failed");
+        }
+        for (id, attempts, owner) in &r.poison {
+            tracing::error!(
+                job.id = id,
+                attempts,
+                lease_owner = %owner,
+                max_lease_expiries = m.max_lease_expiries,
+                "lease of this job expired too many times (its workers crash or stall while running it); job failed"
+            );
         }
         for id in &r.cancelled {
             tracing::info!(
@@ -1290,4 +1442,51 @@ fn default_owner() -> String {
         std::process::id(),
         rand::random::<u32>()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(attempt: u32, max_attempts: u32) -> JobContext {
+        JobContext {
+            id: 1,
+            attempt,
+            max_attempts,
+            kind: "k".into(),
+            queue: "default".into(),
+            task_key: "k:1".into(),
+            token: CancellationToken::new(),
+            reason: Default::default(),
+        }
+    }
+
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+
+    #[test]
+    fn a_job_this_worker_cannot_run_is_deferred_even_on_its_last_attempt() {
+        let c = ctx(1, 1);
+        let Some(Outcome::Finish(Finish::Defer {
+            delay,
+            error,
+            give_up_after,
+        })) = decide(Ran::Unrunnable("no such kind".into()), &c, None, DAY)
+        else {
+            panic!("not deferred");
+        };
+        assert!(delay >= Duration::from_millis(800) && delay <= Duration::from_millis(1200));
+        assert_eq!((error.as_str(), give_up_after), ("no such kind", DAY));
+        // The wait grows with each claim, up to five minutes.
+        assert!(unrunnable_delay(3) >= Duration::from_millis(3200));
+        assert!(unrunnable_delay(30) <= Duration::from_secs(360));
+    }
+
+    #[test]
+    fn a_row_that_cannot_be_read_fails_at_once() {
+        let outcome = decide(Ran::Unreadable("not JSON".into()), &ctx(1, 25), None, DAY);
+        assert!(
+            matches!(&outcome, Some(Outcome::Finish(Finish::Fail { error })) if error == "not JSON"),
+            "{outcome:?}"
+        );
+    }
 }

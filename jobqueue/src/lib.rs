@@ -49,8 +49,11 @@
 //! failed attempts with the kind's [`Backoff`], and on shutdown lets running jobs finish
 //! for a grace period before handing the rest back. Every worker also runs maintenance:
 //! due delayed jobs are promoted, expired leases (a crashed worker's jobs) are reclaimed with
-//! their attempts kept, periodic (`cron`) jobs are enqueued at most once per tick across all
-//! nodes and restarts, and finished jobs are pruned after their [`Retention`].
+//! their attempts kept (a job whose lease keeps expiring is failed as a poison job, see
+//! [`WorkerBuilder::max_lease_expiries`]), periodic (`cron`) jobs are enqueued at most once per
+//! tick across all nodes and restarts, and finished jobs are pruned after their [`Retention`].
+//! A job a worker cannot run (a kind or payload of another release) waits for one that can,
+//! without spending its attempts ([`WorkerBuilder::unrunnable_deadline`]).
 //!
 //! Leases are renewed, and outcomes written, from a thread of the worker's own with
 //! connections of its own, and every database call of a worker has a timeout, so neither a

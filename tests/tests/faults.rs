@@ -1077,7 +1077,8 @@ async fn ten_thousand_jobs_over_four_processes_run_exactly_once() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 8. Bad input: a clear error at enqueue, or a recorded failure; nothing else is harmed.
+// 8. Bad input: a clear error at enqueue, or a job that waits for a worker able to run it,
+//    saying why; nothing else is harmed.
 // ---------------------------------------------------------------------------------------
 
 /// Inserts a job by SQL, bypassing every check of `enqueue`; returns its id.
@@ -1214,18 +1215,22 @@ async fn bad_input_gets_a_clear_error_and_harms_nothing_else() {
         ),
         (
             unknown,
-            "job kind `no_such_kind` is not registered in this worker (it knows: effect, slow, tick)",
+            "job kind `no_such_kind` is not registered in this worker (it knows: crash, effect, slow, tick)",
         ),
     ];
+    // Another release of the program may run them: they wait for it, said so in
+    // `last_error`, and no claim of a worker that cannot run them spends an attempt.
     for (id, text) in expected {
-        let row = wait_status(&queue, id, JobStatus::Failed, Duration::from_secs(30)).await;
+        let row = wait_status(&queue, id, JobStatus::Scheduled, Duration::from_secs(30)).await;
         let error = row.last_error.unwrap_or_default();
+        assert!(
+            error.starts_with("waiting for a worker that can run it: "),
+            "job {id}: {error}"
+        );
         assert!(error.contains(text), "job {id}: {error}");
+        let budget = if id == unknown { 2 } else { 5 };
+        assert_eq!(row.max_attempts - row.attempts, budget, "job {id}");
     }
-    // A payload error is permanent: one attempt. An unknown kind may be deployed later: it
-    // is retried until its attempts run out.
-    assert_eq!(row(&queue, wrong_type).await.attempts, 1);
-    assert_eq!(row(&queue, unknown).await.attempts, 2);
 
     for id in odd_ids.iter().chain([&normal]) {
         wait_status(&queue, *id, JobStatus::Done, Duration::from_secs(30)).await;
@@ -1253,8 +1258,9 @@ async fn bad_input_gets_a_clear_error_and_harms_nothing_else() {
     );
     let m = worker.terminate().await;
     assert_eq!(counter(&m, "succeeded"), odd_keys.len() as u64 + 2, "{m}");
-    assert_eq!(counter(&m, "retried"), 3, "{m}");
-    assert_eq!(counter(&m, "failed"), 4, "{m}");
+    assert_eq!(counter(&m, "retried"), 2, "flaky's two failures: {m}");
+    assert_eq!(counter(&m, "failed"), 0, "{m}");
+    assert!(counter(&m, "deferred") >= 4, "{m}");
 
     // A worker given a bad queue name refuses to start, and says why.
     let mut refused = Proc::spawn("refused", &url, &["--queues", "it's"], "info");

@@ -317,8 +317,7 @@ async fn claim_skips_a_locked_row_without_waiting() {
 // Copies of the SELECTs in store.rs. `store_rs_sql` reads the same literals out of
 // store.rs's source at compile time (`include_str!`), and `the_sql_copies_match_store_rs`
 // fails when the two drift apart, so the EXPLAIN test always checks the SQL the runtime runs.
-const CLAIM_SELECT: &str =
-    "SELECT id, queue, kind, task_key, payload, attempts, max_attempts, lease_ms \
+const CLAIM_SELECT: &str = "SELECT id, attempts, max_attempts, lease_ms \
      FROM job_queue FORCE INDEX (job_queue_claim) \
      WHERE queue = ? AND status = 'ready' \
        AND NOT EXISTS (SELECT 1 FROM job_queue_pause p WHERE p.queue = ?) \
@@ -332,7 +331,8 @@ const PROMOTE_SELECT: &str = "SELECT id FROM job_queue FORCE INDEX (job_queue_du
      ORDER BY run_at, id LIMIT ? FOR UPDATE SKIP LOCKED";
 
 const RECLAIM_SELECT: &str =
-    "SELECT id, attempts, max_attempts, cancel_requested, COALESCE(lease_owner, '') \
+    "SELECT id, attempts, max_attempts, cancel_requested, COALESCE(lease_owner, ''), \
+       lease_expiries, lease_ms \
      FROM job_queue FORCE INDEX (job_queue_lease) \
      WHERE status = 'running' AND lease_until < UTC_TIMESTAMP(6) \
      ORDER BY lease_until, id LIMIT ? FOR UPDATE SKIP LOCKED";
@@ -371,10 +371,7 @@ fn store_rs_sql(start: &str) -> String {
 #[test]
 fn the_sql_copies_match_store_rs() {
     for (copy, start) in [
-        (
-            CLAIM_SELECT,
-            "SELECT id, queue, kind, task_key, payload, attempts",
-        ),
+        (CLAIM_SELECT, "SELECT id, attempts, max_attempts, lease_ms"),
         (
             PROMOTE_PROBE,
             "SELECT EXISTS(SELECT 1 FROM job_queue FORCE INDEX (job_queue_due)",
@@ -536,7 +533,7 @@ async fn maintenance_queries_use_their_indexes() {
     assert_plan(
         pool,
         "claim",
-        &store_rs_sql("SELECT id, queue, kind, task_key, payload, attempts"),
+        &store_rs_sql("SELECT id, attempts, max_attempts, lease_ms"),
         &["default", "default", "10"],
         "job_queue_claim",
         Access::Ref(2),
@@ -749,6 +746,7 @@ async fn reclaim_takes_back_expired_leases() {
         ready,
         failed,
         cancelled,
+        ..
     } = store.reclaim(100).await.expect("reclaim");
     assert_eq!(ready, vec![(again, 1, "worker-a".to_owned())]);
     assert_eq!(failed, vec![(last, 2, "worker-b".to_owned())]);

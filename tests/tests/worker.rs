@@ -176,7 +176,8 @@ async fn retries_until_success_exhaustion_and_permanent_errors() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 3. Panics and payloads that do not fit are failures, and the worker goes on.
+// 3. A panic is a failure, a payload that does not fit waits for a worker that can read it,
+//    and the worker goes on.
 // ---------------------------------------------------------------------------------------
 
 #[job(name = "worker_panics", max_attempts = 1)]
@@ -213,7 +214,7 @@ async fn after_failures(ctx: JobContext) -> Result<(), JobError> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn panics_and_bad_payloads_fail_clearly_and_the_worker_goes_on() {
+async fn panics_fail_clearly_bad_payloads_wait_and_the_worker_goes_on() {
     let (queue, effects_pool) = fresh_queue_with_effects("worker_panics").await;
     AFTER_FAILURES_DB.set(effects_pool.clone()).unwrap();
     let panicking = queue.enqueue(Panics { order: 7 }).await.unwrap().id();
@@ -238,15 +239,25 @@ async fn panics_and_bad_payloads_fail_clearly_and_the_worker_goes_on() {
         Some("job panicked: order 7 has no lines (attempt 1 of 1)")
     );
 
+    // A payload that does not fit waits for a worker that can read it (a newer or older
+    // release), without spending an attempt.
     let r = wait_status(
         &queue,
         mismatched,
-        JobStatus::Failed,
+        JobStatus::Scheduled,
         Duration::from_secs(10),
     )
     .await;
-    assert_eq!(r.attempts, 1, "a payload that does not fit is not retried");
+    assert_eq!(
+        (r.attempts, r.max_attempts),
+        (1, 4),
+        "the claim that could not read it spent no attempt"
+    );
     let error = r.last_error.unwrap();
+    assert!(
+        error.starts_with("waiting for a worker that can run it: "),
+        "{error}"
+    );
     assert!(
         error.contains("`worker_payload_target`") && error.contains("`title`"),
         "the error names the kind and the field: {error}"
@@ -260,7 +271,8 @@ async fn panics_and_bad_payloads_fail_clearly_and_the_worker_goes_on() {
 
     stop(&handle, task).await;
     let m = handle.metrics();
-    assert_eq!((m.failed, m.succeeded, m.claimed), (2, 1, 3));
+    assert_eq!((m.failed, m.succeeded), (1, 1), "{m:?}");
+    assert!(m.deferred >= 1 && m.claimed == 2 + m.deferred, "{m:?}");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -651,11 +663,12 @@ async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 7. A kind this binary does not know is retried, then failed: never dropped.
+// 7. A kind this binary does not know waits for a worker that has it, without spending its
+//    attempts, and fails naming the kind once it has waited too long: never dropped.
 // ---------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unknown_kind_is_retried_then_failed_never_dropped() {
+async fn an_unknown_kind_waits_without_spending_attempts_then_fails_naming_the_kind() {
     let (queue, _) = fresh_queue_with_effects("worker_unknown").await;
     let id = sqlx::query(
         "INSERT INTO job_queue (queue, kind, task_key, payload, status, run_at, max_attempts, \
@@ -667,14 +680,20 @@ async fn an_unknown_kind_is_retried_then_failed_never_dropped() {
     .await
     .unwrap()
     .last_insert_id();
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .unrunnable_deadline(Duration::from_millis(1500))
+            .build()
+            .unwrap(),
+    );
 
-    let (delay_us, error): (i64, String) = wait_for(
-        "the first attempt to be scheduled for a retry",
+    let (delay_us, max_attempts, error): (i64, u32, String) = wait_for(
+        "the first claim to put the job back",
         Duration::from_secs(10),
         || async {
             sqlx::query_as(
-                "SELECT TIMESTAMPDIFF(MICROSECOND, updated_at, run_at), CAST(last_error AS CHAR) \
+                "SELECT TIMESTAMPDIFF(MICROSECOND, updated_at, run_at), max_attempts, \
+                   CAST(last_error AS CHAR) \
                  FROM job_queue \
                  WHERE id = ? AND status = 'scheduled' AND attempts = 1",
             )
@@ -686,22 +705,41 @@ async fn an_unknown_kind_is_retried_then_failed_never_dropped() {
     )
     .await;
     assert!(
-        delay_us >= 500_000,
-        "retried after a delay, got {delay_us} µs"
+        delay_us >= 800_000,
+        "put back with a delay, got {delay_us} µs"
+    );
+    assert_eq!(
+        max_attempts, 3,
+        "the claim did not spend one of the 2 attempts"
     );
     assert!(
-        error.starts_with("job kind `no_such_kind` is not registered in this worker"),
+        error.starts_with(
+            "waiting for a worker that can run it: job kind `no_such_kind` is not registered in this worker"
+        ),
         "{error}"
     );
 
+    // Past the deadline (1.5 s here, 24 h by default), the next claim fails it.
     let r = wait_status(&queue, id, JobStatus::Failed, Duration::from_secs(15)).await;
-    assert_eq!(r.attempts, 2);
+    assert_eq!(
+        r.max_attempts - r.attempts,
+        1,
+        "still no attempt spent: {r:?}"
+    );
     let error = r.last_error.unwrap();
-    assert!(error.contains("`no_such_kind`"), "{error}");
-    assert!(error.ends_with("(attempt 2 of 2)"), "{error}");
+    assert!(
+        error.starts_with(
+            "no worker could run it within 1.5s of the first try: job kind `no_such_kind`"
+        ),
+        "{error}"
+    );
     stop(&handle, task).await;
     let m = handle.metrics();
-    assert_eq!((m.claimed, m.retried, m.failed), (2, 1, 1), "{m:?}");
+    assert_eq!(
+        (m.claimed, m.deferred, m.retried, m.failed),
+        (r.attempts.into(), r.attempts as u64 - 1, 0, 1),
+        "{m:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -179,6 +179,7 @@ fn metrics_json(m: &MetricsSnapshot) -> serde_json::Value {
         "failed": m.failed,
         "cancelled": m.cancelled,
         "handed_back": m.handed_back,
+        "deferred": m.deferred,
         "lease_lost": m.lease_lost,
         "reclaimed": m.reclaimed,
         "promoted": m.promoted,

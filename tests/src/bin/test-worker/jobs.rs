@@ -114,3 +114,13 @@ pub(crate) async fn slow(ctx: JobContext, name: String, ms: u64) -> Result<(), J
 pub(crate) async fn tick(ctx: JobContext) -> Result<(), JobError> {
     record(&ctx, "done").await
 }
+
+/// A poison job: records a `start` effect, then aborts the whole process, as a job that
+/// runs its worker out of memory would. Its lease is 1 s, so that each crash is noticed
+/// quickly.
+#[job(name = "crash", key = "{name}", lease = "1s", max_attempts = 25)]
+pub(crate) async fn crash(ctx: JobContext, name: String) -> Result<(), JobError> {
+    let _ = name;
+    record(&ctx, "start").await?;
+    std::process::abort()
+}

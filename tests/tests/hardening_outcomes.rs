@@ -1,0 +1,714 @@
+//! Every path that ends an attempt keeps to `max_attempts` and loses no job: a hand-back at
+//! shutdown, a claim whose commit reply was lost, a job no worker of this version can run
+//! (rolling deploys), a job that crashes every worker that runs it, a job task that panics
+//! outside the job's code, a row that cannot be decoded, and the claim's locking read.
+//!
+//! Tests that need a fault between the worker and the server put a small TCP proxy of their
+//! own in between ([`Proxy`]); tests that need a worker process to die start `test-worker`.
+//!
+//! ```text
+//! cargo test -p tests --test hardening_outcomes
+//! ```
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use jobqueue::{job, EnqueueOptions, JobContext, JobError, JobStatus, Queue};
+use sqlx::mysql::MySqlPool;
+use tests::{
+    effects_of, fresh_database, fresh_queue, fresh_queue_with_effects, migrated_queue,
+    quick_worker, receive, record_effect, row, start, stop, wait_for, wait_status, Mailbox,
+};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+
+/// The worker binary of this package.
+const WORKER_BIN: &str = env!("CARGO_BIN_EXE_test-worker");
+
+// ---------------------------------------------------------------------------------------
+// A proxy between the library and the server
+// ---------------------------------------------------------------------------------------
+
+/// A TCP proxy in front of the test server that reads the MySQL packets the client sends.
+/// It can drop the reply to the next `COMMIT` (the server commits, the client never hears
+/// so), and it counts the bytes the server sends while a transaction is open.
+struct Proxy {
+    addr: SocketAddr,
+    state: Arc<ProxyState>,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    /// Drop the reply to the next COMMIT and close that connection.
+    lose_next_commit_reply: AtomicBool,
+    /// COMMITs whose reply was dropped.
+    commit_replies_lost: AtomicU64,
+    /// Bytes from the server to the client between a BEGIN and its COMMIT or ROLLBACK.
+    bytes_in_transactions: AtomicU64,
+}
+
+/// One proxied connection's view of its client.
+#[derive(Default)]
+struct Conn {
+    in_transaction: AtomicBool,
+    lose_reply: AtomicBool,
+}
+
+impl Proxy {
+    async fn start(server: &str) -> Proxy {
+        let server: SocketAddr = server.parse().expect("a host:port");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let state = Arc::new(ProxyState::default());
+        let shared = state.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(upstream) = TcpStream::connect(server).await else {
+                    continue;
+                };
+                tokio::spawn(pipe(client, upstream, shared.clone()));
+            }
+        });
+        Proxy { addr, state }
+    }
+
+    /// `url` (a database URL of the test server) through this proxy, without TLS (the proxy
+    /// reads the packets).
+    fn url(&self, url: &str) -> String {
+        let (scheme, rest) = url.split_once("://").expect("a URL");
+        let (authority, path) = rest.split_once('/').expect("a database");
+        let user = authority.rsplit_once('@').map(|(u, _)| u);
+        let at = user.map(|u| format!("{u}@")).unwrap_or_default();
+        let sep = if path.contains('?') { '&' } else { '?' };
+        format!("{scheme}://{at}{}/{path}{sep}ssl-mode=disabled", self.addr)
+    }
+}
+
+/// The server address of a test server URL.
+fn server_addr(url: &str) -> String {
+    let rest = url.split_once("://").expect("a URL").1;
+    let authority = rest.split('/').next().expect("an authority");
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, a)| a)
+        .to_owned()
+}
+
+/// The URL of `queue`'s database on the test server.
+async fn direct_url(queue: &Queue) -> String {
+    let db: String = sqlx::query_scalar("SELECT DATABASE()")
+        .fetch_one(queue.pool())
+        .await
+        .expect("the database name");
+    let base = tests::server().url();
+    let base = base.split('?').next().unwrap_or(base).trim_end_matches('/');
+    format!("{base}/{db}")
+}
+
+async fn pipe(client: TcpStream, upstream: TcpStream, state: Arc<ProxyState>) {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = upstream.into_split();
+    let conn = Arc::new(Conn::default());
+    let stop = CancellationToken::new();
+    let to_server = {
+        let (conn, state, stop) = (conn.clone(), state.clone(), stop.clone());
+        async move {
+            loop {
+                let mut header = [0u8; 4];
+                if client_read.read_exact(&mut header).await.is_err() {
+                    return;
+                }
+                let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+                let mut body = vec![0u8; len];
+                if client_read.read_exact(&mut body).await.is_err() {
+                    return;
+                }
+                // A command starts a new sequence (id 0); COM_QUERY is 0x03.
+                if header[3] == 0 && body.first() == Some(&3) {
+                    let text = String::from_utf8_lossy(&body[1..])
+                        .trim()
+                        .to_ascii_uppercase();
+                    if text.starts_with("BEGIN") || text.starts_with("START TRANSACTION") {
+                        conn.in_transaction.store(true, Ordering::SeqCst);
+                    } else if text.starts_with("COMMIT") || text.starts_with("ROLLBACK") {
+                        if text.starts_with("COMMIT")
+                            && state.lose_next_commit_reply.swap(false, Ordering::SeqCst)
+                        {
+                            conn.lose_reply.store(true, Ordering::SeqCst);
+                        }
+                        conn.in_transaction.store(false, Ordering::SeqCst);
+                    }
+                }
+                if server_write.write_all(&header).await.is_err()
+                    || server_write.write_all(&body).await.is_err()
+                {
+                    return;
+                }
+                if stop.is_cancelled() {
+                    return;
+                }
+            }
+        }
+    };
+    let to_client = {
+        let (conn, state, stop) = (conn.clone(), state.clone(), stop.clone());
+        async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match server_read.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                if conn.lose_reply.load(Ordering::SeqCst) {
+                    // The server has answered the COMMIT, so it has committed: the client
+                    // never hears it, and the connection dies.
+                    state.commit_replies_lost.fetch_add(1, Ordering::SeqCst);
+                    stop.cancel();
+                    return;
+                }
+                if conn.in_transaction.load(Ordering::SeqCst) {
+                    state
+                        .bytes_in_transactions
+                        .fetch_add(n as u64, Ordering::SeqCst);
+                }
+                if client_write.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    };
+    tokio::select! {
+        _ = to_server => {}
+        _ = to_client => {}
+        _ = stop.cancelled() => {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Worker processes and raw rows
+// ---------------------------------------------------------------------------------------
+
+/// The `effects` table of `test-worker`'s jobs (see `src/bin/test-worker/jobs.rs`).
+const PROCESS_EFFECTS_TABLE: &str = "CREATE TABLE effects (
+    seq      BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    task_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    job_id   BIGINT UNSIGNED NOT NULL,
+    attempt  INT UNSIGNED NOT NULL,
+    pid      INT UNSIGNED NOT NULL,
+    phase    VARCHAR(8) NOT NULL,
+    at       DATETIME(6) NOT NULL,
+    KEY effects_key (task_key)
+) ENGINE = InnoDB";
+
+/// Starts a `test-worker` process on `url` with quick polling and maintenance.
+fn worker_process(url: &str, extra: &[&str]) -> Child {
+    Command::new(WORKER_BIN)
+        .arg("--database-url")
+        .arg(url)
+        .args([
+            "--poll-min-ms",
+            "20",
+            "--poll-max-ms",
+            "200",
+            "--maintenance-ms",
+            "100",
+        ])
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {WORKER_BIN}: {e}"))
+}
+
+/// Inserts a ready job by SQL, as another version of the program (or a person) would.
+async fn insert_raw(
+    pool: &MySqlPool,
+    kind: &str,
+    key: &[u8],
+    payload: &str,
+    max_attempts: u32,
+    lease_ms: u32,
+) -> u64 {
+    sqlx::query(
+        "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, \
+           attempts, max_attempts, lease_ms, created_at, updated_at) \
+         VALUES ('default', ?, ?, ?, 'ready', 0, UTC_TIMESTAMP(6), 0, ?, ?, \
+           UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+    )
+    .bind(kind)
+    .bind(key)
+    .bind(payload)
+    .bind(max_attempts)
+    .bind(lease_ms)
+    .execute(pool)
+    .await
+    .expect("insert a raw job")
+    .last_insert_id()
+}
+
+/// (status, attempts, max_attempts, last_error) of job `id`, read by SQL (so that rows the
+/// library cannot decode can be read too).
+async fn raw_state(pool: &MySqlPool, id: u64) -> (String, u32, u32, String) {
+    sqlx::query_as(
+        "SELECT CAST(status AS CHAR), attempts, max_attempts, COALESCE(CAST(last_error AS CHAR), '') \
+         FROM job_queue WHERE id = ?",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await
+    .expect("read the job")
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. A hand-back at shutdown on the last attempt fails the job instead of running it again.
+// ---------------------------------------------------------------------------------------
+
+static LAST_ATTEMPT_DB: OnceLock<MySqlPool> = OnceLock::new();
+static LAST_ATTEMPT_STARTED: Mailbox<u64> = Mailbox::new();
+
+/// Starts, then works for a minute without looking at its context.
+#[job(name = "outcomes_last_attempt", max_attempts = 1, lease = "5s")]
+async fn last_attempt(ctx: JobContext, n: u32) -> Result<(), JobError> {
+    let _ = n;
+    record_effect(&LAST_ATTEMPT_DB, &ctx, "start").await?;
+    LAST_ATTEMPT_STARTED.send(ctx.id());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_on_the_last_attempt_fails_the_job_instead_of_running_it_again() {
+    let (queue, effects_pool) = fresh_queue_with_effects("outcomes_handback").await;
+    LAST_ATTEMPT_DB.set(effects_pool.clone()).unwrap();
+    let mut started = LAST_ATTEMPT_STARTED.open();
+    let id = queue.enqueue(LastAttempt { n: 1 }).await.unwrap().id();
+
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .shutdown_grace(Duration::from_millis(200))
+            .cancel_grace(Duration::from_millis(200))
+            .build()
+            .unwrap(),
+    );
+    assert_eq!(
+        receive(&mut started, "the job to start", Duration::from_secs(10)).await,
+        id
+    );
+    stop(&handle, task).await;
+
+    let r = row(&queue, id).await;
+    assert_eq!(
+        (r.status, r.attempts, r.max_attempts),
+        (JobStatus::Failed, 1, 1),
+        "its one attempt is used: {r:?}"
+    );
+    let error = r.last_error.unwrap_or_default();
+    assert!(
+        error.contains("shut down") && error.contains("1 of 1"),
+        "{error}"
+    );
+    assert!(r.finished_at.is_some());
+
+    // A second worker finds nothing to run.
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    wait_for("an idle poll", Duration::from_secs(10), || async {
+        (handle.metrics().empty_idle > 0).then_some(())
+    })
+    .await;
+    stop(&handle, task).await;
+    assert_eq!(handle.metrics().claimed, 0);
+    assert_eq!(effects_of(&effects_pool, &r.task_key).await.len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. A claim whose COMMIT succeeded but whose reply was lost still runs its job.
+// ---------------------------------------------------------------------------------------
+
+static LOST_ACK_DB: OnceLock<MySqlPool> = OnceLock::new();
+
+#[job(name = "outcomes_lost_ack", max_attempts = 1, lease = "3s")]
+async fn lost_ack(ctx: JobContext, n: u32) -> Result<(), JobError> {
+    let _ = n;
+    record_effect(&LOST_ACK_DB, &ctx, "done").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_commit_reply_is_lost_still_runs_its_job_once() {
+    let (queue, effects_pool) = fresh_queue_with_effects("outcomes_lost_ack").await;
+    LOST_ACK_DB.set(effects_pool.clone()).unwrap();
+    let proxy = Proxy::start(&server_addr(tests::server().url())).await;
+    let proxied = Queue::connect(&proxy.url(&direct_url(&queue).await))
+        .await
+        .unwrap();
+    let id = queue.enqueue(LostAck { n: 1 }).await.unwrap().id();
+
+    // The first COMMIT this worker sends is its claim's (maintenance, whose passes commit
+    // too, is off): the server commits it, and the worker never hears back.
+    proxy
+        .state
+        .lose_next_commit_reply
+        .store(true, Ordering::SeqCst);
+    let (handle, task) = start(quick_worker(&proxied).maintenance(false).build().unwrap());
+    let r = wait_for(
+        "the job to be done or to fail",
+        Duration::from_secs(15),
+        || async {
+            let r = row(&queue, id).await;
+            matches!(r.status, JobStatus::Done | JobStatus::Failed).then_some(r)
+        },
+    )
+    .await;
+    stop(&handle, task).await;
+    assert_eq!(
+        proxy.state.commit_replies_lost.load(Ordering::SeqCst),
+        1,
+        "the fault happened"
+    );
+    assert_eq!((r.status, r.attempts), (JobStatus::Done, 1), "{r:?}");
+    assert_eq!(
+        effects_of(&effects_pool, &r.task_key).await,
+        [(1, "done".into())]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. The claim reads payloads after its COMMIT, not while it holds the rows locked.
+// ---------------------------------------------------------------------------------------
+
+#[job(name = "outcomes_big")]
+async fn big(blob: String, n: u32) -> Result<(), JobError> {
+    let _ = (blob, n);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claim_holds_its_locks_without_reading_payloads() {
+    let queue = fresh_queue("outcomes_payload_after").await;
+    let proxy = Proxy::start(&server_addr(tests::server().url())).await;
+    let proxied = Queue::connect(&proxy.url(&direct_url(&queue).await))
+        .await
+        .unwrap();
+    let blob = "x".repeat(200 * 1024);
+    queue
+        .enqueue_many((0..20).map(|n| Big {
+            blob: blob.clone(),
+            n,
+        }))
+        .await
+        .unwrap();
+
+    let before = proxy.state.bytes_in_transactions.load(Ordering::SeqCst);
+    let claimed = proxied
+        .store()
+        .claim("default", "outcomes-reader", 20)
+        .await
+        .unwrap();
+    let in_transaction = proxy.state.bytes_in_transactions.load(Ordering::SeqCst) - before;
+    assert_eq!(claimed.len(), 20);
+    for c in &claimed {
+        let payload = c.payload.as_ref().expect("a readable payload");
+        assert_eq!(payload["blob"].as_str().map(str::len), Some(blob.len()));
+    }
+    println!("bytes received inside the claim's transaction: {in_transaction} (payloads 4 MB)");
+    assert!(
+        in_transaction < 64 * 1024,
+        "{in_transaction} bytes were read while the rows were locked"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. Rolling deploy: an old worker leaves jobs it cannot run to a worker that can, without
+//    spending their attempts.
+// ---------------------------------------------------------------------------------------
+
+/// The old version of `test-worker`'s `effect` kind: it still requires a `format` field
+/// that the new version dropped, so it cannot read the new version's payloads.
+#[job(name = "effect", key = "{name}")]
+async fn old_effect(
+    name: String,
+    sleep_ms: u64,
+    fail_first: u32,
+    format: String,
+) -> Result<(), JobError> {
+    let _ = (name, sleep_ms, fail_first, format);
+    Err("the old version must never run a new payload".into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_worker_leaves_jobs_it_cannot_run_to_a_newer_one_without_spending_attempts() {
+    tests::init_tracing();
+    let url = fresh_database("outcomes_deploy").await;
+    let queue = migrated_queue(&url).await;
+    let pool = queue.pool();
+    sqlx::query(PROCESS_EFFECTS_TABLE)
+        .execute(pool)
+        .await
+        .unwrap();
+    // Written by the new version: `effect` with its new arguments (one attempt: spending it
+    // would lose the job), and `slow`, a kind the old version does not have (three).
+    let new_shape = insert_raw(
+        pool,
+        "effect",
+        b"deploy-new-shape",
+        r#"{"name": "deploy-new-shape", "sleep_ms": 0, "fail_first": 0}"#,
+        1,
+        10_000,
+    )
+    .await;
+    let new_kind = insert_raw(
+        pool,
+        "slow",
+        b"deploy-new-kind",
+        r#"{"name": "deploy-new-kind", "ms": 0}"#,
+        3,
+        2_000,
+    )
+    .await;
+
+    // The old worker claims both, twice or more, and leaves them waiting.
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    for (id, budget) in [(new_shape, 1), (new_kind, 3)] {
+        let (_, attempts, max, error) = wait_for(
+            "the job to be put back twice",
+            Duration::from_secs(15),
+            || async {
+                let s = raw_state(pool, id).await;
+                assert_ne!(s.0, "failed", "job {id} failed: {}", s.3);
+                (s.0 == "scheduled" && s.1 >= 2).then_some(s)
+            },
+        )
+        .await;
+        assert_eq!(
+            max - attempts,
+            budget,
+            "no attempt spent ({attempts} of {max})"
+        );
+        assert!(
+            error.starts_with("waiting for a worker that can run it"),
+            "{error}"
+        );
+        let why = if id == new_kind {
+            "job kind `slow` is not registered in this worker"
+        } else {
+            "missing field `format`"
+        };
+        assert!(error.contains(why), "{error}");
+    }
+    // Each put-back waits longer than the last (about 1 s, 2 s, 4 s...).
+    let waits: Vec<(u32, i64)> = sqlx::query_as(
+        "SELECT attempts, TIMESTAMPDIFF(MICROSECOND, updated_at, run_at) FROM job_queue \
+         WHERE status = 'scheduled' ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    for (attempts, wait_us) in waits {
+        let base = 1_000_000i64 << (attempts - 1).min(8);
+        assert!(
+            wait_us >= base * 8 / 10,
+            "attempt {attempts} waits {wait_us} µs"
+        );
+    }
+    stop(&handle, task).await;
+
+    // The new version runs both, once.
+    let mut new = worker_process(&url, &[]);
+    for id in [new_shape, new_kind] {
+        wait_status(&queue, id, JobStatus::Done, Duration::from_secs(30)).await;
+    }
+    new.start_kill().unwrap();
+    let done: Vec<(String, String)> =
+        sqlx::query_as("SELECT CAST(task_key AS CHAR), phase FROM effects ORDER BY task_key, seq")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        done,
+        [
+            ("deploy-new-kind".into(), "start".into()),
+            ("deploy-new-kind".into(), "done".into()),
+            ("deploy-new-shape".into(), "done".into()),
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. A job that crashes every worker that runs it ends failed after a bounded number of
+//    crashes, coming back later each time.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_crashes_its_worker_again_and_again_ends_failed() {
+    tests::init_tracing();
+    let url = fresh_database("outcomes_poison").await;
+    let queue = migrated_queue(&url).await;
+    let pool = queue.pool();
+    sqlx::query(PROCESS_EFFECTS_TABLE)
+        .execute(pool)
+        .await
+        .unwrap();
+    // `crash` aborts its process; its lease is 1 s.
+    let poison = insert_raw(pool, "crash", b"poison", r#"{"name": "poison"}"#, 25, 1_000).await;
+
+    let mut crashes = 0;
+    let status = loop {
+        let mut worker = worker_process(&url, &["--concurrency", "2"]);
+        let ended = tokio::select! {
+            exit = worker.wait() => Some(exit.expect("wait for the worker")),
+            _ = wait_status(&queue, poison, JobStatus::Failed, Duration::from_secs(60)) => None,
+        };
+        match ended {
+            Some(exit) => {
+                assert!(!exit.success(), "the worker died of the job");
+                crashes += 1;
+                assert!(
+                    crashes <= 5,
+                    "still crashing workers after {crashes} crashes"
+                );
+            }
+            None => {
+                worker.start_kill().unwrap();
+                break row(&queue, poison).await;
+            }
+        }
+    };
+    assert_eq!(crashes, 3, "three crashes, then no more");
+    assert_eq!(status.attempts, 3);
+    let error = status.last_error.unwrap_or_default();
+    assert!(error.contains("lease expired 3 times"), "{error}");
+    let starts: Vec<(u32, f64)> = sqlx::query_as(
+        "SELECT attempt, CAST(TIMESTAMPDIFF(MICROSECOND, \
+           (SELECT MIN(at) FROM effects), at) AS DOUBLE) / 1e6 FROM effects ORDER BY seq",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        starts.iter().map(|s| s.0).collect::<Vec<_>>(),
+        [1, 2, 3],
+        "{starts:?}"
+    );
+    // The first expiry brings it back at once (after its lease); the second after one more
+    // lease (1 s, ±20 %).
+    let first_gap = starts[1].1 - starts[0].1;
+    let second_gap = starts[2].1 - starts[1].1;
+    println!("crash-to-crash gaps: {first_gap:.2}s, then {second_gap:.2}s");
+    assert!(
+        second_gap >= first_gap + 0.4,
+        "backoff between crashes: {starts:?}"
+    );
+
+    // An operator's retry (after a fix is deployed) starts the count again.
+    assert!(queue.retry(poison).await.unwrap());
+    let (status, expiries): (String, u32) =
+        sqlx::query_as("SELECT CAST(status AS CHAR), lease_expiries FROM job_queue WHERE id = ?")
+            .bind(poison)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), expiries), ("ready", 0));
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. A job task that panics outside the job's code does not keep its lease forever.
+// ---------------------------------------------------------------------------------------
+
+struct PanicOnDrop;
+
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        panic!("a destructor that panics");
+    }
+}
+
+#[job(
+    name = "outcomes_drop_panics",
+    timeout = "300ms",
+    max_attempts = 1,
+    lease = "2s"
+)]
+async fn drop_panics(n: u32) -> Result<(), JobError> {
+    let _ = n;
+    let _guard = PanicOnDrop;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_destructor_panics_after_a_timeout_is_recorded_and_released() {
+    let queue = fresh_queue("outcomes_drop_panic").await;
+    tests::init_tracing();
+    let id = queue.enqueue(DropPanics { n: 1 }).await.unwrap().id();
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let r = wait_status(&queue, id, JobStatus::Failed, Duration::from_secs(10)).await;
+    let error = r.last_error.unwrap_or_default();
+    assert!(error.contains("timed out after 300ms"), "{error}");
+    assert_eq!((r.attempts, r.lease_owner), (1, None));
+    stop(&handle, task).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. A row whose task key is not UTF-8 fails on its own; the queue goes on.
+// ---------------------------------------------------------------------------------------
+
+static UTF8_DB: OnceLock<MySqlPool> = OnceLock::new();
+
+#[job(name = "outcomes_utf8")]
+async fn utf8(ctx: JobContext, n: u32) -> Result<(), JobError> {
+    let _ = n;
+    record_effect(&UTF8_DB, &ctx, "done").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_with_a_key_that_is_not_utf8_fails_alone_and_the_queue_goes_on() {
+    let (queue, effects_pool) = fresh_queue_with_effects("outcomes_utf8").await;
+    UTF8_DB.set(effects_pool.clone()).unwrap();
+    let bad = insert_raw(
+        queue.pool(),
+        "outcomes_utf8",
+        b"bad-\xff\xfe-key",
+        r#"{"n": 1}"#,
+        5,
+        10_000,
+    )
+    .await;
+    let good = queue
+        .enqueue_with(Utf8 { n: 2 }, EnqueueOptions::default())
+        .await
+        .unwrap()
+        .id();
+    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    wait_status(&queue, good, JobStatus::Done, Duration::from_secs(10)).await;
+    let (status, attempts, _, error) =
+        wait_for("the bad row to fail", Duration::from_secs(10), || async {
+            let s = raw_state(queue.pool(), bad).await;
+            (s.0 == "failed").then_some(s)
+        })
+        .await;
+    stop(&handle, task).await;
+    assert_eq!((status.as_str(), attempts), ("failed", 1));
+    assert!(
+        error.contains("task_key") && error.contains("UTF-8"),
+        "{error}"
+    );
+    assert_eq!(
+        tests::effects(&effects_pool).await.len(),
+        1,
+        "the good job ran once"
+    );
+    // The row can still be read and listed, its key as near as text can say it.
+    let r = row(&queue, bad).await;
+    assert_eq!(r.task_key, "bad-\u{fffd}\u{fffd}-key");
+    let all = queue
+        .list(&jobqueue::JobFilter::default(), 10)
+        .await
+        .expect("list every job");
+    assert_eq!(all.len(), 2);
+}
