@@ -398,6 +398,7 @@ mod tests {
                 reason: Default::default(),
             },
             cancel_seen: false,
+            finishing: false,
         }
     }
 
