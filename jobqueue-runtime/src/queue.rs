@@ -153,6 +153,17 @@ impl Queue {
         if config.check_server {
             server.check()?;
         }
+        // Connecting to a database that still needs `migrate` is the normal first step of
+        // migrating it, so a missing or old schema is only logged here; workers refuse it
+        // at start (see `Queue::check_schema`).
+        match crate::migrate::state(&pool).await {
+            Ok(state) => {
+                if let Some(e) = state.error() {
+                    tracing::warn!("{e}");
+                }
+            }
+            Err(e) => schema_unreadable(&e),
+        }
         let (wake, _) = watch::channel(0);
         Ok(Queue {
             inner: Arc::new(QueueInner {
@@ -168,8 +179,38 @@ impl Queue {
 
     /// Applies the embedded migrations (creates or upgrades `job_queue`). Needs a user with
     /// `CREATE`, `ALTER`, `INDEX` and `DROP` on the database; workers need only DML.
+    ///
+    /// jobqueue keeps its own history in `job_queue_migrations`, so it shares a database
+    /// with an application's sqlx migrator (or any other tool) in either order. A database
+    /// migrated by jobqueue 0.1 (history in `_sqlx_migrations`) is adopted without running
+    /// its DDL again. Any number of processes may call this at once: they take turns on a
+    /// named lock, and each migration is applied once.
     pub async fn migrate(&self) -> Result<()> {
         crate::migrate::run(&self.inner.pool).await
+    }
+
+    /// Checks that the database has every migration this library needs, and says how to
+    /// fix it if not ([`Error::Schema`]). If another process is migrating the database right
+    /// now, waits for it first (up to two minutes). Workers call it when they start;
+    /// producers may call it after [`Queue::connect`] to fail fast.
+    pub async fn check_schema(&self) -> Result<()> {
+        crate::migrate::wait_for_migration(&self.inner.pool).await?;
+        match crate::migrate::state(&self.inner.pool).await {
+            Ok(state) => state.error().map_or(Ok(()), Err),
+            // A user granted rights on `job_queue` alone can still run jobs.
+            Err(e) if e.server_code() == Some(1142) => {
+                schema_unreadable(&e);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The SQL of every embedded migration, with the statements that record each one in
+    /// `job_queue_migrations`: what `jobqueue migrate --print-sql` prints, for teams that
+    /// apply DDL with their own tool (Flyway, Liquibase, Atlas, gh-ost...).
+    pub fn migration_sql() -> String {
+        crate::migrate::script()
     }
 
     /// The low-level operations the worker is built from (claim, renew, complete...), for
@@ -245,6 +286,16 @@ impl Queue {
                 Ok((s.parse()?, n as u64))
             })
             .collect()
+    }
+}
+
+fn schema_unreadable(e: &Error) {
+    if e.server_code() == Some(1142) {
+        tracing::info!(
+            "this user may not read `job_queue_migrations`, so the schema version is not checked; grant it SELECT on that table"
+        );
+    } else {
+        tracing::warn!(error = %e, "cannot read the jobqueue schema version");
     }
 }
 

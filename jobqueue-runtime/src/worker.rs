@@ -383,6 +383,7 @@ impl Worker {
         );
 
         // Fallible set-up first, before any task is spawned.
+        self.queue.check_schema().await?;
         let scheduler = if cfg.periodic {
             crate::cron::Scheduler::new(&self.registry)?
         } else {
