@@ -894,7 +894,7 @@ fn claimed_from_row(r: &MySqlRow, claimed_at: std::time::Instant) -> sqlx::Resul
         id: r.try_get("id")?,
         queue: text(r, "queue")?,
         kind: text(r, "kind")?,
-        task_key: text(r, "task_key")?,
+        task_key: key_text(r, "task_key")?,
         payload: r
             .try_get::<sqlx::types::Json<serde_json::Value>, _>("payload")
             .map(|j| j.0)
@@ -946,7 +946,7 @@ pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
         id: r.try_get("id")?,
         queue: text(r, "queue")?,
         kind: text(r, "kind")?,
-        task_key: text(r, "task_key")?,
+        task_key: key_text(r, "task_key")?,
         payload: r
             .try_get::<sqlx::types::Json<serde_json::Value>, _>("payload")
             .map(|j| j.0)?,
@@ -979,6 +979,17 @@ pub(crate) fn text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(
             String::from_utf8(bytes).map_err(|e| sqlx::Error::Decode(Box::new(e)))
         }
     }
+}
+
+/// A task key: bytes in the table, and a producer writing SQL may store any. A key that is
+/// not UTF-8 is read lossily (U+FFFD for each bad sequence) rather than failing the read:
+/// failing it would fail every claim that meets the row, and stop its queue.
+fn key_text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(r: &MySqlRow, i: I) -> sqlx::Result<String> {
+    let bytes: Vec<u8> = r.try_get(i)?;
+    Ok(match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
 }
 
 /// A nullable text column; see [`text`].
