@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::data::DataMap;
 use crate::error::{Error, Result};
 use crate::job::{CancelReason, JobContext};
 use crate::lease::{self, Held, Leases};
@@ -95,6 +96,7 @@ impl Retention {
 pub struct WorkerBuilder {
     queue: Queue,
     config: Config,
+    data: DataMap,
 }
 
 impl WorkerBuilder {
@@ -175,8 +177,21 @@ impl WorkerBuilder {
         self
     }
 
-    /// Checks the settings and the job registry (no two kinds with one name).
-    pub fn build(self) -> Result<Worker> {
+    /// Gives the worker's jobs a shared value: a job function takes it as a
+    /// [`Data<T>`](crate::Data) parameter (a clone per run), or reads it with
+    /// [`JobContext::data`]. One value per type; a second call with the same type replaces
+    /// the first. The worker's own [`Queue`] is always there, for follow-up jobs.
+    ///
+    /// Use it for what would otherwise be a `static`: the application's pool, an HTTP
+    /// client, a configuration. A type that is not `Clone` goes in an `Arc`.
+    pub fn data<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.data.insert(value);
+        self
+    }
+
+    /// Checks the settings and the job registry (no two kinds with one name), and that this
+    /// worker holds every [`Data<T>`](crate::Data) the kinds of its queues take.
+    pub fn build(mut self) -> Result<Worker> {
         let c = &self.config;
         if c.queues.is_empty() {
             return Err(Error::Config(
@@ -199,6 +214,23 @@ impl WorkerBuilder {
             return Err(Error::Config("`owner` must be 1 to 100 characters".into()));
         }
         let registry = Registry::load()?;
+        if !self.data.contains_type::<Queue>() {
+            self.data.insert(self.queue.clone());
+        }
+        let c = &self.config;
+        for d in registry.kinds() {
+            if !c.queues.iter().any(|q| q == d.options().queue) {
+                continue;
+            }
+            if let Some(need) = d.data_needs().iter().find(|n| !self.data.contains(n)) {
+                return Err(Error::Config(format!(
+                    "job `{}` needs `Data<{}>`, which this worker (queues {:?}) was not given; call `.data(value)` with one on `Worker::builder`",
+                    d.kind(),
+                    need.type_name(),
+                    c.queues
+                )));
+            }
+        }
         let metrics = Arc::new(Metrics::default());
         Ok(Worker {
             store: Store {
@@ -211,6 +243,7 @@ impl WorkerBuilder {
             registry: Arc::new(registry),
             metrics,
             stop: CancellationToken::new(),
+            data: self.data,
         })
     }
 }
@@ -233,6 +266,7 @@ pub struct Worker {
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
+    data: DataMap,
 }
 
 /// Stops a running [`Worker`] and reads its counters from elsewhere.
@@ -333,6 +367,7 @@ impl Worker {
                 periodic: true,
                 owner: default_owner(),
             },
+            data: DataMap::default(),
         }
     }
 
@@ -623,6 +658,7 @@ impl Worker {
             task_key: c.task_key.clone(),
             token: CancellationToken::new(),
             reason: Default::default(),
+            data: self.data.clone(),
         };
         leases.insert(
             c.id,
