@@ -118,6 +118,7 @@ impl Queue {
                 redact_url(url)
             ))
         })?;
+        let probe = options.clone();
         let pool = MySqlPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)
@@ -131,8 +132,11 @@ impl Queue {
                     Ok(())
                 })
             })
-            .connect_with(options)
-            .await?;
+            .connect_with(options);
+        let pool = match pool.await {
+            Ok(pool) => pool,
+            Err(e) => return Err(connect_error(e, url, probe).await),
+        };
         Self::build(pool, config, false).await
     }
 
@@ -287,6 +291,54 @@ impl Queue {
             })
             .collect()
     }
+}
+
+/// A connection error, with the URL option that fixes it where TLS is the cause.
+async fn connect_error(e: sqlx::Error, url: &str, options: MySqlConnectOptions) -> Error {
+    use sqlx::ConnectOptions;
+    let url = redact_url(url);
+    let code = crate::error::server_code(&e);
+    // MySQL names the cause (3159); MariaDB answers a connection without TLS to a server
+    // with require_secure_transport=ON with "access denied" (1045), like a wrong password.
+    // Telling the two apart takes one more try, with TLS.
+    let insecure = code == Some(3159)
+        || (code == Some(1045)
+            && !requires_tls(&url)
+            && options
+                .ssl_mode(sqlx::mysql::MySqlSslMode::Required)
+                .connect()
+                .await
+                .is_ok());
+    if insecure {
+        return Error::Config(format!(
+            "the server requires TLS (require_secure_transport=ON) and this connection did not use it ({url}): {e}; \
+             add `ssl-mode=VERIFY_CA&ssl-ca=/path/to/ca.pem` to the URL (the CA that signed the server's certificate), \
+             or `ssl-mode=REQUIRED` to encrypt without checking the certificate"
+        ));
+    }
+    // rustls reports a certificate it does not trust as an I/O error.
+    let tls_failed = matches!(e, sqlx::Error::Tls(_))
+        || (matches!(e, sqlx::Error::Io(_)) && e.to_string().contains("certificate"));
+    if tls_failed {
+        return Error::Config(format!(
+            "the TLS connection to {url} failed: {e}; with `ssl-mode=VERIFY_CA` or `VERIFY_IDENTITY`, \
+             `ssl-ca` must name the CA that signed the server's certificate (and VERIFY_IDENTITY needs the URL's host in the certificate); \
+             TLS needs the `tls-rustls` (default) or `tls-native-tls` feature of jobqueue"
+        ));
+    }
+    Error::Database(e)
+}
+
+/// Whether the URL asks for TLS already (`ssl-mode` REQUIRED, VERIFY_CA, VERIFY_IDENTITY).
+fn requires_tls(url: &str) -> bool {
+    let url = url.to_ascii_lowercase().replace('_', "-");
+    [
+        "ssl-mode=required",
+        "ssl-mode=verify-ca",
+        "ssl-mode=verify-identity",
+    ]
+    .iter()
+    .any(|mode| url.contains(mode))
 }
 
 fn schema_unreadable(e: &Error) {
