@@ -25,8 +25,9 @@ use crate::job::JobContext;
 /// A `#[job]` parameter whose type is named `Data<T>` is not part of the payload: the worker
 /// passes a clone of its `T` (so give it something cheap to clone, such as a pool or an
 /// `Arc`). A worker that serves the kind's queue without a `T` is refused by `build()`.
+/// (This example is compiled in the `jobqueue` crate's documentation of `#[job]`.)
 ///
-/// ```no_run
+/// ```ignore
 /// use jobqueue::{job, Data, JobError, Queue, Worker};
 /// use sqlx::MySqlPool;
 ///

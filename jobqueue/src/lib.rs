@@ -137,3 +137,9 @@ macro_rules! register {
 pub mod __private {
     pub use jobqueue_runtime::__private::*;
 }
+
+/// The README's Rust blocks, compiled as documentation tests so that they stay true.
+#[cfg(doctest)]
+#[doc(test(attr(deny(warnings))))]
+#[doc = include_str!("../../README.md")]
+mod readme {}
