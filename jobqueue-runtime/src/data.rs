@@ -134,10 +134,13 @@ impl<T: Clone + Send + Sync + 'static> FromJobContext for Data<T> {
     }
 }
 
+/// One value a worker holds, with its type's name for messages.
+type Entry = (&'static str, Arc<dyn Any + Send + Sync>);
+
 /// The values a worker holds for its jobs, by type.
 #[derive(Clone, Default)]
 pub(crate) struct DataMap {
-    values: Arc<HashMap<TypeId, (&'static str, Arc<dyn Any + Send + Sync>)>>,
+    values: Arc<HashMap<TypeId, Entry>>,
 }
 
 impl DataMap {

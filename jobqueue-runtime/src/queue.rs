@@ -158,12 +158,13 @@ impl Queue {
             server.check()?;
         }
         // Connecting to a database that still needs `migrate` is the normal first step of
-        // migrating it, so a missing or old schema is only logged here; workers refuse it
-        // at start (see `Queue::check_schema`).
+        // migrating it, so a missing or old schema is only logged here (a warning would
+        // precede every `jobqueue migrate`); workers refuse it at start, and
+        // `Queue::check_schema` refuses it for anyone who asks.
         match crate::migrate::state(&pool).await {
             Ok(state) => {
                 if let Some(e) = state.error() {
-                    tracing::warn!("{e}");
+                    tracing::info!("{e}");
                 }
             }
             Err(e) => schema_unreadable(&e),

@@ -54,7 +54,7 @@ async fn place_order(
     .await?;
     queue
         .enqueue_in(
-            &mut *tx,
+            &mut tx,
             NoteGreeting {
                 user: format!("buyer of order {order_id}"),
             },
