@@ -61,7 +61,7 @@
 //!
 //! # Server requirements
 //!
-//! MySQL 8.0.1+ or MariaDB 10.6+ (10.6.6+ recommended), the primary (never a replica),
+//! MySQL 8.0.13+ or MariaDB 10.6+ (10.6.6+ recommended), the primary (never a replica),
 //! `binlog_format` ROW or MIXED when the binary log is on, no Galera. [`Queue::connect`]
 //! checks these and refuses an unsafe server with an error saying what to change.
 //!
