@@ -275,6 +275,20 @@ mod tests {
     }
 
     #[test]
+    fn data_parameters_are_state_not_arguments() {
+        let func: ItemFn = syn::parse_quote! {
+            async fn f(db: Data<Pool>, #[serde(default)] n: u32, q: jobqueue::Data<Queue>, data: Vec<u8>) {}
+        };
+        let mut errors = Errors::default();
+        let sig = check(&func, &mut errors);
+        assert!(errors.finish().is_ok());
+        let names: Vec<String> = sig.args().map(|(i, _)| i.to_string()).collect();
+        assert_eq!(names, ["n", "data"]);
+        assert_eq!(sig.data().count(), 2);
+        assert!(matches!(&sig.params[1], Param::Arg { serde, .. } if serde.len() == 1));
+    }
+
+    #[test]
     fn every_mistake_is_reported() {
         let errors = errors_of(syn::parse_quote! {
             fn f<T>(_: u64, (a, b): (u8, u8), s: &str, c: JobContext, d: JobContext, ref e: u8) {}

@@ -43,7 +43,7 @@ pub(crate) fn latest_version() -> i64 {
 pub(crate) enum SchemaState {
     /// Every migration this library knows is recorded (newer ones may be too).
     Current,
-    /// No jobqueue table at all.
+    /// No migration of jobqueue's recorded.
     Missing,
     /// Migrated up to this version; newer ones are pending.
     Behind(i64),
@@ -58,7 +58,7 @@ impl SchemaState {
         match self {
             SchemaState::Current => None,
             SchemaState::Missing => Some(Error::Schema(format!(
-                "the database has no jobqueue tables (no `job_queue_migrations`, no `job_queue`); {fix}"
+                "the database has no jobqueue schema (nothing recorded in `job_queue_migrations`); {fix}"
             ))),
             SchemaState::Behind(v) => Some(Error::Schema(format!(
                 "the database's jobqueue schema is at version {v}, but this version of the library needs {}; {fix}",

@@ -215,7 +215,7 @@ async fn a_worker_refuses_a_missing_or_older_schema_and_says_how_to_fix_it() {
     let e = queue.check_schema().await.unwrap_err();
     assert!(matches!(e, Error::Schema(_)), "{e:?}");
     let message = e.to_string();
-    assert!(message.contains("no jobqueue tables"), "{message}");
+    assert!(message.contains("no jobqueue schema"), "{message}");
     assert!(message.contains("jobqueue migrate"), "{message}");
     assert!(message.contains("--print-sql"), "{message}");
     let worker = quick_worker(&queue)
@@ -223,7 +223,7 @@ async fn a_worker_refuses_a_missing_or_older_schema_and_says_how_to_fix_it() {
         .build()
         .unwrap();
     let e = worker.run().await.unwrap_err();
-    assert!(e.to_string().contains("no jobqueue tables"), "{e}");
+    assert!(e.to_string().contains("no jobqueue schema"), "{e}");
 
     queue.migrate().await.unwrap();
     let latest = *embedded_versions(&url).await.last().unwrap();
