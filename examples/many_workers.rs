@@ -14,24 +14,19 @@
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use jobqueue::{job, JobContext, JobError, Worker};
+use jobqueue::{job, Data, JobContext, JobError, Worker};
 use sqlx::MySqlPool;
-
-/// The pool jobs use to record which process ran them.
-static POOL: OnceLock<MySqlPool> = OnceLock::new();
 
 /// Resizes one image (here: records which process ran it).
 #[job(queue = "images")]
-async fn resize_image(ctx: JobContext, image_id: u32) -> Result<(), JobError> {
-    let pool = POOL.get().ok_or("pool not set")?;
+async fn resize_image(ctx: JobContext, db: Data<MySqlPool>, image_id: u32) -> Result<(), JobError> {
     sqlx::query("INSERT INTO ran_by (job_id, image_id, pid) VALUES (?, ?, ?)")
         .bind(ctx.id())
         .bind(image_id)
         .bind(std::process::id())
-        .execute(pool)
+        .execute(&*db)
         .await?;
     tokio::time::sleep(Duration::from_millis(5)).await;
     Ok(())
@@ -113,9 +108,10 @@ async fn main() -> anyhow::Result<()> {
 async fn run_worker() -> anyhow::Result<()> {
     let url = std::env::var("DATABASE_URL")?;
     let queue = jobqueue::Queue::connect(&url).await?;
-    POOL.set(queue.pool().clone()).ok();
-    Worker::builder(queue)
+    Worker::builder(queue.clone())
         .queues(["images"])
+        // The pool the jobs record in: here the queue's own.
+        .data(queue.pool().clone())
         .concurrency(4)
         .build()?
         .run_until(jobqueue::shutdown_signal())

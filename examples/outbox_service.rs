@@ -19,21 +19,24 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use jobqueue::{job, JobContext, JobError, Queue, Worker};
+use jobqueue::{job, Data, JobContext, JobError, Queue, Worker};
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 /// Exports an order to the warehouse system (here: stamps it as exported).
 #[job(queue = "exports", key = "export:{order_id}", max_attempts = 10)]
-async fn export_order(ctx: JobContext, order_id: u64) -> Result<(), JobError> {
-    let pool = POOL.get().ok_or("pool not set")?;
+async fn export_order(
+    ctx: JobContext,
+    db: Data<sqlx::MySqlPool>,
+    order_id: u64,
+) -> Result<(), JobError> {
     // Idempotent by construction: running it twice leaves the same row.
     sqlx::query(
         "UPDATE orders SET exported_at = COALESCE(exported_at, UTC_TIMESTAMP(6)) WHERE id = ?",
     )
     .bind(order_id)
-    .execute(pool)
+    .execute(&*db)
     .await?;
     println!(
         "exported order {order_id} (job {}, attempt {})",
@@ -42,8 +45,6 @@ async fn export_order(ctx: JobContext, order_id: u64) -> Result<(), JobError> {
     );
     Ok(())
 }
-
-static POOL: std::sync::OnceLock<sqlx::MySqlPool> = std::sync::OnceLock::new();
 
 #[derive(Deserialize)]
 struct NewOrder {
@@ -132,7 +133,6 @@ async fn main() -> anyhow::Result<()> {
     )
     .execute(queue.pool())
     .await?;
-    POOL.set(queue.pool().clone()).ok();
 
     // One signal stops both the HTTP server and the worker.
     let stop = CancellationToken::new();
@@ -161,7 +161,11 @@ async fn main() -> anyhow::Result<()> {
                 .await
         }
     });
-    let worker = Worker::builder(queue.clone()).queues(["exports"]).build()?;
+    // The export job takes the application's pool (here the queue's own) as `Data`.
+    let worker = Worker::builder(queue.clone())
+        .queues(["exports"])
+        .data(queue.pool().clone())
+        .build()?;
     let worker = tokio::spawn({
         let stop = stop.clone();
         async move { worker.run_until(stop.cancelled_owned()).await }

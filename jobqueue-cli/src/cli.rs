@@ -39,11 +39,16 @@ pub(crate) enum Command {
     /// Apply the embedded migrations (create or upgrade the job tables).
     ///
     /// With --check, only list the migrations not yet applied, and exit with status 1 if
-    /// there is any (0 if the database is up to date).
+    /// there is any (0 if the database is up to date). With --print-sql, print the SQL of
+    /// every migration (and the rows that record them) for your own migration tool, without
+    /// connecting to a database.
     Migrate {
         /// List pending migrations without applying them; exit 1 if any.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "print_sql")]
         check: bool,
+        /// Print the schema's SQL instead of applying it; needs no database.
+        #[arg(long)]
+        print_sql: bool,
     },
 
     /// Each queue's jobs by status, its backlog, its running jobs and their leases.

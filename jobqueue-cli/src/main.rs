@@ -3,7 +3,7 @@
 //! It answers "what is stuck, what failed, why" and fixes it, without SQL:
 //!
 //! ```text
-//! jobqueue migrate [--check]                       apply (or list) the embedded migrations
+//! jobqueue migrate [--check | --print-sql]         apply (or list, or print) the migrations
 //! jobqueue status [--queue Q] [--watch] [--json]   each queue at a glance
 //! jobqueue list [--status S] [--queue Q] [--kind K] [--limit N] [--json]
 //! jobqueue show ID | --key KEY [--json]            one job: payload, attempts, last error
@@ -56,6 +56,12 @@ const EXIT_ERROR: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Migrate {
+        print_sql: true, ..
+    } = cli.command
+    {
+        return migrate::print_sql();
+    }
     let Some(url) = cli.database_url.clone().filter(|u| !u.trim().is_empty()) else {
         return fail(
             None,
@@ -87,10 +93,10 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
     let changes_jobs = !matches!(
         command,
         Command::Status { .. } | Command::List { .. } | Command::Show { .. }
-    ) && !matches!(command, Command::Migrate { check: true });
+    ) && !matches!(command, Command::Migrate { check: true, .. });
     let queue = target.connect(changes_jobs).await?;
     match command {
-        Command::Migrate { check } => {
+        Command::Migrate { check, .. } => {
             let pending = migrate::run(&queue, target, check).await?;
             return Ok(if pending {
                 ExitCode::from(EXIT_PENDING)

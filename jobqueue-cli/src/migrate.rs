@@ -1,4 +1,8 @@
-//! `jobqueue migrate`: apply the embedded migrations, or with `--check` only list them.
+//! `jobqueue migrate`: apply the embedded migrations, with `--check` only list them, with
+//! `--print-sql` print them.
+
+use std::io::Write;
+use std::process::ExitCode;
 
 use jobqueue::Queue;
 
@@ -44,4 +48,19 @@ pub(crate) async fn run(queue: &Queue, target: &Target, check: bool) -> Result<b
     }
     out.flush()?;
     Ok(check)
+}
+
+/// Prints the schema's SQL to standard output (`--print-sql`); needs no database.
+pub(crate) fn print_sql() -> ExitCode {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(Queue::migration_sql().as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: cannot write the SQL to standard output: {e}");
+            ExitCode::from(crate::EXIT_ERROR)
+        }
+    }
 }

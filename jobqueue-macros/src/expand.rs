@@ -62,9 +62,13 @@ fn generate(
     );
 
     // Each field gets a line of docs: crates that deny `missing_docs` take the struct as theirs.
-    let fields = sig.args().map(|(ident, ty)| {
+    // `#[serde(...)]` written on a parameter moves to its field.
+    let fields = sig.params.iter().filter_map(|param| {
+        let Param::Arg { ident, ty, serde } = param else {
+            return None;
+        };
         let doc = format!(" The `{}` argument.", ident.unraw());
-        quote!(#[doc = #doc] pub #ident: #ty)
+        Some(quote!(#[doc = #doc] #(#serde)* pub #ident: #ty))
     });
     let derive_default = args
         .cron
@@ -80,15 +84,47 @@ fn generate(
         }
     });
 
-    let ctx = if sig.context().is_some() {
+    let data_types: Vec<&Type> = sig.data().collect();
+    let ctx = if sig.context().is_some() || !data_types.is_empty() {
         format_ident!("ctx")
     } else {
         format_ident!("_ctx")
     };
-    let call_args = sig.params.iter().map(|param| match param {
-        Param::Context { .. } => ctx.to_token_stream(),
-        Param::Arg { ident, .. } => quote!(self.#ident),
+    // Shared state is taken before the call, which may move the context.
+    let data_locals: Vec<Ident> = (0..data_types.len())
+        .map(|i| format_ident!("__jobqueue_data_{}", i))
+        .collect();
+    let take_data = data_types.iter().zip(&data_locals).map(|(ty, local)| {
+        quote_spanned!(ty.span()=>
+            let #local = <#ty as #root::__private::FromJobContext>::from_job_context(&#ctx)?;
+        )
     });
+    let data_needs = (!data_types.is_empty()).then(|| {
+        let needs = data_types
+            .iter()
+            .map(|ty| quote_spanned!(ty.span()=> <#ty as #root::__private::FromJobContext>::NEED));
+        quote!(const DATA: &'static [#root::DataNeed] = &[#(#needs),*];)
+    });
+    let mut next_data = data_locals.iter();
+    let call_args: Vec<TokenStream> = sig
+        .params
+        .iter()
+        .map(|param| match param {
+            Param::Context { .. } => ctx.to_token_stream(),
+            Param::Data { .. } => next_data
+                .next()
+                .expect("one local per `Data` parameter")
+                .to_token_stream(),
+            Param::Arg { ident, .. } => quote!(self.#ident),
+        })
+        .collect();
+    // The function as written, less the `#[serde]` attributes that moved to the fields.
+    let mut func = func.clone();
+    for input in &mut func.sig.inputs {
+        if let syn::FnArg::Typed(arg) = input {
+            arg.attrs.retain(|a| !a.path().is_ident("serde"));
+        }
+    }
     // Spanned at the return type, so an unsupported one is reported there.
     let into_result = match &func.sig.output {
         ReturnType::Type(_, ret) => quote_spanned!(ret.span()=>
@@ -112,7 +148,13 @@ fn generate(
         #bound_checks
 
         #[doc = #doc]
-        #[derive(#root::__private::serde::Serialize, #root::__private::serde::Deserialize #derive_default)]
+        #[derive(
+            ::core::fmt::Debug,
+            ::core::clone::Clone,
+            #root::__private::serde::Serialize,
+            #root::__private::serde::Deserialize
+            #derive_default
+        )]
         #[serde(crate = #serde_crate)]
         #vis struct #ty {
             #(#fields,)*
@@ -121,8 +163,10 @@ fn generate(
         impl #root::Job for #ty {
             const KIND: &'static str = #kind;
             const OPTIONS: #root::JobOptions = #options;
+            #data_needs
             #task_key
             async fn run(self, #ctx: #root::JobContext) -> ::core::result::Result<(), #root::JobError> {
+                #(#take_data)*
                 let output = #fn_name(#(#call_args),*).await;
                 #into_result
             }

@@ -34,9 +34,11 @@ use proc_macro::TokenStream;
 ///   (`JobContext::detached` makes a context outside a worker).
 /// - A struct named after the function in `UpperCamelCase` (`export_order` gives
 ///   `ExportOrder`), with the function's visibility and one `pub` field per argument, in
-///   order; the `JobContext` parameter is not a field. It implements `serde::Serialize` and
-///   `serde::Deserialize` (and `Default` for a [`cron`](#cron) job): it is the job's payload,
-///   stored as JSON.
+///   order; the `JobContext` and `Data<T>` parameters are not fields. It derives `Debug`,
+///   `Clone`, `serde::Serialize` and `serde::Deserialize` (and `Default` for a
+///   [`cron`](#cron) job): it is the job's payload, stored as JSON. `#[serde(...)]`
+///   attributes written on a parameter move to its field (`#[serde(default)]`,
+///   `#[serde(rename = "...")]`), which lets a payload evolve.
 /// - `impl jobqueue::Job` for the struct: the kind name, the options below, the task key
 ///   and `run`, which calls the function with the fields and the worker's context.
 /// - A registration of the kind, so that every worker of the binary finds it by name with
@@ -53,6 +55,8 @@ use proc_macro::TokenStream;
 /// - It may take a `JobContext`, in any position: the parameter whose type is named
 ///   `JobContext` (`JobContext`, `jobqueue::JobContext`). The context gives the job's id,
 ///   attempt and task key, and `ctx.cancelled()`, which resolves when the job should stop.
+/// - It may take shared state the worker was given, as parameters whose type is named
+///   `Data<T>` (`jobqueue::Data`): see [Shared state](#shared-state-datat).
 /// - It returns `()` or `Result<(), E>` for any `E` that converts into `JobError`: every
 ///   `std` error, `anyhow::Error`, `String`. An error fails the attempt, and the job is
 ///   retried after its [`backoff`](#backoff) while attempts remain; return
@@ -60,6 +64,37 @@ use proc_macro::TokenStream;
 ///
 /// Every mistake in the function or the options is reported in one build, at the offending
 /// token, and the function is still compiled so the rest of the crate keeps working.
+///
+/// # Shared state: `Data<T>`
+///
+/// A job reaches the application's pool, HTTP client or configuration through a `Data<T>`
+/// parameter, filled from what the worker was given with `.data(value)` (a clone per run),
+/// as axum's `State` or apalis' `Data` are. The kind records the types it takes, and a
+/// worker that serves its queue without one is refused when it is built, with a message
+/// naming the kind and the type. Every worker also holds its own `Queue`, for follow-up
+/// jobs.
+///
+/// ```no_run
+/// use jobqueue::{job, Data, JobError, Queue, Worker};
+/// use sqlx::MySqlPool;
+///
+/// #[job(queue = "orders")]
+/// async fn ship_order(db: Data<MySqlPool>, queue: Data<Queue>, order_id: u64) -> Result<(), JobError> {
+///     let mut tx = db.begin().await?;
+///     sqlx::query("UPDATE orders SET shipped = 1 WHERE id = ?").bind(order_id).execute(&mut *tx).await?;
+///     // The follow-up commits with the update, or not at all.
+///     queue.enqueue_in(&mut *tx, NotifyCustomer { order_id }).await?;
+///     tx.commit().await?;
+///     Ok(())
+/// }
+///
+/// #[job(queue = "orders")]
+/// async fn notify_customer(order_id: u64) {}
+///
+/// # async fn demo(queue: Queue, pool: MySqlPool) -> jobqueue::Result<()> {
+/// Worker::builder(queue).queues(["orders"]).data(pool).build()?.run().await?;
+/// # Ok(()) }
+/// ```
 ///
 /// # Options
 ///
@@ -245,7 +280,7 @@ use proc_macro::TokenStream;
 /// }
 ///
 /// /// Arguments of the [`export_order`] job.
-/// #[derive(serde::Serialize, serde::Deserialize)]
+/// #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 /// struct ExportOrder {
 ///     /// The `order_id` argument.
 ///     pub order_id: u64,

@@ -9,8 +9,15 @@ use crate::diagnostics::Errors;
 pub(crate) enum Param<'a> {
     /// The `JobContext`, passed through from the worker.
     Context { pat: &'a Pat },
-    /// An argument: a field of the generated struct.
-    Arg { ident: &'a Ident, ty: &'a Type },
+    /// Shared state the worker passes: a parameter of type `Data<T>`.
+    Data { ty: &'a Type },
+    /// An argument: a field of the generated struct, with the `#[serde(...)]` attributes
+    /// written on the parameter.
+    Arg {
+        ident: &'a Ident,
+        ty: &'a Type,
+        serde: Vec<&'a syn::Attribute>,
+    },
 }
 
 /// The parameters of a function that passed the checks.
@@ -22,8 +29,8 @@ impl<'a> JobSignature<'a> {
     /// The arguments (not the context), in order.
     pub(crate) fn args(&self) -> impl Iterator<Item = (&'a Ident, &'a Type)> + '_ {
         self.params.iter().filter_map(|p| match p {
-            Param::Arg { ident, ty } => Some((*ident, *ty)),
-            Param::Context { .. } => None,
+            Param::Arg { ident, ty, .. } => Some((*ident, *ty)),
+            Param::Context { .. } | Param::Data { .. } => None,
         })
     }
 
@@ -31,7 +38,15 @@ impl<'a> JobSignature<'a> {
     pub(crate) fn context(&self) -> Option<&'a Pat> {
         self.params.iter().find_map(|p| match p {
             Param::Context { pat } => Some(*pat),
-            Param::Arg { .. } => None,
+            Param::Arg { .. } | Param::Data { .. } => None,
+        })
+    }
+
+    /// The `Data<T>` parameters' types, in order.
+    pub(crate) fn data(&self) -> impl Iterator<Item = &'a Type> + '_ {
+        self.params.iter().filter_map(|p| match p {
+            Param::Data { ty } => Some(*ty),
+            Param::Context { .. } | Param::Arg { .. } => None,
         })
     }
 }
@@ -91,6 +106,10 @@ pub(crate) fn check<'a>(func: &'a ItemFn, errors: &mut Errors) -> JobSignature<'
             params.push(Param::Context { pat: &arg.pat });
             continue;
         }
+        if is_data(&arg.ty) {
+            params.push(Param::Data { ty: &arg.ty });
+            continue;
+        }
         let ident = match &*arg.pat {
             Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => &p.ident,
             Pat::Ident(p) if p.by_ref.is_some() => {
@@ -119,7 +138,16 @@ pub(crate) fn check<'a>(func: &'a ItemFn, errors: &mut Errors) -> JobSignature<'
             errors.push_spanned(&arg.ty, message);
             continue;
         }
-        params.push(Param::Arg { ident, ty: &arg.ty });
+        let serde = arg
+            .attrs
+            .iter()
+            .filter(|a| a.path().is_ident("serde"))
+            .collect();
+        params.push(Param::Arg {
+            ident,
+            ty: &arg.ty,
+            serde,
+        });
     }
     JobSignature { params }
 }
@@ -136,6 +164,21 @@ fn is_context(ty: &Type) -> bool {
                     .segments
                     .last()
                     .is_some_and(|s| s.ident == "JobContext" && s.arguments.is_none())
+        }
+        _ => false,
+    }
+}
+
+/// Whether a parameter's type is shared state: its last path segment is `Data<...>`.
+fn is_data(ty: &Type) -> bool {
+    match ty {
+        Type::Group(group) => is_data(&group.elem),
+        Type::Paren(paren) => is_data(&paren.elem),
+        Type::Path(path) => {
+            path.qself.is_none()
+                && path.path.segments.last().is_some_and(|s| {
+                    s.ident == "Data" && matches!(s.arguments, PathArguments::AngleBracketed(_))
+                })
         }
         _ => false,
     }
@@ -229,6 +272,20 @@ mod tests {
         let names: Vec<String> = sig.args().map(|(i, _)| i.to_string()).collect();
         assert_eq!(names, ["a", "b", "d"]);
         assert!(matches!(sig.params[2], Param::Context { .. }));
+    }
+
+    #[test]
+    fn data_parameters_are_state_not_arguments() {
+        let func: ItemFn = syn::parse_quote! {
+            async fn f(db: Data<Pool>, #[serde(default)] n: u32, q: jobqueue::Data<Queue>, data: Vec<u8>) {}
+        };
+        let mut errors = Errors::default();
+        let sig = check(&func, &mut errors);
+        assert!(errors.finish().is_ok());
+        let names: Vec<String> = sig.args().map(|(i, _)| i.to_string()).collect();
+        assert_eq!(names, ["n", "data"]);
+        assert_eq!(sig.data().count(), 2);
+        assert!(matches!(&sig.params[1], Param::Arg { serde, .. } if serde.len() == 1));
     }
 
     #[test]

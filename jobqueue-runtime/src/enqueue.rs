@@ -12,8 +12,11 @@ use crate::queue::Queue;
 use crate::store::{self, NewJob};
 
 /// What an enqueue did.
+///
+/// Not `#[must_use]`: a duplicate is already logged, and the job runs once either way, so
+/// `queue.enqueue(job).await?;` is a complete statement. Match on it where a duplicate
+/// matters to the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[must_use = "an enqueue can be a duplicate; check it or discard it explicitly"]
 pub enum Enqueued {
     /// A new job was inserted with this id.
     New(u64),

@@ -20,6 +20,11 @@ pub enum Error {
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
 
+    /// The database's jobqueue tables are missing, older than this library needs, or were
+    /// changed by hand; the message says how to fix it.
+    #[error("database schema: {0}")]
+    Schema(String),
+
     /// The server is one the queue cannot run on safely; the message says what to change.
     #[error("unsupported database server: {0}")]
     UnsupportedServer(String),

@@ -7,6 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::data::{DataMap, DataNeed};
 use crate::error::{JobError, Result};
 use crate::retry::Backoff;
 
@@ -23,6 +24,11 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
 
     /// Defaults for every job of this kind: queue, attempts, lease, backoff...
     const OPTIONS: JobOptions;
+
+    /// The shared state a run takes from its worker ([`Data<T>`](crate::Data) parameters of
+    /// a `#[job]` function). A worker that serves the kind's queue without one of these is
+    /// refused by [`WorkerBuilder::build`](crate::WorkerBuilder::build). Default: none.
+    const DATA: &'static [DataNeed] = &[];
 
     /// The idempotency key of this job: a second enqueue with an equal key is a duplicate.
     /// Keys are shared by every kind: a key that a job of another kind holds makes the
@@ -167,6 +173,7 @@ pub struct JobContext {
     pub(crate) task_key: String,
     pub(crate) token: CancellationToken,
     pub(crate) reason: std::sync::Arc<std::sync::OnceLock<CancelReason>>,
+    pub(crate) data: DataMap,
 }
 
 impl JobContext {
@@ -229,6 +236,21 @@ impl JobContext {
         self.token.clone()
     }
 
+    /// A value the worker was given with
+    /// [`WorkerBuilder::data`](crate::WorkerBuilder::data) (or a detached context with
+    /// [`JobContext::with_data`]). A worker always holds its own [`Queue`](crate::Queue), for
+    /// follow-up jobs: `ctx.data::<Queue>()`.
+    pub fn data<T: 'static>(&self) -> Option<&T> {
+        self.data.get::<T>()
+    }
+
+    /// Adds shared state to a context, for calling a job function that takes
+    /// [`Data<T>`](crate::Data) outside a worker.
+    pub fn with_data<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.data.insert(value);
+        self
+    }
+
     /// A context for calling a job function directly, outside a worker (tests, scripts).
     pub fn detached(id: u64, task_key: impl Into<String>) -> Self {
         JobContext {
@@ -240,6 +262,7 @@ impl JobContext {
             task_key: task_key.into(),
             token: CancellationToken::new(),
             reason: Default::default(),
+            data: DataMap::default(),
         }
     }
 

@@ -396,6 +396,7 @@ mod tests {
                 task_key: "k:1".into(),
                 token: CancellationToken::new(),
                 reason: Default::default(),
+                data: Default::default(),
             },
             cancel_seen: false,
             finishing: false,

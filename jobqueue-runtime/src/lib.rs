@@ -4,6 +4,7 @@
 
 mod admin;
 pub mod cron;
+mod data;
 mod enqueue;
 mod error;
 mod job;
@@ -21,6 +22,7 @@ pub mod testing;
 mod worker;
 
 pub use admin::{CancelOutcome, JobFilter, QueueStats, RunningJob};
+pub use data::{Data, DataNeed, FromJobContext};
 pub use enqueue::{EnqueueOptions, Enqueued};
 pub use error::{BoxError, Error, JobError, Result};
 pub use job::{CancelReason, IntoJobResult, Job, JobContext, JobOptions};
@@ -33,6 +35,7 @@ pub use worker::{shutdown_signal, Retention, Worker, WorkerBuilder, WorkerHandle
 /// What `#[job]` expands to uses these paths. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::data::FromJobContext;
     pub use crate::job::IntoJobResult;
     pub use crate::key::{derived_task_key, fit_key};
     pub use crate::registry::{JobDescriptor, RunFuture};

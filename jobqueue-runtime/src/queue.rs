@@ -169,6 +169,7 @@ impl Queue {
             .idle_transaction_timeout
             .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0))
             .map(|s| s.max(1));
+        let probe = options.clone();
         let pool = MySqlPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)
@@ -200,8 +201,11 @@ impl Queue {
                     Ok(true)
                 })
             })
-            .connect_with(options)
-            .await?;
+            .connect_with(options);
+        let pool = match pool.await {
+            Ok(pool) => pool,
+            Err(e) => return Err(connect_error(e, url, probe).await),
+        };
         Self::build(pool, config, false).await
     }
 
@@ -238,6 +242,18 @@ impl Queue {
         let per_process = u64::from(pool.options().get_max_connections()) * per_connection as u64
             + 2 * crate::Worker::LEASE_STORE_STATEMENTS as u64;
         server.warn_on_statement_headroom(per_process);
+        // Connecting to a database that still needs `migrate` is the normal first step of
+        // migrating it, so a missing or old schema is only logged here (a warning would
+        // precede every `jobqueue migrate`); workers refuse it at start, and
+        // `Queue::check_schema` refuses it for anyone who asks.
+        match crate::migrate::state(&pool).await {
+            Ok(state) => {
+                if let Some(e) = state.error() {
+                    tracing::info!("{e}");
+                }
+            }
+            Err(e) => schema_unreadable(&e),
+        }
         let (wake, _) = watch::channel(0);
         Ok(Queue {
             inner: Arc::new(QueueInner {
@@ -253,8 +269,38 @@ impl Queue {
 
     /// Applies the embedded migrations (creates or upgrades `job_queue`). Needs a user with
     /// `CREATE`, `ALTER`, `INDEX` and `DROP` on the database; workers need only DML.
+    ///
+    /// jobqueue keeps its own history in `job_queue_migrations`, so it shares a database
+    /// with an application's sqlx migrator (or any other tool) in either order. A database
+    /// migrated by jobqueue 0.1 (history in `_sqlx_migrations`) is adopted without running
+    /// its DDL again. Any number of processes may call this at once: they take turns on a
+    /// named lock, and each migration is applied once.
     pub async fn migrate(&self) -> Result<()> {
         crate::migrate::run(&self.inner.pool).await
+    }
+
+    /// Checks that the database has every migration this library needs, and says how to
+    /// fix it if not ([`Error::Schema`]). If another process is migrating the database right
+    /// now, waits for it first (up to two minutes). Workers call it when they start;
+    /// producers may call it after [`Queue::connect`] to fail fast.
+    pub async fn check_schema(&self) -> Result<()> {
+        crate::migrate::wait_for_migration(&self.inner.pool).await?;
+        match crate::migrate::state(&self.inner.pool).await {
+            Ok(state) => state.error().map_or(Ok(()), Err),
+            // A user granted rights on `job_queue` alone can still run jobs.
+            Err(e) if e.server_code() == Some(1142) => {
+                schema_unreadable(&e);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The SQL of every embedded migration, with the statements that record each one in
+    /// `job_queue_migrations`: what `jobqueue migrate --print-sql` prints, for teams that
+    /// apply DDL with their own tool (Flyway, Liquibase, Atlas, gh-ost...).
+    pub fn migration_sql() -> String {
+        crate::migrate::script()
     }
 
     /// The low-level operations the worker is built from (claim, renew, complete...), for
@@ -331,6 +377,64 @@ impl Queue {
                 Ok((s.parse()?, n as u64))
             })
             .collect()
+    }
+}
+
+/// A connection error, with the URL option that fixes it where TLS is the cause.
+async fn connect_error(e: sqlx::Error, url: &str, options: MySqlConnectOptions) -> Error {
+    use sqlx::ConnectOptions;
+    let url = redact_url(url);
+    let code = crate::error::server_code(&e);
+    // MySQL names the cause (3159); MariaDB answers a connection without TLS to a server
+    // with require_secure_transport=ON with "access denied" (1045), like a wrong password.
+    // Telling the two apart takes one more try, with TLS.
+    let insecure = code == Some(3159)
+        || (code == Some(1045)
+            && !requires_tls(&url)
+            && options
+                .ssl_mode(sqlx::mysql::MySqlSslMode::Required)
+                .connect()
+                .await
+                .is_ok());
+    if insecure {
+        return Error::Config(format!(
+            "the server requires TLS (require_secure_transport=ON) and this connection did not use it ({url}): {e}; \
+             add `ssl-mode=VERIFY_CA&ssl-ca=/path/to/ca.pem` to the URL (the CA that signed the server's certificate), \
+             or `ssl-mode=REQUIRED` to encrypt without checking the certificate"
+        ));
+    }
+    // rustls reports a certificate it does not trust as an I/O error.
+    let tls_failed = matches!(e, sqlx::Error::Tls(_))
+        || (matches!(e, sqlx::Error::Io(_)) && e.to_string().contains("certificate"));
+    if tls_failed {
+        return Error::Config(format!(
+            "the TLS connection to {url} failed: {e}; with `ssl-mode=VERIFY_CA` or `VERIFY_IDENTITY`, \
+             `ssl-ca` must name the CA that signed the server's certificate (and VERIFY_IDENTITY needs the URL's host in the certificate); \
+             TLS needs the `tls-rustls` (default) or `tls-native-tls` feature of jobqueue"
+        ));
+    }
+    Error::Database(e)
+}
+
+/// Whether the URL asks for TLS already (`ssl-mode` REQUIRED, VERIFY_CA, VERIFY_IDENTITY).
+fn requires_tls(url: &str) -> bool {
+    let url = url.to_ascii_lowercase().replace('_', "-");
+    [
+        "ssl-mode=required",
+        "ssl-mode=verify-ca",
+        "ssl-mode=verify-identity",
+    ]
+    .iter()
+    .any(|mode| url.contains(mode))
+}
+
+fn schema_unreadable(e: &Error) {
+    if e.server_code() == Some(1142) {
+        tracing::info!(
+            "this user may not read `job_queue_migrations`, so the schema version is not checked; grant it SELECT on that table"
+        );
+    } else {
+        tracing::warn!(error = %e, "cannot read the jobqueue schema version");
     }
 }
 

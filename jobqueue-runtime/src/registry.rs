@@ -8,6 +8,7 @@ use std::pin::Pin;
 
 use serde_json::Value;
 
+use crate::data::DataNeed;
 use crate::error::{Error, JobError, Result};
 use crate::job::{Job, JobContext, JobOptions};
 
@@ -39,6 +40,7 @@ pub struct JobDescriptor {
     options: JobOptions,
     run: RunFn,
     cron_payload: Option<CronPayloadFn>,
+    data: &'static [DataNeed],
 }
 
 impl JobDescriptor {
@@ -51,6 +53,7 @@ impl JobDescriptor {
             options: J::OPTIONS,
             run: run_erased::<J>,
             cron_payload: None,
+            data: J::DATA,
         }
     }
 
@@ -80,6 +83,11 @@ impl JobDescriptor {
     /// The kind's options.
     pub fn options(&self) -> &JobOptions {
         &self.options
+    }
+
+    /// The shared state its runs take from the worker ([`Job::DATA`]).
+    pub fn data_needs(&self) -> &'static [DataNeed] {
+        self.data
     }
 
     /// Runs a job of this kind from its payload.

@@ -117,7 +117,8 @@ fn parse_version(v: &str) -> (u32, u32, u32) {
 
 impl ServerInfo {
     /// Refuses a server the queue cannot run on safely, saying what to change:
-    /// MySQL older than 8.0.1 or MariaDB older than 10.6 (no `SKIP LOCKED`), a read-only
+    /// MySQL older than 8.0.13 (no `SKIP LOCKED` before 8.0.1, no expression defaults before
+    /// 8.0.13) or MariaDB older than 10.6 (no `SKIP LOCKED`), a read-only
     /// server (a replica: never claim there), statement-based binary logging (READ COMMITTED
     /// needs ROW or MIXED), and Galera (`wsrep_on`: locks are not cluster-wide, so two
     /// nodes could claim one job).
@@ -144,7 +145,15 @@ impl ServerInfo {
         }
         if !self.mariadb && v < (8, 0, 1) {
             return refuse(format!(
-                "MySQL {} has no SKIP LOCKED; upgrade to 8.0.1 or later",
+                "MySQL {} has no SKIP LOCKED; upgrade to 8.0.13 or later",
+                self.version
+            ));
+        }
+        // The schema's column defaults are expressions (`DEFAULT (UTC_TIMESTAMP(6))`), so
+        // that other languages can enqueue with a plain INSERT.
+        if !self.mariadb && v < (8, 0, 13) {
+            return refuse(format!(
+                "MySQL {} has no expression defaults, which the job table uses; upgrade to 8.0.13 or later",
                 self.version
             ));
         }
@@ -263,6 +272,9 @@ mod tests {
         let old = info("10.5.22-MariaDB").check().unwrap_err().to_string();
         assert!(old.contains("upgrade to 10.6"), "{old}");
         assert!(info("5.7.44-log").check().is_err());
+        let no_defaults = info("8.0.12").check().unwrap_err().to_string();
+        assert!(no_defaults.contains("upgrade to 8.0.13"), "{no_defaults}");
+        assert!(info("8.0.13").check().is_ok());
     }
 
     #[test]

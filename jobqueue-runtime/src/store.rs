@@ -1524,12 +1524,7 @@ pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
         id: r.try_get("id")?,
         queue: text(r, "queue")?,
         kind: text(r, "kind")?,
-        // Keys are bytes: one written by raw SQL need not be UTF-8, and such a row must still
-        // be listed and shown (it has failed, and says why).
-        task_key: text(r, "task_key").or_else(|_| {
-            r.try_get::<Vec<u8>, _>("task_key")
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-        })?,
+        task_key: key_text(r, "task_key")?,
         payload: r
             .try_get::<sqlx::types::Json<serde_json::Value>, _>("payload")
             .map(|j| j.0)?,
@@ -1564,6 +1559,17 @@ pub(crate) fn text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(
             String::from_utf8(bytes).map_err(|e| sqlx::Error::Decode(Box::new(e)))
         }
     }
+}
+
+/// A task key: bytes in the table, and a producer writing SQL may store any. A key that is
+/// not UTF-8 is read lossily (U+FFFD for each bad sequence) rather than failing the read:
+/// failing it would fail every claim that meets the row, and stop its queue.
+fn key_text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(r: &MySqlRow, i: I) -> sqlx::Result<String> {
+    let bytes: Vec<u8> = r.try_get(i)?;
+    Ok(match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
 }
 
 /// A nullable text column; see [`text`].

@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::data::DataMap;
 use crate::error::{Error, Result};
 use crate::job::{CancelReason, JobContext};
 use crate::lease::{self, Held, Leases};
@@ -97,6 +98,7 @@ impl Retention {
 pub struct WorkerBuilder {
     queue: Queue,
     config: Config,
+    data: DataMap,
 }
 
 impl WorkerBuilder {
@@ -220,8 +222,21 @@ impl WorkerBuilder {
         self
     }
 
-    /// Checks the settings and the job registry (no two kinds with one name).
-    pub fn build(self) -> Result<Worker> {
+    /// Gives the worker's jobs a shared value: a job function takes it as a
+    /// [`Data<T>`](crate::Data) parameter (a clone per run), or reads it with
+    /// [`JobContext::data`]. One value per type; a second call with the same type replaces
+    /// the first. The worker's own [`Queue`] is always there, for follow-up jobs.
+    ///
+    /// Use it for what would otherwise be a `static`: the application's pool, an HTTP
+    /// client, a configuration. A type that is not `Clone` goes in an `Arc`.
+    pub fn data<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.data.insert(value);
+        self
+    }
+
+    /// Checks the settings and the job registry (no two kinds with one name), and that this
+    /// worker holds every [`Data<T>`](crate::Data) the kinds of its queues take.
+    pub fn build(mut self) -> Result<Worker> {
         let c = &self.config;
         if c.queues.is_empty() {
             return Err(Error::Config(
@@ -249,6 +264,23 @@ impl WorkerBuilder {
             return Err(Error::Config("`owner` must be 1 to 100 characters".into()));
         }
         let registry = Registry::load()?;
+        if !self.data.contains_type::<Queue>() {
+            self.data.insert(self.queue.clone());
+        }
+        let c = &self.config;
+        for d in registry.kinds() {
+            if !c.queues.iter().any(|q| q == d.options().queue) {
+                continue;
+            }
+            if let Some(need) = d.data_needs().iter().find(|n| !self.data.contains(n)) {
+                return Err(Error::Config(format!(
+                    "job `{}` needs `Data<{}>`, which this worker (queues {:?}) was not given; call `.data(value)` with one on `Worker::builder`",
+                    d.kind(),
+                    need.type_name(),
+                    c.queues
+                )));
+            }
+        }
         let metrics = Arc::new(Metrics::default());
         Ok(Worker {
             store: Store {
@@ -262,6 +294,7 @@ impl WorkerBuilder {
             registry: Arc::new(registry),
             metrics,
             stop: CancellationToken::new(),
+            data: self.data,
         })
     }
 }
@@ -284,6 +317,7 @@ pub struct Worker {
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
+    data: DataMap,
 }
 
 /// Stops a running [`Worker`] and reads its counters from elsewhere.
@@ -524,6 +558,7 @@ impl Worker {
                 unrunnable_deadline: Duration::from_secs(24 * 3600),
                 max_lease_expiries: crate::store::DEFAULT_MAX_LEASE_EXPIRIES,
             },
+            data: DataMap::default(),
         }
     }
 
@@ -584,6 +619,7 @@ impl Worker {
         );
 
         // Fallible set-up first, before any task is spawned.
+        self.queue.check_schema().await?;
         let scheduler = if cfg.periodic {
             crate::cron::Scheduler::new(&self.registry, cfg.maintenance_interval)?
         } else {
@@ -808,6 +844,7 @@ impl Worker {
             task_key: c.task_key.clone(),
             token: CancellationToken::new(),
             reason: Default::default(),
+            data: self.data.clone(),
         };
         let displaced = leases.insert(
             c.id,
@@ -1458,6 +1495,7 @@ mod tests {
             task_key: "k:1".into(),
             token: CancellationToken::new(),
             reason: Default::default(),
+            data: Default::default(),
         }
     }
 

@@ -70,7 +70,7 @@
 //!
 //! # Server requirements
 //!
-//! MySQL 8.0.1+ or MariaDB 10.6+ (10.6.6+ recommended), the primary (never a replica),
+//! MySQL 8.0.13+ or MariaDB 10.6+ (10.6.6+ recommended), the primary (never a replica),
 //! `binlog_format` ROW or MIXED when the binary log is on, no Galera. [`Queue::connect`]
 //! checks these and refuses an unsafe server with an error saying what to change.
 //!
@@ -146,3 +146,9 @@ macro_rules! register {
 pub mod __private {
     pub use jobqueue_runtime::__private::*;
 }
+
+/// The README's Rust blocks, compiled as documentation tests so that they stay true.
+#[cfg(doctest)]
+#[doc(test(attr(deny(warnings))))]
+#[doc = include_str!("../../README.md")]
+mod readme {}

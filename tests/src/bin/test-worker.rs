@@ -117,11 +117,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .acquire_timeout(acquire_timeout)
         .connect(&args.database_url)
         .await?;
-    jobs::EFFECTS
-        .set(effects)
-        .map_err(|_| anyhow::anyhow!("effects pool set twice"))?;
 
     let worker = Worker::builder(queue)
+        .data(effects)
         .queues(args.queues)
         .concurrency(args.concurrency)
         .maintenance_interval(Duration::from_millis(args.maintenance_ms))

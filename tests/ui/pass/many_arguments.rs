@@ -3,13 +3,13 @@ use std::collections::{BTreeSet, HashMap};
 use jobqueue::{job, Job, JobContext};
 use serde::{Deserialize, Serialize};
 
-#[derive(Serialize, Deserialize, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct Address {
     pub city: String,
     pub zip: Option<String>,
 }
 
-#[derive(Serialize, Deserialize, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum Format {
     Csv,
     Pdf { pages: u32 },

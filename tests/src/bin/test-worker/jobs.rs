@@ -5,7 +5,6 @@
 //! [`EFFECTS_TABLE`]), written through a pool of its own: a side effect that happens twice
 //! shows up as two rows, which is what the suite counts.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use jobqueue::{job, JobContext, JobError};
@@ -25,13 +24,11 @@ pub(crate) const EFFECTS_TABLE: &str = "CREATE TABLE effects (
     KEY effects_key (task_key)
 ) ENGINE = InnoDB";
 
-/// The pool the jobs write their effects through, set by `main` before the worker starts.
-pub(crate) static EFFECTS: OnceLock<MySqlPool> = OnceLock::new();
-
-/// Records one row of `phase` for this attempt, with the database's clock.
+/// Records one row of `phase` for this attempt, with the database's clock, through the
+/// effects pool `main` gives the worker (`.data(pool)`).
 async fn record(ctx: &JobContext, phase: &str) -> Result<(), JobError> {
-    let pool = EFFECTS
-        .get()
+    let pool = ctx
+        .data::<MySqlPool>()
         .ok_or("the effects pool is not set; jobs run only in test-worker")?;
     sqlx::query(
         "INSERT INTO effects (task_key, job_id, attempt, pid, phase, at) \

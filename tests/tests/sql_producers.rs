@@ -1,0 +1,179 @@
+//! Producers in any language: jobs inserted with one plain SQL statement (no library call)
+//! run, and a row with a bad value fails or waits on its own without stopping the claim of
+//! its queue.
+
+use std::time::Duration;
+
+use jobqueue::{job, JobContext, JobError, JobStatus, Queue};
+use tests::{fresh_queue, init_tracing, quick_worker, start, stop, wait_for, wait_status, Mailbox};
+
+static GREETED: Mailbox<(String, u64)> = Mailbox::new();
+static GREETED_DESPITE_BAD_ROWS: Mailbox<(String, u64)> = Mailbox::new();
+
+/// A kind a service in another language enqueues.
+#[job(queue = "sql_producers")]
+async fn greet_user(ctx: JobContext, user_id: u64) -> Result<(), JobError> {
+    let mailbox = match ctx.queue() {
+        "sql_bad_rows" => &GREETED_DESPITE_BAD_ROWS,
+        _ => &GREETED,
+    };
+    mailbox.send((ctx.task_key().to_owned(), user_id));
+    Ok(())
+}
+
+/// The id of the row with `task_key` (bytes compared as they are).
+async fn id_of(queue: &Queue, task_key: &[u8]) -> u64 {
+    sqlx::query_scalar("SELECT id FROM job_queue WHERE task_key = ?")
+        .bind(task_key)
+        .fetch_one(queue.pool())
+        .await
+        .expect("the row exists")
+}
+
+async fn status_of(queue: &Queue, id: u64) -> String {
+    sqlx::query_scalar("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ?")
+        .bind(id)
+        .fetch_one(queue.pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_inserted_with_plain_sql_run() {
+    init_tracing();
+    let queue = fresh_queue("sql_producers").await;
+    let mut greeted = GREETED.open();
+
+    // The README's statements, as a Java, Python, PHP or Go service would send them.
+    sqlx::raw_sql(
+        "INSERT INTO job_queue (queue, kind, task_key, payload) \
+         VALUES ('sql_producers', 'greet_user', 'welcome:42', '{\"user_id\": 42}');
+         INSERT INTO job_queue (queue, kind, task_key, payload, run_at, priority) \
+         VALUES ('sql_producers', 'greet_user', 'reminder:42', '{\"user_id\": 43}', \
+                 UTC_TIMESTAMP(6) + INTERVAL 2 SECOND, -5);",
+    )
+    .execute(queue.pool())
+    .await
+    .expect("a plain INSERT naming four columns is a complete job");
+    let now_id = id_of(&queue, b"welcome:42").await;
+    let later_id = id_of(&queue, b"reminder:42").await;
+    let later = queue.job(later_id).await.unwrap().unwrap();
+    assert_eq!(later.status, JobStatus::Scheduled);
+    assert_eq!((later.priority, later.max_attempts), (-5, 25));
+
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .queues(["sql_producers"])
+            .build()
+            .unwrap(),
+    );
+    let done = wait_status(&queue, now_id, JobStatus::Done, Duration::from_secs(20)).await;
+    assert_eq!(done.attempts, 1);
+    let first = tests::receive(&mut greeted, "the first job", Duration::from_secs(5)).await;
+    assert_eq!(first, ("welcome:42".to_owned(), 42));
+    let done = wait_status(&queue, later_id, JobStatus::Done, Duration::from_secs(20)).await;
+    let second = tests::receive(&mut greeted, "the delayed job", Duration::from_secs(5)).await;
+    assert_eq!(second, ("reminder:42".to_owned(), 43));
+    let waited: i64 = sqlx::query_scalar(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, created_at, finished_at) FROM job_queue WHERE id = ?",
+    )
+    .bind(done.id)
+    .fetch_one(queue.pool())
+    .await
+    .unwrap();
+    assert!(
+        waited >= 2_000_000,
+        "the delayed job ran after its run_at ({waited} us)"
+    );
+    stop(&handle, task).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_with_bad_values_never_stop_the_claim_of_their_queue() {
+    init_tracing();
+    let queue = fresh_queue("sql_bad_rows").await;
+    let mut greeted = GREETED_DESPITE_BAD_ROWS.open();
+    // The bad rows come first (lower ids, higher priority), so every claim meets them before
+    // the good one.
+    sqlx::raw_sql(
+        "INSERT INTO job_queue (queue, kind, task_key, payload, priority) VALUES \
+           ('sql_bad_rows', 'greet_user', X'FF00FE', '{\"user_id\": 1}', -9), \
+           ('sql_bad_rows', 'no_such_kind', 'unknown-kind', '{}', -8), \
+           ('sql_bad_rows', 'greet_user', 'bad-payload', '{\"user_id\": \"one\"}', -7), \
+           ('nobody_serves_this', 'greet_user', 'unknown-queue', '{\"user_id\": 3}', -6), \
+           ('sql_bad_rows', 'greet_user', 'good', '{\"user_id\": 4}', 0);",
+    )
+    .execute(queue.pool())
+    .await
+    .unwrap();
+    // JSON that is not JSON at all never gets in.
+    let not_json = sqlx::raw_sql(
+        "INSERT INTO job_queue (queue, kind, task_key, payload) \
+         VALUES ('sql_bad_rows', 'greet_user', 'not-json', '{user_id: 5')",
+    )
+    .execute(queue.pool())
+    .await;
+    assert!(not_json.is_err(), "the JSON column refuses it");
+
+    let binary_key = id_of(&queue, b"\xFF\x00\xFE").await;
+    let unknown_kind = id_of(&queue, b"unknown-kind").await;
+    let bad_payload = id_of(&queue, b"bad-payload").await;
+    let unknown_queue = id_of(&queue, b"unknown-queue").await;
+    let good = id_of(&queue, b"good").await;
+
+    // One slot: a claim that chokes on one row would take nothing else, ever.
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .queues(["sql_bad_rows", "default"])
+            .concurrency(1)
+            .build()
+            .unwrap(),
+    );
+    wait_status(&queue, good, JobStatus::Done, Duration::from_secs(30)).await;
+    let payload_failure = wait_status(
+        &queue,
+        bad_payload,
+        JobStatus::Failed,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        payload_failure
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("user_id")),
+        "{:?}",
+        payload_failure.last_error
+    );
+    // The key that is not UTF-8 ran like any other job; it reaches the job lossily.
+    wait_for(
+        "the binary-key job to finish",
+        Duration::from_secs(10),
+        || async { (status_of(&queue, binary_key).await == "done").then_some(()) },
+    )
+    .await;
+    let record = queue.job(binary_key).await.expect("the row reads").unwrap();
+    assert_eq!(record.task_key, "\u{FFFD}\0\u{FFFD}");
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        seen.push(tests::receive(&mut greeted, "the jobs that ran", Duration::from_secs(5)).await);
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [("good".to_owned(), 4), ("\u{FFFD}\0\u{FFFD}".to_owned(), 1)]
+    );
+    // A kind no worker knows waits for a retry (another deployment may know it).
+    let unknown = queue.job(unknown_kind).await.unwrap().unwrap();
+    assert!(
+        matches!(unknown.status, JobStatus::Scheduled | JobStatus::Ready),
+        "{unknown:?}"
+    );
+    assert!(unknown
+        .last_error
+        .as_deref()
+        .is_some_and(|e| e.contains("no_such_kind")));
+    // A queue nobody serves just waits.
+    assert_eq!(status_of(&queue, unknown_queue).await, "ready");
+    stop(&handle, task).await;
+}
