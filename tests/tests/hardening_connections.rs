@@ -67,10 +67,8 @@ const LEASE_STATEMENTS: u64 = 16;
 /// Statements the test's own connection prepares (the status query).
 const ADMIN_STATEMENTS: u64 = 1;
 
-/// Runs every kind of statement the queue sends, with every list arity, through `queue`:
-/// what a long-lived worker process meets over hours, in a few seconds.
-async fn statement_variety(queue: &Queue, round: u64) {
-    let store = queue.store();
+/// Bulk and single enqueues with every list arity of the key lookup, through `queue`.
+async fn enqueue_variety(queue: &Queue, round: u64) {
     // Bulk enqueues of every arity of the key lookup.
     let mut n = round * 1_000_000;
     for size in [1u64, 2, 9, 33, 129, 257, 513] {
@@ -81,6 +79,12 @@ async fn statement_variety(queue: &Queue, round: u64) {
     for i in 0..5 {
         let _ = queue.enqueue(Flaky { n: n + i }).await.expect("enqueue");
     }
+}
+
+/// Runs every statement of the claim protocol, with every list arity, through `queue`'s
+/// store, on the jobs [`enqueue_variety`] left: no worker may serve the queue meanwhile.
+async fn protocol_variety(queue: &Queue, round: u64) {
+    let store = queue.store();
     // Claims of every arity, then every way to end them.
     let owner = format!("variety-{round}");
     let mut claimed = Vec::new();
@@ -169,8 +173,10 @@ async fn prepared_statements_per_process_stay_within_the_documented_bound() {
         Some(cap),
         "the queue reads the server's cap at start-up"
     );
+    // Every kind of statement a long-lived worker process meets over hours, in a few seconds.
     for (round, queue) in queues.iter().enumerate() {
-        statement_variety(queue, round as u64).await;
+        enqueue_variety(queue, round as u64).await;
+        protocol_variety(queue, round as u64).await;
     }
     // Each queue connection has now sent far more distinct statements than it may keep.
     let held = global_status(&mut admin, "Prepared_stmt_count").await;
@@ -185,8 +191,10 @@ async fn prepared_statements_per_process_stay_within_the_documented_bound() {
         let worker = quick_worker(queue).queues(["conn"]).build().unwrap();
         workers.push(start(worker));
     }
+    // The workers claim, renew and end these themselves (a claim of the test's own would
+    // race them for the jobs).
     for (round, queue) in queues.iter().enumerate() {
-        statement_variety(queue, 10 + round as u64).await;
+        enqueue_variety(queue, 10 + round as u64).await;
     }
     wait_for("every job to end", Duration::from_secs(60), || async {
         let open: i64 = sqlx::query_scalar(
