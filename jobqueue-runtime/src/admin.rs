@@ -7,127 +7,9 @@ use sqlx::Row;
 
 use crate::error::{Error, Result};
 use crate::key::validate_queue;
-use crate::queue::{JobRecord, JobStatus, Queue};
+use crate::model::{CancelOutcome, JobFilter, JobRecord, JobStatus, QueueStats, RunningJob};
+use crate::queue::Queue;
 use crate::store::{self, text};
-
-/// What [`Queue::cancel`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CancelOutcome {
-    /// The job had not started: it is `cancelled` now and will never run.
-    Cancelled,
-    /// The job is running: its worker will cancel its context within a third of its lease;
-    /// the job decides how to stop, and ends `cancelled` (or `done`, if it finished anyway).
-    Requested,
-    /// The job had already ended with this status; nothing changed.
-    AlreadyFinished(JobStatus),
-}
-
-/// A filter for [`Queue::list`] and the bulk actions.
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub struct JobFilter {
-    /// Only this status.
-    pub status: Option<JobStatus>,
-    /// Only this queue.
-    pub queue: Option<String>,
-    /// Only this kind.
-    pub kind: Option<String>,
-}
-
-impl JobFilter {
-    /// Only jobs with this status.
-    pub fn status(mut self, status: JobStatus) -> Self {
-        self.status = Some(status);
-        self
-    }
-
-    /// Only jobs of this queue.
-    pub fn queue(mut self, queue: impl Into<String>) -> Self {
-        self.queue = Some(queue.into());
-        self
-    }
-
-    /// Only jobs of this kind.
-    pub fn kind(mut self, kind: impl Into<String>) -> Self {
-        self.kind = Some(kind.into());
-        self
-    }
-
-    fn where_clause(&self) -> (String, Vec<String>) {
-        let mut conds = Vec::new();
-        let mut args = Vec::new();
-        if let Some(s) = self.status {
-            conds.push("status = ?");
-            args.push(s.as_str().to_owned());
-        }
-        if let Some(q) = &self.queue {
-            conds.push("queue = ?");
-            args.push(q.clone());
-        }
-        if let Some(k) = &self.kind {
-            conds.push("kind = ?");
-            args.push(k.clone());
-        }
-        if conds.is_empty() {
-            (String::new(), args)
-        } else {
-            (format!("WHERE {}", conds.join(" AND ")), args)
-        }
-    }
-}
-
-/// One queue's figures, as `jobqueue status` shows them.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-#[non_exhaustive]
-pub struct QueueStats {
-    /// The queue's name.
-    pub queue: String,
-    /// Whether it is paused.
-    pub paused: bool,
-    /// Jobs per status.
-    pub scheduled: u64,
-    /// Ready jobs.
-    pub ready: u64,
-    /// Running jobs.
-    pub running: u64,
-    /// Done jobs (not yet pruned).
-    pub done: u64,
-    /// Failed jobs.
-    pub failed: u64,
-    /// Cancelled jobs.
-    pub cancelled: u64,
-    /// Age of the oldest ready job, in seconds (how far behind the queue is).
-    pub oldest_ready_secs: Option<f64>,
-    /// Running jobs whose lease has expired: they wait for a reclaim.
-    pub expired_leases: u64,
-    /// Scheduled jobs that wait for a worker that can run them: a worker found their kind
-    /// unknown or their payload unfit (another release, during a rolling deploy). A count
-    /// that stays above zero means no deployed worker can run them.
-    pub unrunnable: u64,
-    /// Jobs that failed in the last hour.
-    pub failed_last_hour: u64,
-    /// Jobs done in the last minute.
-    pub done_last_minute: u64,
-}
-
-/// A running job and its lease, as `jobqueue status` shows them.
-#[derive(Debug, Clone, serde::Serialize)]
-#[non_exhaustive]
-pub struct RunningJob {
-    /// The job's id.
-    pub id: u64,
-    /// Its queue.
-    pub queue: String,
-    /// Its kind.
-    pub kind: String,
-    /// The worker holding it.
-    pub lease_owner: String,
-    /// Seconds its lease has left (negative: expired, waiting for reclaim).
-    pub lease_left_secs: f64,
-    /// Its attempt number.
-    pub attempts: u32,
-}
 
 impl Queue {
     /// Cancels a job: at once if it has not started, by request if it is running.
@@ -198,7 +80,7 @@ impl Queue {
             status: Some(JobStatus::Failed),
             ..filter.clone()
         };
-        let (cond, args) = filter.where_clause();
+        let (cond, args) = where_clause(&filter);
         let sql = format!("{RETRY_SET} {cond} LIMIT 1000");
         let mut total = 0;
         loop {
@@ -220,7 +102,7 @@ impl Queue {
 
     /// How many jobs match `filter`.
     pub async fn count(&self, filter: &JobFilter) -> Result<u64> {
-        let (cond, args) = filter.where_clause();
+        let (cond, args) = where_clause(&filter);
         let sql = format!("SELECT COUNT(*) FROM job_queue {cond}");
         let mut q = sqlx::query_scalar::<_, i64>(&sql);
         for a in &args {
@@ -231,7 +113,7 @@ impl Queue {
 
     /// Jobs matching `filter`, newest first, at most `limit`.
     pub async fn list(&self, filter: &JobFilter, limit: u32) -> Result<Vec<JobRecord>> {
-        let (cond, args) = filter.where_clause();
+        let (cond, args) = where_clause(&filter);
         let sql = format!(
             "SELECT {} FROM job_queue {cond} ORDER BY id DESC LIMIT ?",
             store::JOB_COLUMNS
@@ -443,4 +325,27 @@ fn check_prunable(status: JobStatus) -> Result<()> {
 
 fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// The `WHERE` clause of `filter` and the values it binds, in order.
+fn where_clause(filter: &JobFilter) -> (String, Vec<String>) {
+    let mut conds = Vec::new();
+    let mut args = Vec::new();
+    if let Some(s) = filter.status {
+        conds.push("status = ?");
+        args.push(s.as_str().to_owned());
+    }
+    if let Some(q) = &filter.queue {
+        conds.push("queue = ?");
+        args.push(q.clone());
+    }
+    if let Some(k) = &filter.kind {
+        conds.push("kind = ?");
+        args.push(k.clone());
+    }
+    if conds.is_empty() {
+        (String::new(), args)
+    } else {
+        (format!("WHERE {}", conds.join(" AND ")), args)
+    }
 }

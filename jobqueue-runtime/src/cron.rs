@@ -186,7 +186,7 @@ impl Scheduler {
                 .map_err(|source| Error::Serialize { kind, source })?
                 .to_string();
             let lease_ms = crate::enqueue::lease_ms(kind, o.lease)?;
-            let job_of = |tick: chrono::NaiveDateTime| crate::store::NewJob {
+            let job_of = |tick: chrono::NaiveDateTime| crate::model::NewJob {
                 kind: kind.to_owned(),
                 queue: o.queue.to_owned(),
                 key: tick_key(kind, tick.and_utc()),
@@ -214,12 +214,12 @@ impl Scheduler {
                     _ => e,
                 })?;
             match pass {
-                crate::store::TickPass::Busy => {}
-                crate::store::TickPass::Started(at) => {
+                crate::model::TickPass::Busy => {}
+                crate::model::TickPass::Started(at) => {
                     tracing::info!(job.kind = kind, from = %at.and_utc(), "periodic job scheduled from now on; no earlier tick runs");
                     e.last = Some(at.and_utc());
                 }
-                crate::store::TickPass::Advanced {
+                crate::model::TickPass::Advanced {
                     last_tick,
                     new: ids,
                     skipped,

@@ -8,41 +8,9 @@ use sqlx::mysql::MySqlConnection;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::key::{validate_key, validate_queue};
+use crate::model::{Enqueued, NewJob};
 use crate::queue::Queue;
-use crate::store::{self, NewJob};
-
-/// What an enqueue did.
-///
-/// Not `#[must_use]`: a duplicate is already logged, and the job runs once either way, so
-/// `queue.enqueue(job).await?;` is a complete statement. Match on it where a duplicate
-/// matters to the caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Enqueued {
-    /// A new job was inserted with this id.
-    New(u64),
-    /// A job with the same task key exists already (this id); nothing was inserted and the
-    /// job will not run twice.
-    Duplicate(u64),
-}
-
-impl Enqueued {
-    /// The id of the job: the new one, or the existing one a duplicate refers to.
-    pub fn id(self) -> u64 {
-        match self {
-            Enqueued::New(id) | Enqueued::Duplicate(id) => id,
-        }
-    }
-
-    /// Whether a new job was inserted.
-    pub fn is_new(self) -> bool {
-        matches!(self, Enqueued::New(_))
-    }
-
-    /// Whether the task key existed already.
-    pub fn is_duplicate(self) -> bool {
-        matches!(self, Enqueued::Duplicate(_))
-    }
-}
+use crate::store;
 
 /// Per-enqueue overrides of the kind's defaults.
 ///

@@ -1,17 +1,16 @@
 //! [`Queue`]: the handle to the job table that enqueues, inspects and hands work to workers.
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::NaiveDateTime;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::{Executor, Row};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::model::{JobRecord, JobStatus};
 use crate::server::{self, ServerInfo};
 use crate::store::{self, Store};
 
@@ -436,113 +435,6 @@ fn schema_unreadable(e: &Error) {
     } else {
         tracing::warn!(error = %e, "cannot read the jobqueue schema version");
     }
-}
-
-/// A job's state. See the README's state diagram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum JobStatus {
-    /// Waiting for `run_at`: a delayed job, or a retry waiting out its backoff.
-    Scheduled,
-    /// May be claimed now.
-    Ready,
-    /// Claimed: `lease_owner` holds it until `lease_until`.
-    Running,
-    /// Finished successfully.
-    Done,
-    /// Out of attempts, or failed with a permanent error; `last_error` says why.
-    Failed,
-    /// Cancelled before it ran, or stopped on request while running.
-    Cancelled,
-}
-
-impl JobStatus {
-    /// The status as stored in the `status` column.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobStatus::Scheduled => "scheduled",
-            JobStatus::Ready => "ready",
-            JobStatus::Running => "running",
-            JobStatus::Done => "done",
-            JobStatus::Failed => "failed",
-            JobStatus::Cancelled => "cancelled",
-        }
-    }
-
-    /// Every status, in lifecycle order.
-    pub const ALL: [JobStatus; 6] = [
-        JobStatus::Scheduled,
-        JobStatus::Ready,
-        JobStatus::Running,
-        JobStatus::Done,
-        JobStatus::Failed,
-        JobStatus::Cancelled,
-    ];
-}
-
-impl fmt::Display for JobStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for JobStatus {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        JobStatus::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| {
-                Error::Config(format!(
-                    "unknown job status {s:?}; expected one of scheduled, ready, running, done, failed, cancelled"
-                ))
-            })
-    }
-}
-
-/// One row of `job_queue`, as [`Queue::job`] reads it.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct JobRecord {
-    /// The job's id.
-    pub id: u64,
-    /// Its queue.
-    pub queue: String,
-    /// Its kind name.
-    pub kind: String,
-    /// Its idempotency key.
-    pub task_key: String,
-    /// Its arguments, as JSON.
-    pub payload: serde_json::Value,
-    /// Where it is in its life.
-    pub status: JobStatus,
-    /// Lower runs first.
-    pub priority: i16,
-    /// When it may run (UTC, server clock).
-    pub run_at: NaiveDateTime,
-    /// Claims so far.
-    pub attempts: u32,
-    /// Claims it may have.
-    pub max_attempts: u32,
-    /// The worker holding it, while running.
-    pub lease_owner: Option<String>,
-    /// Until when the lease holds (UTC, server clock).
-    pub lease_until: Option<NaiveDateTime>,
-    /// Whether an operator asked for it to be cancelled.
-    pub cancel_requested: bool,
-    /// The error of the last failed attempt.
-    pub last_error: Option<String>,
-    /// When it was enqueued.
-    pub created_at: NaiveDateTime,
-    /// When the row last changed.
-    pub updated_at: NaiveDateTime,
-    /// When it reached done, failed or cancelled.
-    pub finished_at: Option<NaiveDateTime>,
-    /// How many times a lease of it expired (its worker crashed, was killed or stalled).
-    pub lease_expiries: u32,
-    /// Since when it waits for a worker that can run it (a worker found its kind unknown or
-    /// its payload unfit), if it does; `last_error` says why.
-    pub unrunnable_since: Option<NaiveDateTime>,
 }
 
 /// The statement cache of a sqlx connection whose options do not set one.

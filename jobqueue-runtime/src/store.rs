@@ -16,10 +16,10 @@ use chrono::NaiveDateTime;
 use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlRow};
 use sqlx::{Executor, Row};
 
-use crate::enqueue::Enqueued;
 use crate::error::{server_code, Error, Result};
 use crate::metrics::Metrics;
-use crate::queue::{JobRecord, JobStatus};
+pub use crate::model::{Claimed, EmptyClaim, Finish, LeaseState, Reclaimed};
+use crate::model::{Enqueued, JobRecord, JobStatus, NewJob, TickPass};
 use crate::retry::{conflict_delay, is_transient};
 
 /// How many times a transaction is retried after a deadlock or lock wait timeout.
@@ -179,37 +179,6 @@ fn timed_out(limit: Duration) -> sqlx::Error {
             "no reply from the database within {limit:?}; the connection was closed and the call will be retried on a new one"
         ),
     ))
-}
-
-/// A job to insert, already validated and serialized.
-#[derive(Debug, Clone)]
-pub(crate) struct NewJob {
-    pub(crate) kind: String,
-    pub(crate) queue: String,
-    pub(crate) key: String,
-    pub(crate) payload: String,
-    pub(crate) priority: i16,
-    pub(crate) max_attempts: u32,
-    pub(crate) lease_ms: u32,
-    /// An absolute start time (UTC); `None` means now plus `delay_us`.
-    pub(crate) run_at: Option<NaiveDateTime>,
-    pub(crate) delay_us: i64,
-}
-
-/// What one [`Store::schedule_ticks`] pass did for a periodic kind.
-#[derive(Debug)]
-pub(crate) enum TickPass {
-    /// Another node holds the kind's row at this moment; it does this pass's work.
-    Busy,
-    /// The kind had no row; it has one now, starting at this time, and got no tick.
-    Started(NaiveDateTime),
-    /// The latest tick dealt with now, the ids of the jobs enqueued, and how many ticks were
-    /// skipped because the previous tick's job had not finished.
-    Advanced {
-        last_tick: NaiveDateTime,
-        new: Vec<u64>,
-        skipped: usize,
-    },
 }
 
 const INSERT_ONE: &str = "INSERT INTO job_queue \
@@ -454,116 +423,9 @@ async fn ids_by_key<'k>(
     Ok(map)
 }
 
-/// A job this worker has just claimed.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct Claimed {
-    /// The job's id.
-    pub id: u64,
-    /// The queue it was claimed from.
-    pub queue: String,
-    /// Its kind name.
-    pub kind: String,
-    /// Its idempotency key.
-    pub task_key: String,
-    /// The payload, or why it could not be read.
-    pub payload: std::result::Result<serde_json::Value, String>,
-    /// This claim's attempt number: the fencing token of every later write.
-    pub attempt: u32,
-    /// How many attempts it has in all.
-    pub max_attempts: u32,
-    /// Its lease length.
-    pub lease: Duration,
-    /// A local instant taken just before the claim's `UPDATE`: the lease runs out no earlier
-    /// than `claimed_at + lease` by this process's monotonic clock.
-    pub claimed_at: std::time::Instant,
-}
-
-/// Why a claim found nothing. None of these is an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EmptyClaim {
-    /// No ready job in any served queue.
-    Idle,
-    /// Ready jobs exist, but other claimers hold all of them.
-    Contended,
-    /// No ready job; only running jobs, waiting on their leases.
-    LeasedOnly,
-    /// Every served queue is paused.
-    Paused,
-}
-
-/// How a running job's attempt ends, as written by [`Store::finish`].
-#[derive(Debug, Clone)]
-pub enum Finish {
-    /// Back to `scheduled`, due after `delay`; to `cancelled` instead if an operator's
-    /// cancel request is pending (the worker may not have passed it on to the job yet).
-    Retry {
-        /// The wait before the next attempt.
-        delay: Duration,
-        /// The attempt's error, kept in `last_error`.
-        error: String,
-    },
-    /// To `failed` for good.
-    Fail {
-        /// Why, kept in `last_error`.
-        error: String,
-    },
-    /// To `cancelled` (an operator asked).
-    Cancelled {
-        /// Why, kept in `last_error`.
-        error: String,
-    },
-    /// Back to `ready` at once with `attempts` kept (shutdown); to `cancelled` instead if an
-    /// operator's cancel request is pending, and to `failed` if this was its last attempt
-    /// (the attempt may have done part of its work, so it is not run beyond `max_attempts`).
-    HandBack,
-    /// This worker cannot run the job (its kind is not registered here, or its payload does
-    /// not fit the kind's arguments: typically an old worker during a rolling deploy). Back
-    /// to `scheduled`, due after `delay`, without spending an attempt: `attempts` still
-    /// grows, since it is the fencing token of every claim, and `max_attempts` grows by one
-    /// with it. To `failed` once the job has waited longer than `give_up_after` since a worker
-    /// first found it could not run it; to `cancelled` if an operator's cancel is pending.
-    Defer {
-        /// The wait before another worker may try.
-        delay: Duration,
-        /// Why this worker cannot run it, kept in `last_error` (with a note that it waits).
-        error: String,
-        /// How long a job may wait for a worker that can run it before it fails.
-        give_up_after: Duration,
-    },
-}
-
 /// How many times a job's lease may expire before reclaim fails it, unless the worker says
 /// otherwise ([`WorkerBuilder::max_lease_expiries`](crate::WorkerBuilder::max_lease_expiries)).
 pub const DEFAULT_MAX_LEASE_EXPIRIES: u32 = 3;
-
-/// What one maintenance pass over expired leases did.
-#[derive(Debug, Default)]
-#[non_exhaustive]
-pub struct Reclaimed {
-    /// (id, attempts, former owner) put back to `ready` (a first expiry).
-    pub ready: Vec<(u64, u32, String)>,
-    /// (id, attempts, former owner, delay) put back to `scheduled`, due after the delay (a
-    /// later expiry).
-    pub delayed: Vec<(u64, u32, String, Duration)>,
-    /// (id, attempts, former owner) out of attempts, now `failed`.
-    pub failed: Vec<(u64, u32, String)>,
-    /// (id, attempts, former owner) whose lease expired too many times, now `failed`.
-    pub poison: Vec<(u64, u32, String)>,
-    /// Ids whose cancel had been requested, now `cancelled`.
-    pub cancelled: Vec<u64>,
-}
-
-/// A claim as seen by a lease check: whether this worker still holds it.
-#[derive(Debug)]
-pub struct LeaseState {
-    /// The job's id.
-    pub id: u64,
-    /// Whether the owner still holds this claim (same attempt, still running).
-    pub held: bool,
-    /// Whether an operator asked to cancel the job.
-    pub cancel_requested: bool,
-}
 
 /// The low-level queue operations, with their conflict retries counted. Get one with
 /// [`Queue::store`](crate::Queue::store).

@@ -16,10 +16,11 @@ use crate::error::{Error, Result};
 use crate::job::{CancelReason, JobContext};
 use crate::lease::{self, Held, Leases};
 use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::queue::{JobStatus, Queue};
+use crate::model::{Claimed, EmptyClaim, Finish, JobStatus};
+use crate::queue::Queue;
 use crate::registry::{JobDescriptor, Registry, RunError};
 use crate::retry::{jitter, Backoff};
-use crate::store::{Claimed, EmptyClaim, Finish, Store};
+use crate::store::Store;
 
 /// Settings of a [`Worker`]; see each [`WorkerBuilder`] method for its default.
 #[derive(Debug, Clone)]
@@ -1413,9 +1414,9 @@ async fn prune_finished(m: &mut Maintenance) -> Result<()> {
         let deadline = Instant::now() + PRUNE_BUDGET;
         let r = m.retention;
         for (status, keep) in [
-            (crate::queue::JobStatus::Done, r.done),
-            (crate::queue::JobStatus::Cancelled, r.cancelled),
-            (crate::queue::JobStatus::Failed, r.failed),
+            (JobStatus::Done, r.done),
+            (JobStatus::Cancelled, r.cancelled),
+            (JobStatus::Failed, r.failed),
         ] {
             if let Some(keep) = keep {
                 let (n, more) = prune_within(&m.store, status, keep, deadline).await?;
