@@ -5,14 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::{Executor, Row};
+use sqlx::Executor;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::model::{JobRecord, JobStatus};
 use crate::server::{self, ServerInfo};
-use crate::store::{self, Store};
+use crate::store::Store;
 
 /// Settings of a [`Queue`]. Every field has a documented default.
 #[derive(Debug, Clone)]
@@ -338,44 +337,6 @@ impl Queue {
     /// jobs with [`Queue::enqueue_in`] (they would otherwise find them at their next poll).
     pub fn wake_workers(&self) {
         self.inner.wake.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    /// One job, by id.
-    pub async fn job(&self, id: u64) -> Result<Option<JobRecord>> {
-        store::fetch_job(&self.inner.pool, store::JobLookup::Id(id)).await
-    }
-
-    /// One job, by task key.
-    pub async fn job_by_key(&self, key: &str) -> Result<Option<JobRecord>> {
-        store::fetch_job(&self.inner.pool, store::JobLookup::Key(key)).await
-    }
-
-    /// Jobs per status in one queue (all queues with `None`).
-    pub async fn counts(&self, queue: Option<&str>) -> Result<Vec<(JobStatus, u64)>> {
-        let rows = match queue {
-            Some(q) => {
-                sqlx::query(
-                    "SELECT CAST(status AS CHAR) AS s, COUNT(*) AS n FROM job_queue WHERE queue = ? GROUP BY status",
-                )
-                .bind(q)
-                .fetch_all(&self.inner.pool)
-                .await?
-            }
-            None => {
-                sqlx::query(
-                    "SELECT CAST(status AS CHAR) AS s, COUNT(*) AS n FROM job_queue GROUP BY status",
-                )
-                .fetch_all(&self.inner.pool)
-                .await?
-            }
-        };
-        rows.iter()
-            .map(|r| {
-                let s = store::text(r, "s")?;
-                let n: i64 = r.try_get("n")?;
-                Ok((s.parse()?, n as u64))
-            })
-            .collect()
     }
 }
 

@@ -180,6 +180,7 @@ pub(crate) fn timed_out(limit: Duration) -> sqlx::Error {
 }
 
 // The steps of the protocol, one file each. Declared after the macros above, which they use.
+mod admin;
 mod claim;
 mod decode;
 mod enqueue;
