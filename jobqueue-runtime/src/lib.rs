@@ -11,12 +11,10 @@ mod job;
 pub mod key;
 mod lease;
 mod metrics;
-mod migrate;
 mod model;
 mod queue;
 pub mod registry;
 mod retry;
-mod server;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -30,7 +28,7 @@ pub use metrics::MetricsSnapshot;
 pub use model::{CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats, RunningJob};
 pub use queue::{redact_url, Queue, QueueConfig};
 pub use retry::Backoff;
-pub use server::ServerInfo;
+pub use store::ServerInfo;
 pub use worker::{shutdown_signal, Retention, Worker, WorkerBuilder, WorkerHandle};
 
 /// What `#[job]` expands to uses these paths. Not a stable API.

@@ -10,8 +10,7 @@ use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::server::{self, ServerInfo};
-use crate::store::Store;
+use crate::store::{server, ServerInfo, Store};
 
 /// Settings of a [`Queue`]. Every field has a documented default.
 #[derive(Debug, Clone)]
@@ -244,7 +243,7 @@ impl Queue {
         // migrating it, so a missing or old schema is only logged here (a warning would
         // precede every `jobqueue migrate`); workers refuse it at start, and
         // `Queue::check_schema` refuses it for anyone who asks.
-        match crate::migrate::state(&pool).await {
+        match crate::store::migrate::state(&pool).await {
             Ok(state) => {
                 if let Some(e) = state.error() {
                     tracing::info!("{e}");
@@ -274,7 +273,7 @@ impl Queue {
     /// its DDL again. Any number of processes may call this at once: they take turns on a
     /// named lock, and each migration is applied once.
     pub async fn migrate(&self) -> Result<()> {
-        crate::migrate::run(&self.inner.pool).await
+        crate::store::migrate::run(&self.inner.pool).await
     }
 
     /// Checks that the database has every migration this library needs, and says how to
@@ -282,8 +281,8 @@ impl Queue {
     /// now, waits for it first (up to two minutes). Workers call it when they start;
     /// producers may call it after [`Queue::connect`] to fail fast.
     pub async fn check_schema(&self) -> Result<()> {
-        crate::migrate::wait_for_migration(&self.inner.pool).await?;
-        match crate::migrate::state(&self.inner.pool).await {
+        crate::store::migrate::wait_for_migration(&self.inner.pool).await?;
+        match crate::store::migrate::state(&self.inner.pool).await {
             Ok(state) => state.error().map_or(Ok(()), Err),
             // A user granted rights on `job_queue` alone can still run jobs.
             Err(e) if e.server_code() == Some(1142) => {
@@ -298,7 +297,7 @@ impl Queue {
     /// `job_queue_migrations`: what `jobqueue migrate --print-sql` prints, for teams that
     /// apply DDL with their own tool (Flyway, Liquibase, Atlas, gh-ost...).
     pub fn migration_sql() -> String {
-        crate::migrate::script()
+        crate::store::migrate::script()
     }
 
     /// The low-level operations the worker is built from (claim, renew, complete...), for
@@ -314,7 +313,7 @@ impl Queue {
 
     /// The embedded migrations not yet applied, as (version, description).
     pub async fn pending_migrations(&self) -> Result<Vec<(i64, String)>> {
-        crate::migrate::pending(&self.inner.pool).await
+        crate::store::migrate::pending(&self.inner.pool).await
     }
 
     /// The pool the queue uses.

@@ -186,12 +186,15 @@ mod decode;
 mod enqueue;
 mod lease;
 mod maintenance;
+pub(crate) mod migrate;
 mod outcome;
+pub(crate) mod server;
 
 pub(crate) use decode::{fetch_job, record_from_row, text, JobLookup, JOB_COLUMNS};
 use enqueue::is_key_conflict;
 pub(crate) use enqueue::{insert, insert_many};
 pub use maintenance::DEFAULT_MAX_LEASE_EXPIRIES;
+pub use server::ServerInfo;
 
 /// The low-level queue operations, with their conflict retries counted. Get one with
 /// [`Queue::store`](crate::Queue::store).
