@@ -9,7 +9,6 @@ mod enqueue;
 mod error;
 mod job;
 pub mod key;
-mod lease;
 mod metrics;
 mod model;
 mod queue;

@@ -14,13 +14,15 @@ use tracing::Instrument;
 use crate::data::DataMap;
 use crate::error::{Error, Result};
 use crate::job::{CancelReason, JobContext};
-use crate::lease::{self, Held, Leases};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::model::{Claimed, EmptyClaim, Finish, JobStatus};
 use crate::queue::Queue;
 use crate::registry::{JobDescriptor, Registry, RunError};
 use crate::retry::{jitter, Backoff};
 use crate::store::Store;
+use lease::{Held, Leases};
+
+mod lease;
 
 /// Settings of a [`Worker`]; see each [`WorkerBuilder`] method for its default.
 #[derive(Debug, Clone)]
