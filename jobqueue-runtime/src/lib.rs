@@ -9,12 +9,13 @@ mod enqueue;
 mod error;
 mod job;
 pub mod key;
+mod maintenance;
 mod metrics;
 mod model;
 mod queue;
 pub mod registry;
 mod retry;
-pub mod store;
+mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod worker;
@@ -29,6 +30,21 @@ pub use queue::{redact_url, Queue, QueueConfig};
 pub use retry::Backoff;
 pub use store::ServerInfo;
 pub use worker::{shutdown_signal, Retention, Worker, WorkerBuilder, WorkerHandle};
+
+/// The steps of the claim protocol (claim, renew, complete, finish, reclaim, promote) and
+/// the statements whose query plans the protocol relies on, for this workspace's own
+/// protocol tests. Not a stable API: it changes whenever the protocol does.
+#[doc(hidden)]
+pub mod __store {
+    pub use crate::model::{Claimed, EmptyClaim, Finish, LeaseState, Reclaimed};
+    pub use crate::store::{Store, DEFAULT_MAX_LEASE_EXPIRIES};
+
+    /// Statements that must be served by their index (no filesort, no full scan), for the
+    /// EXPLAIN tests.
+    pub mod statements {
+        pub use crate::store::{CLAIM_SELECT, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
+    }
+}
 
 /// What `#[job]` expands to uses these paths. Not a stable API.
 #[doc(hidden)]

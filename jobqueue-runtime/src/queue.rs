@@ -300,8 +300,9 @@ impl Queue {
         crate::store::migrate::script()
     }
 
-    /// The low-level operations the worker is built from (claim, renew, complete...), for
-    /// custom consumers and tests. Each write after a claim is fenced; see [`Store`].
+    /// The store behind this queue: the protocol's steps (claim, renew, complete...), for
+    /// this workspace's protocol tests. Not a stable API.
+    #[doc(hidden)]
     pub fn store(&self) -> Store {
         Store {
             pool: self.inner.pool.clone(),

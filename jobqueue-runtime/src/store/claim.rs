@@ -8,6 +8,13 @@ use sqlx::Row;
 use super::*;
 use crate::model::{Claimed, EmptyClaim};
 
+/// The claim's locking read: ready jobs of one queue in claim order, over the claim index.
+pub const CLAIM_SELECT: &str = "SELECT id, attempts, max_attempts, lease_ms \
+     FROM job_queue FORCE INDEX (job_queue_claim) \
+     WHERE queue = ? AND status = 'ready' \
+     AND NOT EXISTS (SELECT 1 FROM job_queue_pause p WHERE p.queue = ?) \
+     ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED";
+
 impl Store {
     /// Claims up to `limit` ready jobs of `queue` for `owner`: `SELECT ... FOR UPDATE SKIP
     /// LOCKED` over the claim index, then one `UPDATE` of exactly those rows, in one short
@@ -33,18 +40,12 @@ impl Store {
         let committed: Result<()> = async {
             transaction!(self, |conn| {
                 taken.clear();
-                let rows = sqlx::query(
-                    "SELECT id, attempts, max_attempts, lease_ms \
-                     FROM job_queue FORCE INDEX (job_queue_claim) \
-                     WHERE queue = ? AND status = 'ready' \
-                       AND NOT EXISTS (SELECT 1 FROM job_queue_pause p WHERE p.queue = ?) \
-                     ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED",
-                )
-                .bind(queue)
-                .bind(queue)
-                .bind(limit as u64)
-                .fetch_all(&mut *conn)
-                .await?;
+                let rows = sqlx::query(CLAIM_SELECT)
+                    .bind(queue)
+                    .bind(queue)
+                    .bind(limit as u64)
+                    .fetch_all(&mut *conn)
+                    .await?;
                 if rows.is_empty() {
                     return Ok(((), false));
                 }

@@ -24,6 +24,24 @@ fn expiry_delay(lease: Duration, expiry: u32) -> Duration {
         .min(Duration::from_secs(3600))
 }
 
+/// Whether any scheduled job is due: the plain read before a promotion.
+pub const PROMOTE_PROBE: &str =
+    "SELECT EXISTS(SELECT 1 FROM job_queue FORCE INDEX (job_queue_due) \
+     WHERE status = 'scheduled' AND run_at <= UTC_TIMESTAMP(6))";
+
+/// Promotion's locking read: due scheduled jobs, over the due index.
+pub const PROMOTE_SELECT: &str = "SELECT id FROM job_queue FORCE INDEX (job_queue_due) \
+     WHERE status = 'scheduled' AND run_at <= UTC_TIMESTAMP(6) \
+     ORDER BY run_at, id LIMIT ? FOR UPDATE SKIP LOCKED";
+
+/// Reclaim's locking read: running jobs whose lease expired, over the lease index.
+pub const RECLAIM_SELECT: &str =
+    "SELECT id, attempts, max_attempts, cancel_requested, COALESCE(lease_owner, ''), \
+     lease_expiries, lease_ms \
+     FROM job_queue FORCE INDEX (job_queue_lease) \
+     WHERE status = 'running' AND lease_until < UTC_TIMESTAMP(6) \
+     ORDER BY lease_until, id LIMIT ? FOR UPDATE SKIP LOCKED";
+
 impl Store {
     /// [`Store::reclaim_with`] with the default bound of [`DEFAULT_MAX_LEASE_EXPIRIES`]
     /// expired leases per job.
@@ -47,16 +65,10 @@ impl Store {
     pub async fn reclaim_with(&self, limit: usize, max_lease_expiries: u32) -> Result<Reclaimed> {
         let max_lease_expiries = max_lease_expiries.max(1);
         transaction!(self, |conn| {
-            let rows = sqlx::query(
-                "SELECT id, attempts, max_attempts, cancel_requested, COALESCE(lease_owner, ''), \
-                   lease_expiries, lease_ms \
-                 FROM job_queue FORCE INDEX (job_queue_lease) \
-                 WHERE status = 'running' AND lease_until < UTC_TIMESTAMP(6) \
-                 ORDER BY lease_until, id LIMIT ? FOR UPDATE SKIP LOCKED",
-            )
-            .bind(limit as u64)
-            .fetch_all(&mut *conn)
-            .await?;
+            let rows = sqlx::query(RECLAIM_SELECT)
+                .bind(limit as u64)
+                .fetch_all(&mut *conn)
+                .await?;
             let mut out = Reclaimed::default();
             for r in &rows {
                 let (id, attempts, max, cancel): (u64, u32, u32, bool) =
@@ -331,24 +343,17 @@ impl Store {
     pub async fn promote(&self, limit: usize) -> Result<u64> {
         // A plain read first: most passes find nothing due, and a plain read locks nothing
         // and needs no transaction.
-        let due: bool = on_connection!(self, |conn| sqlx::query_scalar(
-            "SELECT EXISTS(SELECT 1 FROM job_queue FORCE INDEX (job_queue_due) \
-             WHERE status = 'scheduled' AND run_at <= UTC_TIMESTAMP(6))",
-        )
-        .fetch_one(&mut *conn))
+        let due: bool = on_connection!(self, |conn| sqlx::query_scalar(PROMOTE_PROBE,)
+            .fetch_one(&mut *conn))
         .await?;
         if !due {
             return Ok(0);
         }
         transaction!(self, |conn| {
-            let ids: Vec<u64> = sqlx::query_scalar(
-                "SELECT id FROM job_queue FORCE INDEX (job_queue_due) \
-                 WHERE status = 'scheduled' AND run_at <= UTC_TIMESTAMP(6) \
-                 ORDER BY run_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
-            )
-            .bind(limit as u64)
-            .fetch_all(&mut *conn)
-            .await?;
+            let ids: Vec<u64> = sqlx::query_scalar(PROMOTE_SELECT)
+                .bind(limit as u64)
+                .fetch_all(&mut *conn)
+                .await?;
             if ids.is_empty() {
                 return Ok((0, false));
             }

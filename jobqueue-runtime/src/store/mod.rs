@@ -1,6 +1,7 @@
-//! Every SQL statement the queue runs, in one place, and the low-level operations the
-//! [`Worker`](crate::Worker) is built from. Most programs never call these directly; they
-//! are public for custom consumers and for tests that prove the protocol.
+//! The store: every SQL statement of the library, behind one boundary. The queue, the
+//! worker, maintenance and the operator API reach the database only through [`Store`], so
+//! another database is another store, not a rewrite. Not public API: the workspace's
+//! protocol tests reach it through `__store`.
 //!
 //! Each outcome written after a claim is fenced: its `WHERE` names the job,
 //! `status = 'running'`, the worker's `lease_owner` and the claim's `attempts`, and the caller
@@ -18,7 +19,6 @@ use sqlx::Executor;
 
 use crate::error::{server_code, Error, Result};
 use crate::metrics::Metrics;
-pub use crate::model::{Claimed, EmptyClaim, Finish, LeaseState, Reclaimed};
 use crate::retry::{conflict_delay, is_transient};
 
 /// How many times a transaction is retried after a deadlock or lock wait timeout.
@@ -190,10 +190,12 @@ pub(crate) mod migrate;
 mod outcome;
 pub(crate) mod server;
 
+pub use claim::CLAIM_SELECT;
 pub(crate) use decode::{fetch_job, record_from_row, text, JobLookup, JOB_COLUMNS};
 use enqueue::is_key_conflict;
 pub(crate) use enqueue::{insert, insert_many};
 pub use maintenance::DEFAULT_MAX_LEASE_EXPIRIES;
+pub use maintenance::{PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
 pub use server::ServerInfo;
 
 /// The low-level queue operations, with their conflict retries counted. Get one with
