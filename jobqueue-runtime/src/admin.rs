@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::NaiveDateTime;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, JobRef, Result};
 use crate::key::validate_queue;
 use crate::model::{CancelOutcome, JobFilter, JobRecord, JobStatus, QueueStats, RunningJob};
 use crate::queue::Queue;
@@ -57,7 +57,7 @@ impl Queue {
     /// Cancels a job: at once if it has not started, by request if it is running.
     pub async fn cancel(&self, id: u64) -> Result<CancelOutcome> {
         let Some(outcome) = self.store().cancel(id).await? else {
-            return Err(Error::NotFound(format!("with id {id}")));
+            return Err(Error::JobNotFound(JobRef::Id(id)));
         };
         tracing::info!(job.id = id, outcome = ?outcome, "cancel");
         Ok(outcome)
@@ -71,7 +71,7 @@ impl Queue {
     pub async fn retry(&self, id: u64) -> Result<bool> {
         let matched = self.store().retry(id).await?;
         if matched == 0 && self.job(id).await?.is_none() {
-            return Err(Error::NotFound(format!("with id {id}")));
+            return Err(Error::JobNotFound(JobRef::Id(id)));
         }
         if matched == 1 {
             self.wake_workers();
@@ -143,9 +143,10 @@ impl Queue {
 fn check_prunable(status: JobStatus) -> Result<()> {
     match status {
         JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled => Ok(()),
-        other => Err(Error::Config(format!(
-            "only done, failed or cancelled jobs can be pruned, not {other} ones"
-        ))),
+        other => Err(Error::InvalidSetting {
+            setting: "status",
+            reason: format!("only done, failed or cancelled jobs can be pruned, not {other} ones"),
+        }),
     }
 }
 

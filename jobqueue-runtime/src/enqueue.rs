@@ -202,9 +202,10 @@ impl Queue {
         options: &EnqueueOptions,
     ) -> Result<Vec<NewJob>> {
         if options.key.is_some() {
-            return Err(Error::Config(
-                "a bulk enqueue cannot share one explicit `key` among its jobs; leave `key` unset or enqueue one by one".into(),
-            ));
+            return Err(Error::InvalidSetting {
+                setting: "key",
+                reason: "a bulk enqueue cannot share one explicit `key` among its jobs; leave `key` unset or enqueue one by one".into(),
+            });
         }
         jobs.into_iter()
             .map(|j| self.prepare(&j, options))
@@ -234,10 +235,10 @@ impl Queue {
         }
         let max_attempts = options.max_attempts.unwrap_or(o.max_attempts);
         if max_attempts == 0 {
-            return Err(Error::Config(format!(
-                "job `{}`: `max_attempts` must be at least 1",
-                J::KIND
-            )));
+            return Err(Error::InvalidSetting {
+                setting: "max_attempts",
+                reason: format!("job `{}`: `max_attempts` must be at least 1", J::KIND),
+            });
         }
         let delay_us = options
             .delay
@@ -284,11 +285,14 @@ pub(crate) const MAX_LEASE: Duration = Duration::from_millis(u32::MAX as u64);
 /// refused rather than cut short without a word.
 pub(crate) fn lease_ms(kind: &str, lease: Duration) -> Result<u32> {
     u32::try_from(lease.as_millis()).map_err(|_| {
-        Error::Config(format!(
+        Error::InvalidSetting {
+            setting: "lease",
+            reason: format!(
             "job `{kind}`: a lease of {} s is longer than the longest the queue holds ({} s, about 49.7 days); \
              use a shorter `lease`: the worker renews it while the job runs, so a job may run far longer than its lease",
             lease.as_secs(),
             MAX_LEASE.as_secs()
-        ))
+        ),
+        }
     })
 }

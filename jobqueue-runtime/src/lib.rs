@@ -22,7 +22,7 @@ mod worker;
 
 pub use data::{Data, DataNeed, FromJobContext};
 pub use enqueue::EnqueueOptions;
-pub use error::{BoxError, Error, JobError, Result};
+pub use error::{BoxError, Error, JobError, JobRef, Result};
 pub use job::{CancelReason, IntoJobResult, Job, JobContext, JobOptions};
 pub use metrics::MetricsSnapshot;
 pub use model::{CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats, RunningJob};

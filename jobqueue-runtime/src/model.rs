@@ -65,11 +65,7 @@ impl FromStr for JobStatus {
         JobStatus::ALL
             .into_iter()
             .find(|st| st.as_str() == s)
-            .ok_or_else(|| {
-                Error::Config(format!(
-                    "unknown job status {s:?}; expected one of scheduled, ready, running, done, failed, cancelled"
-                ))
-            })
+            .ok_or_else(|| Error::UnknownStatus(s.to_owned()))
     }
 }
 

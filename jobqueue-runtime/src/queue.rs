@@ -155,12 +155,11 @@ impl Queue {
 
     /// Connects with explicit settings.
     pub async fn connect_with(url: &str, config: QueueConfig) -> Result<Queue> {
-        let options: MySqlConnectOptions = url.parse().map_err(|e: sqlx::Error| {
-            Error::Config(format!(
-                "cannot parse the database URL ({}): {e}; expected mysql://user:password@host:port/database",
-                redact_url(url)
-            ))
-        })?;
+        let options: MySqlConnectOptions =
+            url.parse().map_err(|e: sqlx::Error| Error::InvalidUrl {
+                url: redact_url(url),
+                reason: e.to_string(),
+            })?;
         let options = options.statement_cache_capacity(config.statement_cache_capacity);
         let idle_secs = config
             .idle_transaction_timeout
@@ -357,21 +356,13 @@ async fn connect_error(e: sqlx::Error, url: &str, options: MySqlConnectOptions) 
                 .await
                 .is_ok());
     if insecure {
-        return Error::Config(format!(
-            "the server requires TLS (require_secure_transport=ON) and this connection did not use it ({url}): {e}; \
-             add `ssl-mode=VERIFY_CA&ssl-ca=/path/to/ca.pem` to the URL (the CA that signed the server's certificate), \
-             or `ssl-mode=REQUIRED` to encrypt without checking the certificate"
-        ));
+        return Error::TlsRequired { url, source: e };
     }
     // rustls reports a certificate it does not trust as an I/O error.
     let tls_failed = matches!(e, sqlx::Error::Tls(_))
         || (matches!(e, sqlx::Error::Io(_)) && e.to_string().contains("certificate"));
     if tls_failed {
-        return Error::Config(format!(
-            "the TLS connection to {url} failed: {e}; with `ssl-mode=VERIFY_CA` or `VERIFY_IDENTITY`, \
-             `ssl-ca` must name the CA that signed the server's certificate (and VERIFY_IDENTITY needs the URL's host in the certificate); \
-             TLS needs the `tls-rustls` (default) or `tls-native-tls` feature of jobqueue"
-        ));
+        return Error::TlsFailed { url, source: e };
     }
     Error::Database(e)
 }

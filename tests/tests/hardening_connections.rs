@@ -677,8 +677,14 @@ async fn endless_lease() {}
 async fn a_lease_longer_than_the_table_holds_is_refused() {
     let queue = fresh_queue("conn_lease").await;
     match queue.enqueue(EndlessLease {}).await {
-        Err(Error::Config(msg)) => {
-            assert!(msg.contains("lease") && msg.contains("49"), "{msg}");
+        Err(Error::InvalidSetting {
+            setting: "lease",
+            reason,
+        }) => {
+            assert!(
+                reason.contains("lease") && reason.contains("49"),
+                "{reason}"
+            );
         }
         other => panic!("expected a configuration error, got {other:?}"),
     }

@@ -146,7 +146,7 @@ impl Scheduler {
                 .schedule_ticks(kind, now.naive_utc(), o.overlap, due, job_of)
                 .await
                 .map_err(|e| match e.server_code() {
-                    Some(1146) => Error::Config(format!(
+                    Some(1146) => Error::Schema(format!(
                         "periodic jobs need the table `job_queue_cron`, which this database lacks ({e}); apply the migrations (`Queue::migrate`, or `jobqueue migrate`) with the migration user"
                     )),
                     _ => e,

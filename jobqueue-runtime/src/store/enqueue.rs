@@ -4,6 +4,7 @@ use sqlx::mysql::MySqlConnection;
 use sqlx::Row;
 
 use super::*;
+use crate::error::JobRef;
 use crate::model::{Enqueued, NewJob};
 
 const INSERT_ONE: &str = "INSERT INTO job_queue \
@@ -208,7 +209,7 @@ async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec
             } else {
                 let (id, kind) = inserted
                     .get(k)
-                    .ok_or_else(|| Error::NotFound(format!("with key {k:?} after insert")))?;
+                    .ok_or_else(|| Error::JobNotFound(JobRef::Key(k.to_owned())))?;
                 if first.insert(k) {
                     Ok(Enqueued::New(*id))
                 } else {

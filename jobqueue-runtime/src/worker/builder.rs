@@ -231,29 +231,40 @@ impl WorkerBuilder {
     pub fn build(mut self) -> Result<Worker> {
         let c = &self.config;
         if c.queues.is_empty() {
-            return Err(Error::Config(
-                "a worker needs at least one queue; call `.queues([\"default\"])`".into(),
-            ));
+            return Err(Error::InvalidSetting {
+                setting: "queues",
+                reason: "a worker needs at least one queue; call `.queues([\"default\"])`".into(),
+            });
         }
         for q in &c.queues {
             crate::key::validate_queue(q)?;
         }
         if c.concurrency == 0 {
-            return Err(Error::Config("`concurrency` must be at least 1".into()));
+            return Err(Error::InvalidSetting {
+                setting: "concurrency",
+                reason: "`concurrency` must be at least 1".into(),
+            });
         }
         if c.poll_min.is_zero() || c.poll_min > c.poll_max {
-            return Err(Error::Config(format!(
-                "poll interval must satisfy 0 < min <= max, got min {:?}, max {:?}",
-                c.poll_min, c.poll_max
-            )));
+            return Err(Error::InvalidSetting {
+                setting: "poll_interval",
+                reason: format!(
+                    "poll interval must satisfy 0 < min <= max, got min {:?}, max {:?}",
+                    c.poll_min, c.poll_max
+                ),
+            });
         }
         if c.max_lease_expiries == 0 {
-            return Err(Error::Config(
-                "`max_lease_expiries` must be at least 1".into(),
-            ));
+            return Err(Error::InvalidSetting {
+                setting: "max_lease_expiries",
+                reason: "`max_lease_expiries` must be at least 1".into(),
+            });
         }
         if c.owner.is_empty() || c.owner.chars().count() > 100 {
-            return Err(Error::Config("`owner` must be 1 to 100 characters".into()));
+            return Err(Error::InvalidSetting {
+                setting: "owner",
+                reason: "`owner` must be 1 to 100 characters".into(),
+            });
         }
         let registry = Registry::load()?;
         if !self.data.contains_type::<Queue>() {
@@ -265,12 +276,11 @@ impl WorkerBuilder {
                 continue;
             }
             if let Some(need) = d.data_needs().iter().find(|n| !self.data.contains(n)) {
-                return Err(Error::Config(format!(
-                    "job `{}` needs `Data<{}>`, which this worker (queues {:?}) was not given; call `.data(value)` with one on `Worker::builder`",
-                    d.kind(),
-                    need.type_name(),
-                    c.queues
-                )));
+                return Err(Error::MissingData {
+                    kind: d.kind().to_owned(),
+                    type_name: need.type_name(),
+                    queues: c.queues.clone(),
+                });
             }
         }
         let metrics = Arc::new(Metrics::default());

@@ -40,11 +40,7 @@ pub(super) struct LeaseThreadHandle {
 
 impl LeaseThread {
     pub(super) fn spawn(self) -> Result<LeaseThreadHandle> {
-        let cannot = |e: std::io::Error| {
-            Error::Config(format!(
-                "cannot start the worker's lease thread: {e}; the process is out of threads or memory"
-            ))
-        };
+        let cannot = Error::WorkerStart;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
