@@ -20,16 +20,18 @@ mod store;
 pub mod testing;
 mod worker;
 
-pub use data::{Data, DataNeed, FromJobContext};
+pub use data::{Data, DataNeed};
 pub use enqueue::EnqueueOptions;
 pub use error::{BoxError, Error, JobError, JobRef, Result};
-pub use job::{CancelReason, IntoJobResult, Job, JobContext, JobOptions};
+pub use job::{CancelReason, FromJobContext, IntoJobResult, Job, JobContext, JobOptions};
 pub use metrics::MetricsSnapshot;
-pub use model::{CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats, RunningJob};
+pub use model::{
+    CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats, Retention, RunningJob,
+};
 pub use queue::{redact_url, Queue, QueueConfig};
 pub use retry::Backoff;
 pub use store::ServerInfo;
-pub use worker::{shutdown_signal, Retention, Worker, WorkerBuilder, WorkerHandle};
+pub use worker::{shutdown_signal, Worker, WorkerBuilder, WorkerHandle};
 
 /// The steps of the claim protocol (claim, renew, complete, finish, reclaim, promote) and
 /// the statements whose query plans the protocol relies on, for this workspace's own
@@ -49,8 +51,7 @@ pub mod __store {
 /// What `#[job]` expands to uses these paths. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::data::FromJobContext;
-    pub use crate::job::IntoJobResult;
+    pub use crate::job::{FromJobContext, IntoJobResult};
     pub use crate::key::{derived_task_key, fit_key};
     pub use crate::registry::{JobDescriptor, RunFuture};
     pub use ::inventory;

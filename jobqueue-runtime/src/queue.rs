@@ -236,7 +236,7 @@ impl Queue {
             config.statement_cache_capacity
         };
         let per_process = u64::from(pool.options().get_max_connections()) * per_connection as u64
-            + 2 * crate::Worker::LEASE_STORE_STATEMENTS as u64;
+            + 2 * crate::store::LEASE_STORE_STATEMENTS as u64;
         server.warn_on_statement_headroom(per_process);
         // Connecting to a database that still needs `migrate` is the normal first step of
         // migrating it, so a missing or old schema is only logged here (a warning would

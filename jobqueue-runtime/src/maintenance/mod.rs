@@ -9,10 +9,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
 use crate::metrics::Metrics;
+use crate::model::Retention;
 use crate::queue::Queue;
 use crate::retry::jitter;
 use crate::store::Store;
-use crate::worker::Retention;
 
 mod periodic;
 mod promote;

@@ -21,6 +21,10 @@ use crate::error::{server_code, Error, Result};
 use crate::metrics::Metrics;
 use crate::retry::{conflict_delay, is_transient};
 
+/// Server-side prepared statements each of a worker's two lease-store connections
+/// (renewals and outcomes) keeps: every statement they send fits, so none is prepared twice.
+pub(crate) const LEASE_STORE_STATEMENTS: usize = 16;
+
 /// How many times a transaction is retried after a deadlock or lock wait timeout.
 pub(crate) const CONFLICT_RETRIES: u32 = 8;
 

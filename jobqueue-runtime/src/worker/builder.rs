@@ -9,6 +9,7 @@ use super::{Worker, QUEUE_CALL_TIMEOUT};
 use crate::data::DataMap;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::model::Retention;
 use crate::queue::Queue;
 use crate::registry::Registry;
 use crate::store::Store;
@@ -29,60 +30,6 @@ pub(super) struct Config {
     pub(super) owner: String,
     pub(super) unrunnable_deadline: Duration,
     pub(super) max_lease_expiries: u32,
-}
-
-/// How long finished jobs stay in the table before maintenance deletes them. `None` keeps
-/// them forever.
-///
-/// A task key blocks a second enqueue for as long as its row exists, so `done` is also the
-/// window in which a repeated enqueue is recognised as a duplicate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Retention {
-    /// Done jobs. Default 7 days.
-    pub done: Option<Duration>,
-    /// Cancelled jobs. Default 7 days.
-    pub cancelled: Option<Duration>,
-    /// Failed jobs, kept longer for a post-mortem. Default 30 days.
-    pub failed: Option<Duration>,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        const DAY: u64 = 24 * 3600;
-        Retention {
-            done: Some(Duration::from_secs(7 * DAY)),
-            cancelled: Some(Duration::from_secs(7 * DAY)),
-            failed: Some(Duration::from_secs(30 * DAY)),
-        }
-    }
-}
-
-impl Retention {
-    /// Keeps every finished job (pruning only by hand or with the CLI).
-    pub const FOREVER: Retention = Retention {
-        done: None,
-        cancelled: None,
-        failed: None,
-    };
-
-    /// Sets how long done jobs stay.
-    pub fn done(mut self, keep: Option<Duration>) -> Self {
-        self.done = keep;
-        self
-    }
-
-    /// Sets how long cancelled jobs stay.
-    pub fn cancelled(mut self, keep: Option<Duration>) -> Self {
-        self.cancelled = keep;
-        self
-    }
-
-    /// Sets how long failed jobs stay.
-    pub fn failed(mut self, keep: Option<Duration>) -> Self {
-        self.failed = keep;
-        self
-    }
 }
 
 /// Builds a [`Worker`]. Every setting has a default; [`WorkerBuilder::build`] checks them.

@@ -28,7 +28,7 @@ mod writer;
 
 use crate::maintenance::{maintenance_loop, Maintenance, Scheduler};
 use builder::Config;
-pub use builder::{Retention, WorkerBuilder};
+pub use builder::WorkerBuilder;
 use claim_loop::{drain, Running};
 use lease::Leases;
 use lease_thread::LeaseThread;
@@ -140,7 +140,7 @@ impl Worker {
     /// (renewals and outcomes) keeps: every statement they send fits, so none is prepared
     /// twice. See [`QueueConfig::statement_cache_capacity`](crate::QueueConfig::statement_cache_capacity)
     /// for the bound per process.
-    pub const LEASE_STORE_STATEMENTS: usize = 16;
+    pub const LEASE_STORE_STATEMENTS: usize = crate::store::LEASE_STORE_STATEMENTS;
 
     /// A handle to stop this worker and read its counters while it runs.
     pub fn handle(&self) -> WorkerHandle {
