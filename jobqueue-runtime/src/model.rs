@@ -12,7 +12,9 @@ use chrono::NaiveDateTime;
 use crate::error::{Error, Result};
 
 /// A job's state. See the README's state diagram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Serialised as the lowercase name stored in the `status` column (`"ready"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum JobStatus {
     /// Waiting for `run_at`: a delayed job, or a retry waiting out its backoff.
     Scheduled,
@@ -69,8 +71,8 @@ impl FromStr for JobStatus {
     }
 }
 
-/// One row of `job_queue`, as [`Queue::job`] reads it.
-#[derive(Debug, Clone)]
+/// One row of `job_queue`, as [`Queue::job`](crate::Queue::job) reads it.
+#[derive(Debug, Clone, serde::Serialize)]
 #[non_exhaustive]
 pub struct JobRecord {
     /// The job's id.
@@ -119,7 +121,8 @@ pub struct JobRecord {
 /// Not `#[must_use]`: a duplicate is already logged, and the job runs once either way, so
 /// `queue.enqueue(job).await?;` is a complete statement. Match on it where a duplicate
 /// matters to the caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Enqueued {
     /// A new job was inserted with this id.
     New(u64),
@@ -147,8 +150,9 @@ impl Enqueued {
     }
 }
 
-/// What [`Queue::cancel`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What [`Queue::cancel`](crate::Queue::cancel) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum CancelOutcome {
     /// The job had not started: it is `cancelled` now and will never run.
@@ -160,7 +164,7 @@ pub enum CancelOutcome {
     AlreadyFinished(JobStatus),
 }
 
-/// A filter for [`Queue::list`] and the bulk actions.
+/// A filter for [`Queue::list`](crate::Queue::list) and the bulk actions.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct JobFilter {
@@ -259,7 +263,7 @@ pub(crate) struct NewJob {
     pub(crate) delay_us: i64,
 }
 
-/// What one [`Store::schedule_ticks`] pass did for a periodic kind.
+/// What one [`Store::schedule_ticks`](crate::store::Store::schedule_ticks) pass did for a periodic kind.
 #[derive(Debug)]
 pub(crate) enum TickPass {
     /// Another node holds the kind's row at this moment; it does this pass's work.
@@ -313,7 +317,7 @@ pub enum EmptyClaim {
     Paused,
 }
 
-/// How a running job's attempt ends, as written by [`Store::finish`].
+/// How a running job's attempt ends, as written by [`Store::finish`](crate::store::Store::finish).
 #[derive(Debug, Clone)]
 pub enum Finish {
     /// Back to `scheduled`, due after `delay`; to `cancelled` instead if an operator's
@@ -433,5 +437,38 @@ impl Retention {
     pub fn failed(mut self, keep: Option<Duration>) -> Self {
         self.failed = keep;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_serialise_as_stored_and_parse_back() {
+        for status in JobStatus::ALL {
+            let json = serde_json::to_value(status).unwrap();
+            assert_eq!(json, serde_json::Value::from(status.as_str()));
+            assert_eq!(status.as_str().parse::<JobStatus>().unwrap(), status);
+        }
+        assert!(matches!(
+            "paused".parse::<JobStatus>(),
+            Err(Error::UnknownStatus(s)) if s == "paused"
+        ));
+    }
+
+    #[test]
+    fn operator_records_serialise_for_a_dashboard() {
+        let outcome =
+            serde_json::to_value(CancelOutcome::AlreadyFinished(JobStatus::Done)).unwrap();
+        assert_eq!(outcome, serde_json::json!({ "already_finished": "done" }));
+        let stats = serde_json::to_value(QueueStats {
+            queue: "default".into(),
+            ready: 3,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(stats["queue"], "default");
+        assert_eq!(stats["ready"], 3);
     }
 }

@@ -163,7 +163,7 @@ impl WorkerBuilder {
 
     /// Gives the worker's jobs a shared value: a job function takes it as a
     /// [`Data<T>`](crate::Data) parameter (a clone per run), or reads it with
-    /// [`JobContext::data`]. One value per type; a second call with the same type replaces
+    /// [`JobContext::data`](crate::JobContext::data). One value per type; a second call with the same type replaces
     /// the first. The worker's own [`Queue`] is always there, for follow-up jobs.
     ///
     /// Use it for what would otherwise be a `static`: the application's pool, an HTTP
