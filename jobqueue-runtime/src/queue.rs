@@ -4,13 +4,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::Executor;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::store::{server, ServerInfo, Store};
+use crate::store::{server, LeaseConnect, ServerInfo, Store};
 
 /// Settings of a [`Queue`]. Every field has a documented default.
 #[derive(Debug, Clone)]
@@ -56,14 +55,6 @@ pub struct QueueConfig {
     /// its session, and its next statement fails.
     pub idle_transaction_timeout: Option<Duration>,
 }
-
-/// The `wait_timeout` set on MySQL, which has no idle-transaction timeout, when
-/// [`QueueConfig::idle_transaction_timeout`] is shorter.
-const MYSQL_MIN_WAIT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-
-/// How long an idle connection stays in the pool: below [`MYSQL_MIN_WAIT_TIMEOUT`], so that
-/// the pool, not the server, closes idle connections.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 60);
 
 impl Default for QueueConfig {
     fn default() -> Self {
@@ -166,38 +157,13 @@ impl Queue {
             .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0))
             .map(|s| s.max(1));
         let probe = options.clone();
-        let pool = MySqlPoolOptions::new()
-            .max_connections(config.max_connections)
-            .acquire_timeout(config.acquire_timeout)
-            .max_lifetime(config.max_lifetime)
-            .idle_timeout(POOL_IDLE_TIMEOUT)
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    // Claims and maintenance must run at READ COMMITTED: under REPEATABLE
-                    // READ their range scans take gap locks that deadlock with concurrent
-                    // inserts.
-                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                        .await?;
-                    if let Some(secs) = idle_secs {
-                        set_idle_transaction_timeout(conn, secs).await?;
-                    }
-                    Ok(())
-                })
-            })
-            // A connection can come back to the pool inside a transaction the driver does
-            // not know about (a future dropped between `BEGIN` and the driver's
-            // bookkeeping). A ROLLBACK before each use ends any such transaction, so that a
-            // later autocommit statement is not swallowed by it; it costs the same one round
-            // trip as the ping it replaces, and fails just as a ping would on a dead
-            // connection.
-            .test_before_acquire(false)
-            .before_acquire(|conn, _meta| {
-                Box::pin(async move {
-                    conn.execute("ROLLBACK").await?;
-                    Ok(true)
-                })
-            })
-            .connect_with(options);
+        let pool = crate::store::connect::connect_pool(
+            options,
+            config.max_connections,
+            config.acquire_timeout,
+            config.max_lifetime,
+            idle_secs,
+        );
         let pool = match pool.await {
             Ok(pool) => pool,
             Err(e) => return Err(connect_error(e, url, probe).await),
@@ -303,12 +269,38 @@ impl Queue {
     /// this workspace's protocol tests. Not a stable API.
     #[doc(hidden)]
     pub fn store(&self) -> Store {
-        Store {
-            pool: self.inner.pool.clone(),
-            set_isolation: self.inner.set_isolation,
-            metrics: self.inner.metrics.clone(),
-            call_timeout: None,
+        Store::new(
+            self.inner.pool.clone(),
+            self.inner.set_isolation,
+            self.inner.metrics.clone(),
+            None,
+        )
+    }
+
+    /// A store on this queue's pool for a worker: its own counters, and every call bounded
+    /// by `call_timeout`.
+    pub(crate) fn worker_store(&self, metrics: Arc<Metrics>, call_timeout: Duration) -> Store {
+        Store::new(
+            self.inner.pool.clone(),
+            self.inner.set_isolation,
+            metrics,
+            Some(call_timeout),
+        )
+    }
+
+    /// What a worker's lease store connects with: this pool's connect options, acquire
+    /// timeout and connection lifetime.
+    pub(crate) fn lease_connect_options(&self) -> LeaseConnect {
+        LeaseConnect {
+            options: (*self.inner.pool.connect_options()).clone(),
+            acquire_timeout: self.inner.config.acquire_timeout,
+            max_lifetime: self.inner.config.max_lifetime,
         }
+    }
+
+    /// Subscribes to the in-process wake-ups sent by enqueues, retries and resumes.
+    pub(crate) fn subscribe_wake(&self) -> watch::Receiver<u64> {
+        self.inner.wake.subscribe()
     }
 
     /// The embedded migrations not yet applied, as (version, description).
@@ -391,27 +383,6 @@ fn schema_unreadable(e: &Error) {
 
 /// The statement cache of a sqlx connection whose options do not set one.
 const SQLX_DEFAULT_STATEMENT_CACHE: usize = 100;
-
-/// Bounds how long a session may sit idle inside a transaction: MariaDB's
-/// `idle_transaction_timeout` where it exists; on MySQL, which lacks it (error 1193, unknown
-/// variable), `wait_timeout`, which ends any idle session, so never below 5 min.
-async fn set_idle_transaction_timeout(
-    conn: &mut sqlx::MySqlConnection,
-    secs: u64,
-) -> sqlx::Result<()> {
-    let mariadb = conn
-        .execute(format!("SET SESSION idle_transaction_timeout = {secs}").as_str())
-        .await;
-    match mariadb {
-        Err(e) if crate::error::server_code(&e) == Some(1193) => {
-            let secs = secs.max(MYSQL_MIN_WAIT_TIMEOUT.as_secs());
-            conn.execute(format!("SET SESSION wait_timeout = {secs}").as_str())
-                .await?;
-            Ok(())
-        }
-        other => other.map(|_| ()),
-    }
-}
 
 /// `url` with its password replaced by `***`, for messages and logs.
 ///

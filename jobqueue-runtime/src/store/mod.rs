@@ -186,6 +186,7 @@ pub(crate) fn timed_out(limit: Duration) -> sqlx::Error {
 // The steps of the protocol, one file each. Declared after the macros above, which they use.
 mod admin;
 mod claim;
+pub(crate) mod connect;
 mod decode;
 mod enqueue;
 mod lease;
@@ -195,6 +196,7 @@ mod outcome;
 pub(crate) mod server;
 
 pub use claim::CLAIM_SELECT;
+pub(crate) use connect::LeaseConnect;
 pub(crate) use decode::{fetch_job, record_from_row, text, JobLookup, JOB_COLUMNS};
 use enqueue::is_key_conflict;
 pub(crate) use enqueue::{insert, insert_many};

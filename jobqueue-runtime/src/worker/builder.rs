@@ -12,7 +12,6 @@ use crate::metrics::Metrics;
 use crate::model::Retention;
 use crate::queue::Queue;
 use crate::registry::Registry;
-use crate::store::Store;
 
 /// Settings of a [`Worker`]; see each [`WorkerBuilder`] method for its default.
 #[derive(Debug, Clone)]
@@ -232,12 +231,7 @@ impl WorkerBuilder {
         }
         let metrics = Arc::new(Metrics::default());
         Ok(Worker {
-            store: Store {
-                pool: self.queue.inner.pool.clone(),
-                set_isolation: self.queue.inner.set_isolation,
-                metrics: metrics.clone(),
-                call_timeout: Some(QUEUE_CALL_TIMEOUT),
-            },
+            store: self.queue.worker_store(metrics.clone(), QUEUE_CALL_TIMEOUT),
             queue: self.queue,
             config: Arc::new(self.config),
             registry: Arc::new(registry),

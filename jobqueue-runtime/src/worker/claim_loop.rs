@@ -44,7 +44,7 @@ impl Worker {
         jobs: &mut JoinSet<()>,
     ) {
         let cfg = &*self.config;
-        let mut wake = self.queue.inner.wake.subscribe();
+        let mut wake = self.queue.subscribe_wake();
         let mut signal = std::pin::pin!(signal);
         let mut idle_delay = cfg.poll_min;
         let mut error_delay = Duration::from_millis(100);

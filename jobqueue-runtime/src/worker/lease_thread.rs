@@ -2,7 +2,6 @@
 //! that renews leases and writes outcomes whatever the jobs do to their threads.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -10,19 +9,16 @@ use tokio_util::sync::CancellationToken;
 use super::lease::{self, Leases};
 use super::outcome::Report;
 use super::writer::{write_outcomes, WRITE_TIMEOUT};
-use super::Worker;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{LeaseConnect, Store};
 
 /// What the lease thread needs: it renews the worker's leases and writes the outcomes of its
 /// jobs, on an OS thread of its own with a single-threaded runtime and a pool of two
 /// connections of its own. Job code that blocks its thread or hogs the CPU, or uses up the
 /// queue's pool, cannot delay a renewal there.
 pub(super) struct LeaseThread {
-    pub(super) connect: sqlx::mysql::MySqlConnectOptions,
-    pub(super) acquire_timeout: Duration,
-    pub(super) max_lifetime: Duration,
+    pub(super) connect: LeaseConnect,
     pub(super) owner: String,
     pub(super) leases: Leases,
     pub(super) metrics: Arc<Metrics>,
@@ -65,35 +61,7 @@ impl LeaseThread {
     }
 
     async fn run(self, writer_done: tokio::sync::oneshot::Sender<()>) {
-        // READ COMMITTED, as for every queue session; and lock waits that end after 1 s: a
-        // renewal skips rows other sessions lock, and a statement abandoned after a timeout
-        // must not go on holding locks of its own for long on the server.
-        let pool = sqlx::mysql::MySqlPoolOptions::new()
-            .max_connections(2)
-            .acquire_timeout(self.acquire_timeout)
-            .max_lifetime(self.max_lifetime)
-            .after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    sqlx::Executor::execute(
-                        &mut *conn,
-                        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-                    )
-                    .await?;
-                    sqlx::Executor::execute(conn, "SET SESSION innodb_lock_wait_timeout = 1")
-                        .await?;
-                    Ok(())
-                })
-            })
-            .connect_lazy_with(
-                self.connect
-                    .statement_cache_capacity(Worker::LEASE_STORE_STATEMENTS),
-            );
-        let store = Store {
-            pool,
-            set_isolation: false,
-            metrics: self.metrics.clone(),
-            call_timeout: None,
-        };
+        let store = Store::lease_store(self.connect, self.metrics.clone());
         let renewer = tokio::spawn(lease::renew_loop(
             store.clone(),
             self.owner.clone(),
@@ -113,6 +81,6 @@ impl LeaseThread {
         let _ = renewer.await;
         // Closing waits for nothing that can hang: every call is bounded, and a connection
         // given up on is closed at once.
-        store.pool.close().await;
+        store.close().await;
     }
 }

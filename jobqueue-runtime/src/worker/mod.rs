@@ -209,9 +209,7 @@ impl Worker {
         let background = CancellationToken::new();
         let (report_tx, report_rx) = mpsc::channel::<Report>(cfg.concurrency * 4 + 16);
         let lease_thread = LeaseThread {
-            connect: (*self.queue.inner.pool.connect_options()).clone(),
-            acquire_timeout: self.queue.inner.config.acquire_timeout,
-            max_lifetime: self.queue.inner.config.max_lifetime,
+            connect: self.queue.lease_connect_options(),
             owner: cfg.owner.clone(),
             leases: leases.clone(),
             metrics: self.metrics.clone(),
