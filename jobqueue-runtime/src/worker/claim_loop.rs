@@ -3,22 +3,22 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::time::Duration;
 
 use futures_util::FutureExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::execute::{panic_message, run_one};
 use super::lease::{Held, Leases};
 use super::outcome::{decide, Report};
+use super::pacer::Pacer;
 use super::Worker;
 use crate::error::Result;
 use crate::job::{CancelReason, JobContext};
 use crate::model::{Claimed, EmptyClaim};
-use crate::retry::jitter;
 
 /// What the claim loop hands to each job it starts.
 pub(super) struct Running<'a> {
@@ -46,22 +46,9 @@ impl Worker {
         let cfg = &*self.config;
         let mut wake = self.queue.subscribe_wake();
         let mut signal = std::pin::pin!(signal);
-        let mut idle_delay = cfg.poll_min;
-        let mut error_delay = Duration::from_millis(100);
-        let mut in_outage = false;
-        // Claim at once on start; afterwards when woken, polled, or a slot frees while the
-        // last claim filled every slot (more may be waiting).
-        let mut want_claim = true;
-        let mut saturated = false;
-        let mut next_poll = tokio::time::Instant::now();
-        // After a full claim, a freed slot is refilled once every slot is free, or one
-        // claim's duration after the first one freed, whichever comes first: jobs that finish
-        // together are then claimed for together, in one transaction instead of one per
-        // slot, and no slot waits longer than a claim would have kept it waiting anyway.
-        let mut refill_at: Option<tokio::time::Instant> = None;
-        let mut claim_took = Duration::ZERO;
+        let mut pacer = Pacer::new(cfg.poll_min, cfg.poll_max, Instant::now());
         loop {
-            if want_claim {
+            if pacer.wants_claim() {
                 // Free the slots of every job that has finished, not only the one that woke
                 // us, so that one claim fills them all.
                 while let Some(joined) = jobs.try_join_next() {
@@ -70,40 +57,26 @@ impl Worker {
                     }
                 }
             }
-            if want_claim && jobs.len() < cfg.concurrency {
-                want_claim = false;
-                refill_at = None;
+            if pacer.wants_claim() && jobs.len() < cfg.concurrency {
+                pacer.claim_started();
                 let free = cfg.concurrency - jobs.len();
-                let began = tokio::time::Instant::now();
+                let began = Instant::now();
                 let result = self.claim(free, run, jobs).await;
-                claim_took = began.elapsed().min(cfg.poll_min);
+                let took = began.elapsed();
                 match result {
                     Ok(n) => {
-                        if in_outage {
+                        if pacer.claimed(n, free, took, Instant::now()) {
                             tracing::info!("database reachable again; claiming resumed");
-                            in_outage = false;
-                        }
-                        error_delay = Duration::from_millis(100);
-                        if n == 0 {
-                            next_poll = tokio::time::Instant::now() + jitter(idle_delay, 0.2);
-                            idle_delay = (idle_delay * 2).min(cfg.poll_max);
-                        } else {
-                            idle_delay = cfg.poll_min;
-                            saturated = n == free;
-                            // A partial batch drained the queue for now: poll soon after.
-                            next_poll = tokio::time::Instant::now() + cfg.poll_min;
                         }
                     }
                     Err(e) => {
-                        in_outage = true;
+                        let retry_in = pacer.claim_failed(took, Instant::now());
                         self.metrics.add(
                             &self.metrics.database_errors,
                             "jobqueue_database_errors_total",
                             1,
                         );
-                        tracing::error!(error = %e, retry_in = ?error_delay, "claim failed; retrying");
-                        next_poll = tokio::time::Instant::now() + jitter(error_delay, 0.2);
-                        error_delay = (error_delay * 2).min(Duration::from_secs(10));
+                        tracing::error!(error = %e, retry_in = ?retry_in, "claim failed; retrying");
                     }
                 }
             }
@@ -115,27 +88,19 @@ impl Worker {
                     if let Err(e) = joined {
                         tracing::error!(error = %e, "a job task ended abnormally");
                     }
-                    if saturated {
-                        if jobs.is_empty() {
-                            want_claim = true;
-                        } else if refill_at.is_none() {
-                            refill_at = Some(tokio::time::Instant::now() + claim_took);
-                        }
-                    }
+                    pacer.job_finished(jobs.is_empty(), Instant::now());
                 }
-                _ = tokio::time::sleep_until(refill_at.unwrap_or(next_poll)), if refill_at.is_some() => {
-                    refill_at = None;
-                    want_claim = true;
+                _ = tokio::time::sleep_until(pacer.refill_at().unwrap_or(pacer.next_poll())), if pacer.refill_at().is_some() => {
+                    pacer.refill_due();
                 }
                 changed = wake.changed() => {
                     if changed.is_ok() {
-                        want_claim = true;
-                        idle_delay = cfg.poll_min;
+                        pacer.woken();
                     }
                 }
                 // With every slot busy there is nothing to poll for: a finished job wakes us.
-                _ = tokio::time::sleep_until(next_poll), if jobs.len() < cfg.concurrency => {
-                    want_claim = true;
+                _ = tokio::time::sleep_until(pacer.next_poll()), if jobs.len() < cfg.concurrency => {
+                    pacer.poll_due();
                 }
             }
         }

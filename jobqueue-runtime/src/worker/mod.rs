@@ -24,6 +24,7 @@ mod execute;
 mod lease;
 mod lease_thread;
 mod outcome;
+mod pacer;
 mod writer;
 
 use crate::maintenance::{maintenance_loop, Maintenance, Scheduler};

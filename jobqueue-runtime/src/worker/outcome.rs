@@ -135,4 +135,114 @@ mod tests {
             "{outcome:?}"
         );
     }
+
+    /// What `decide` writes for each way a run can end, on a middle and on the last attempt,
+    /// and with each reason the job may have been cancelled for.
+    #[test]
+    fn the_decision_table() {
+        use crate::error::JobError;
+        use crate::registry::RunError;
+
+        #[derive(Debug, PartialEq)]
+        enum W {
+            Done,
+            Retry(String),
+            Fail(String),
+            Cancelled(String),
+            HandBack,
+            Defer,
+            Nothing,
+        }
+        fn write(o: Option<Outcome>) -> W {
+            match o {
+                None => W::Nothing,
+                Some(Outcome::Done) => W::Done,
+                Some(Outcome::Finish(Finish::Retry { error, delay })) => {
+                    assert!(delay > Duration::ZERO);
+                    W::Retry(error)
+                }
+                Some(Outcome::Finish(Finish::Fail { error })) => W::Fail(error),
+                Some(Outcome::Finish(Finish::Cancelled { error })) => W::Cancelled(error),
+                Some(Outcome::Finish(Finish::HandBack)) => W::HandBack,
+                Some(Outcome::Finish(Finish::Defer { .. })) => W::Defer,
+            }
+        }
+        let retryable = || Ran::Finished(Err(RunError::Job(JobError::retryable("boom"))));
+        let permanent = || Ran::Finished(Err(RunError::Job(JobError::permanent("bad input"))));
+        let case = |ran: Ran, attempt: u32, reason: Option<CancelReason>| {
+            let c = ctx(attempt, 3);
+            if let Some(r) = reason {
+                c.cancel(r);
+            }
+            write(decide(ran, &c, None, DAY))
+        };
+        use CancelReason::{LeaseLost, Requested, Shutdown};
+        let table = [
+            (case(Ran::Finished(Ok(())), 1, None), W::Done),
+            (case(Ran::Finished(Ok(())), 3, Some(Requested)), W::Done),
+            (case(retryable(), 1, None), W::Retry("boom".into())),
+            (
+                case(retryable(), 3, None),
+                W::Fail("boom (attempt 3 of 3)".into()),
+            ),
+            (
+                case(retryable(), 1, Some(Requested)),
+                W::Cancelled("boom".into()),
+            ),
+            (case(retryable(), 1, Some(Shutdown)), W::HandBack),
+            (case(retryable(), 3, Some(Shutdown)), W::HandBack),
+            (
+                case(permanent(), 1, None),
+                W::Fail("bad input (permanent error, not retried)".into()),
+            ),
+            (
+                case(permanent(), 1, Some(Requested)),
+                W::Cancelled("bad input".into()),
+            ),
+            (case(permanent(), 1, Some(Shutdown)), W::HandBack),
+            (
+                case(Ran::Panicked("oops".into()), 1, None),
+                W::Retry("job panicked: oops".into()),
+            ),
+            (
+                case(Ran::Panicked("oops".into()), 3, None),
+                W::Fail("job panicked: oops (attempt 3 of 3)".into()),
+            ),
+            (
+                case(Ran::TimedOut(Duration::from_secs(2)), 2, None),
+                W::Retry("timed out after 2s".into()),
+            ),
+            (
+                case(Ran::TimedOut(Duration::from_secs(2)), 2, Some(Requested)),
+                W::Cancelled("timed out after 2s".into()),
+            ),
+            (
+                case(Ran::Abandoned { hand_back: true }, 3, Some(Shutdown)),
+                W::HandBack,
+            ),
+            (
+                case(Ran::Abandoned { hand_back: false }, 1, Some(LeaseLost)),
+                W::Nothing,
+            ),
+            (
+                case(
+                    Ran::Finished(Err(RunError::Payload("no field `x`".into()))),
+                    1,
+                    None,
+                ),
+                W::Fail("no field `x`".into()),
+            ),
+            (
+                case(Ran::Unrunnable("unknown kind".into()), 3, None),
+                W::Defer,
+            ),
+            (
+                case(Ran::Unreadable("not JSON".into()), 1, None),
+                W::Fail("not JSON".into()),
+            ),
+        ];
+        for (i, (got, want)) in table.into_iter().enumerate() {
+            assert_eq!(got, want, "row {i}");
+        }
+    }
 }
