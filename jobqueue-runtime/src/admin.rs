@@ -40,8 +40,7 @@ impl Queue {
 
     /// Figures per queue (every queue with at least one job, plus paused ones).
     pub async fn stats(&self) -> Result<Vec<QueueStats>> {
-        let paused = self.paused_queues().await?;
-        self.store().stats(&paused).await
+        self.store().stats().await
     }
 
     /// Running jobs with their owners and lease time left, oldest lease first.

@@ -187,8 +187,8 @@ impl Store {
         Ok(n as u64)
     }
 
-    /// Figures per queue (every queue with at least one job, plus `paused` ones).
-    pub(crate) async fn stats(&self, paused: &[String]) -> Result<Vec<QueueStats>> {
+    /// Figures per queue (every queue with at least one job, plus paused ones).
+    pub(crate) async fn stats(&self) -> Result<Vec<QueueStats>> {
         let rows = sqlx::query(
             "SELECT queue, CAST(status AS CHAR), COUNT(*) FROM job_queue GROUP BY queue, status ORDER BY queue",
         )
@@ -220,8 +220,8 @@ impl Store {
                 JobStatus::Cancelled => s.cancelled = n,
             }
         }
-        for q in paused {
-            entry(&mut out, q).paused = true;
+        for q in self.paused_queues_sorted().await? {
+            entry(&mut out, &q).paused = true;
         }
         for s in &mut out {
             let r = sqlx::query(
