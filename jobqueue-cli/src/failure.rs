@@ -109,8 +109,8 @@ fn explain_queue_error(e: &jobqueue::Error, t: &Target) -> String {
             }
         }
         // The runtime's configuration messages already say what to do.
-        Error::Config(msg) => msg.clone(),
-        Error::NotFound(what) => {
+        Error::Config(msg) | Error::InvalidSetting { reason: msg, .. } => msg.clone(),
+        Error::JobNotFound(what) => {
             format!("no job {what} in database {db}; `jobqueue list` shows the jobs there are")
         }
         other => other.to_string(),

@@ -1,7 +1,7 @@
 //! `jobqueue list` and `jobqueue show`: jobs as rows, and one job in full.
 
 use chrono::NaiveDateTime;
-use jobqueue::{Error, JobFilter, JobRecord, JobStatus, Queue};
+use jobqueue::{Error, JobFilter, JobRecord, JobRef, JobStatus, Queue};
 use serde_json::{json, Value};
 
 use crate::failure::Failure;
@@ -113,10 +113,10 @@ pub(crate) enum Lookup {
 /// Reads one job, or fails with "no job ...".
 pub(crate) async fn fetch(queue: &Queue, lookup: &Lookup) -> Result<JobRecord, Failure> {
     let (job, what) = match lookup {
-        Lookup::Id(id) => (queue.job(*id).await?, format!("with id {id}")),
-        Lookup::Key(key) => (queue.job_by_key(key).await?, format!("with key {key:?}")),
+        Lookup::Id(id) => (queue.job(*id).await?, JobRef::Id(*id)),
+        Lookup::Key(key) => (queue.job_by_key(key).await?, JobRef::Key(key.clone())),
     };
-    job.ok_or_else(|| Failure::Queue(Error::NotFound(what)))
+    job.ok_or_else(|| Failure::Queue(Error::JobNotFound(what)))
 }
 
 /// Prints one job in full.

@@ -64,11 +64,10 @@ impl Target {
             .split_once("://")
             .map(|(s, _)| s.to_ascii_lowercase());
         if !matches!(scheme.as_deref(), Some("mysql" | "mariadb")) {
-            return Err(jobqueue::Error::Config(format!(
-                "the database URL {} is not a MySQL or MariaDB URL; expected \
-                 mysql://user:password@host:port/database",
-                self.redacted
-            )));
+            return Err(jobqueue::Error::InvalidUrl {
+                url: self.redacted.clone(),
+                reason: "it is not a MySQL or MariaDB URL".into(),
+            });
         }
         let config = QueueConfig::default()
             .max_connections(2)

@@ -16,9 +16,6 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use crate::error::JobError;
-use crate::job::JobContext;
-
 /// A value the worker was given with [`WorkerBuilder::data`](crate::WorkerBuilder::data),
 /// as a parameter of a job function: a pool, an HTTP client, a configuration.
 ///
@@ -100,37 +97,6 @@ impl DataNeed {
 impl fmt::Debug for DataNeed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("DataNeed").field(&self.type_name()).finish()
-    }
-}
-
-/// A parameter of a job function that the worker provides rather than the payload.
-/// Implemented by [`Data<T>`]; `#[job]` uses it for parameters of that type.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not state a worker can hand to a job",
-    label = "use `Data<T>` for a value given to the worker with `.data(value)`",
-    note = "the shared value must be `Clone + Send + Sync + 'static`; wrap it in an `Arc` if it is not `Clone`"
-)]
-pub trait FromJobContext: Sized {
-    /// The type the worker must hold.
-    const NEED: DataNeed;
-
-    /// Takes the value from the context; an error if the worker was not given it.
-    fn from_job_context(ctx: &JobContext) -> Result<Self, JobError>;
-}
-
-impl<T: Clone + Send + Sync + 'static> FromJobContext for Data<T> {
-    const NEED: DataNeed = DataNeed::of::<T>();
-
-    fn from_job_context(ctx: &JobContext) -> Result<Self, JobError> {
-        match ctx.data::<T>() {
-            Some(value) => Ok(Data(value.clone())),
-            // Another worker may have it: retry rather than fail for good.
-            None => Err(JobError::retryable(format!(
-                "job `{}` needs `Data<{}>`, which this worker was not given; call `.data(value)` on its `Worker::builder`",
-                ctx.kind(),
-                std::any::type_name::<T>()
-            ))),
-        }
     }
 }
 

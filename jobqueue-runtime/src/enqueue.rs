@@ -8,41 +8,9 @@ use sqlx::mysql::MySqlConnection;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::key::{validate_key, validate_queue};
+use crate::model::{Enqueued, NewJob};
 use crate::queue::Queue;
-use crate::store::{self, NewJob};
-
-/// What an enqueue did.
-///
-/// Not `#[must_use]`: a duplicate is already logged, and the job runs once either way, so
-/// `queue.enqueue(job).await?;` is a complete statement. Match on it where a duplicate
-/// matters to the caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Enqueued {
-    /// A new job was inserted with this id.
-    New(u64),
-    /// A job with the same task key exists already (this id); nothing was inserted and the
-    /// job will not run twice.
-    Duplicate(u64),
-}
-
-impl Enqueued {
-    /// The id of the job: the new one, or the existing one a duplicate refers to.
-    pub fn id(self) -> u64 {
-        match self {
-            Enqueued::New(id) | Enqueued::Duplicate(id) => id,
-        }
-    }
-
-    /// Whether a new job was inserted.
-    pub fn is_new(self) -> bool {
-        matches!(self, Enqueued::New(_))
-    }
-
-    /// Whether the task key existed already.
-    pub fn is_duplicate(self) -> bool {
-        matches!(self, Enqueued::Duplicate(_))
-    }
-}
+use crate::store;
 
 /// Per-enqueue overrides of the kind's defaults.
 ///
@@ -234,9 +202,10 @@ impl Queue {
         options: &EnqueueOptions,
     ) -> Result<Vec<NewJob>> {
         if options.key.is_some() {
-            return Err(Error::Config(
-                "a bulk enqueue cannot share one explicit `key` among its jobs; leave `key` unset or enqueue one by one".into(),
-            ));
+            return Err(Error::InvalidSetting {
+                setting: "key",
+                reason: "a bulk enqueue cannot share one explicit `key` among its jobs; leave `key` unset or enqueue one by one".into(),
+            });
         }
         jobs.into_iter()
             .map(|j| self.prepare(&j, options))
@@ -266,10 +235,10 @@ impl Queue {
         }
         let max_attempts = options.max_attempts.unwrap_or(o.max_attempts);
         if max_attempts == 0 {
-            return Err(Error::Config(format!(
-                "job `{}`: `max_attempts` must be at least 1",
-                J::KIND
-            )));
+            return Err(Error::InvalidSetting {
+                setting: "max_attempts",
+                reason: format!("job `{}`: `max_attempts` must be at least 1", J::KIND),
+            });
         }
         let delay_us = options
             .delay
@@ -316,11 +285,14 @@ pub(crate) const MAX_LEASE: Duration = Duration::from_millis(u32::MAX as u64);
 /// refused rather than cut short without a word.
 pub(crate) fn lease_ms(kind: &str, lease: Duration) -> Result<u32> {
     u32::try_from(lease.as_millis()).map_err(|_| {
-        Error::Config(format!(
+        Error::InvalidSetting {
+            setting: "lease",
+            reason: format!(
             "job `{kind}`: a lease of {} s is longer than the longest the queue holds ({} s, about 49.7 days); \
              use a shorter `lease`: the worker renews it while the job runs, so a job may run far longer than its lease",
             lease.as_secs(),
             MAX_LEASE.as_secs()
-        ))
+        ),
+        }
     })
 }

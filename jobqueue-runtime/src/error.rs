@@ -82,9 +82,98 @@ pub enum Error {
         limit: usize,
     },
 
-    /// A setting is out of range or two settings contradict each other.
+    /// A setting, job option or argument is out of range, or two settings contradict each
+    /// other.
+    #[error("invalid configuration: {reason}")]
+    InvalidSetting {
+        /// The setting, option or argument at fault, as the API names it (`concurrency`,
+        /// `max_attempts`, `lease`, `status`...).
+        setting: &'static str,
+        /// What is wrong with it and how to fix it.
+        reason: String,
+    },
+
+    /// A cron schedule does not parse: an unknown time zone, or fields that are not a cron
+    /// expression. The message says what to write.
     #[error("invalid configuration: {0}")]
     Config(String),
+
+    /// The database URL does not parse, or is not a MySQL or MariaDB URL.
+    #[error("cannot parse the database URL ({url}): {reason}; expected mysql://user:password@host:port/database")]
+    InvalidUrl {
+        /// The URL, its password hidden.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The server requires TLS and the connection did not ask for it.
+    #[error("the server requires TLS (require_secure_transport=ON) and this connection did not use it ({url}): {source}; \
+             add `ssl-mode=VERIFY_CA&ssl-ca=/path/to/ca.pem` to the URL (the CA that signed the server's certificate), \
+             or `ssl-mode=REQUIRED` to encrypt without checking the certificate")]
+    TlsRequired {
+        /// The URL, its password hidden.
+        url: String,
+        /// The server's refusal.
+        #[source]
+        source: sqlx::Error,
+    },
+
+    /// The TLS handshake failed: a certificate not trusted, a host name that does not match,
+    /// or no TLS support compiled in.
+    #[error("the TLS connection to {url} failed: {source}; with `ssl-mode=VERIFY_CA` or `VERIFY_IDENTITY`, \
+             `ssl-ca` must name the CA that signed the server's certificate (and VERIFY_IDENTITY needs the URL's host in the certificate); \
+             TLS needs the `tls-rustls` (default) or `tls-native-tls` feature of jobqueue")]
+    TlsFailed {
+        /// The URL, its password hidden.
+        url: String,
+        /// The TLS error.
+        #[source]
+        source: sqlx::Error,
+    },
+
+    /// A job kind of the worker's queues takes a [`Data<T>`](crate::Data) the worker was not
+    /// given.
+    #[error("job `{kind}` needs `Data<{type_name}>`, which this worker (queues {queues:?}) was not given; call `.data(value)` with one on `Worker::builder`")]
+    MissingData {
+        /// The kind that needs it.
+        kind: String,
+        /// The type it needs.
+        type_name: &'static str,
+        /// The worker's queues.
+        queues: Vec<String>,
+    },
+
+    /// `migrate` ran as a user without DDL rights.
+    #[error("migrate needs DDL rights (CREATE, ALTER, INDEX, DROP) on the database, which this user lacks: {source}; run `migrate` as the migration user, and give workers only SELECT, INSERT, UPDATE, DELETE")]
+    MigratePermission {
+        /// The server's refusal.
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// The database has no jobqueue schema: `migrate` was never run on it.
+    #[error("database schema: the database has no jobqueue schema (nothing recorded in `job_queue_migrations`); {SCHEMA_FIX}")]
+    SchemaMissing,
+
+    /// The database's jobqueue schema is older than this library needs.
+    #[error("database schema: the database's jobqueue schema is at version {version}, but this version of the library needs {needed}; {SCHEMA_FIX}")]
+    SchemaTooOld {
+        /// The latest migration applied to the database.
+        version: i64,
+        /// The latest migration this library embeds.
+        needed: i64,
+    },
+
+    /// A stored status is none of the six a job can have.
+    #[error("unknown job status {0:?}; expected one of scheduled, ready, running, done, failed, cancelled")]
+    UnknownStatus(String),
+
+    /// The worker could not start its lease thread.
+    #[error(
+        "cannot start the worker's lease thread: {0}; the process is out of threads or memory"
+    )]
+    WorkerStart(#[source] std::io::Error),
 
     /// Two job kinds registered under the same name, or a kind that cannot run.
     #[error("job registry: {0}")]
@@ -96,7 +185,31 @@ pub enum Error {
 
     /// No job with that id or key exists.
     #[error("no job {0}")]
-    NotFound(String),
+    JobNotFound(JobRef),
+}
+
+/// How to fix a missing or old schema.
+const SCHEMA_FIX: &str =
+    "run `jobqueue migrate` (or call `Queue::migrate`) with a user that has DDL rights, \
+     or apply the SQL of `jobqueue migrate --print-sql` with your own migration tool";
+
+/// A job named by id or by task key, as [`Error::JobNotFound`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobRef {
+    /// By id.
+    Id(u64),
+    /// By task key.
+    Key(String),
+}
+
+impl fmt::Display for JobRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JobRef::Id(id) => write!(f, "with id {id}"),
+            JobRef::Key(key) => write!(f, "with key {key:?}"),
+        }
+    }
 }
 
 impl Error {
@@ -195,5 +308,37 @@ impl fmt::Display for JobError {
             source = cause.source();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod typed_error_tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_job_is_named_by_id_or_key() {
+        assert_eq!(
+            Error::JobNotFound(JobRef::Id(5)).to_string(),
+            "no job with id 5"
+        );
+        assert_eq!(
+            Error::JobNotFound(JobRef::Key("a:1".into())).to_string(),
+            "no job with key \"a:1\""
+        );
+    }
+
+    #[test]
+    fn schema_errors_say_how_to_fix_them() {
+        for e in [
+            Error::SchemaMissing,
+            Error::SchemaTooOld {
+                version: 1,
+                needed: 2,
+            },
+        ] {
+            let message = e.to_string();
+            assert!(message.contains("jobqueue migrate"), "{message}");
+            assert!(message.contains("--print-sql"), "{message}");
+        }
     }
 }

@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::data::{DataMap, DataNeed};
+use crate::data::{Data, DataMap, DataNeed};
 use crate::error::{JobError, Result};
 use crate::retry::Backoff;
 
@@ -292,5 +292,36 @@ impl IntoJobResult for () {
 impl<E: Into<JobError>> IntoJobResult for std::result::Result<(), E> {
     fn into_job_result(self) -> Result<(), JobError> {
         self.map_err(Into::into)
+    }
+}
+
+/// A parameter of a job function that the worker provides rather than the payload.
+/// Implemented by [`Data<T>`]; `#[job]` uses it for parameters of that type.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not state a worker can hand to a job",
+    label = "use `Data<T>` for a value given to the worker with `.data(value)`",
+    note = "the shared value must be `Clone + Send + Sync + 'static`; wrap it in an `Arc` if it is not `Clone`"
+)]
+pub trait FromJobContext: Sized {
+    /// The type the worker must hold.
+    const NEED: DataNeed;
+
+    /// Takes the value from the context; an error if the worker was not given it.
+    fn from_job_context(ctx: &JobContext) -> Result<Self, JobError>;
+}
+
+impl<T: Clone + Send + Sync + 'static> FromJobContext for Data<T> {
+    const NEED: DataNeed = DataNeed::of::<T>();
+
+    fn from_job_context(ctx: &JobContext) -> Result<Self, JobError> {
+        match ctx.data::<T>() {
+            Some(value) => Ok(Data(value.clone())),
+            // Another worker may have it: retry rather than fail for good.
+            None => Err(JobError::retryable(format!(
+                "job `{}` needs `Data<{}>`, which this worker was not given; call `.data(value)` on its `Worker::builder`",
+                ctx.kind(),
+                std::any::type_name::<T>()
+            ))),
+        }
     }
 }

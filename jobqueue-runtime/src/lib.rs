@@ -9,34 +9,49 @@ mod enqueue;
 mod error;
 mod job;
 pub mod key;
-mod lease;
+mod maintenance;
 mod metrics;
-mod migrate;
+mod model;
 mod queue;
 pub mod registry;
 mod retry;
-mod server;
-pub mod store;
+mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod worker;
 
-pub use admin::{CancelOutcome, JobFilter, QueueStats, RunningJob};
-pub use data::{Data, DataNeed, FromJobContext};
-pub use enqueue::{EnqueueOptions, Enqueued};
-pub use error::{BoxError, Error, JobError, Result};
-pub use job::{CancelReason, IntoJobResult, Job, JobContext, JobOptions};
+pub use data::{Data, DataNeed};
+pub use enqueue::EnqueueOptions;
+pub use error::{BoxError, Error, JobError, JobRef, Result};
+pub use job::{CancelReason, FromJobContext, IntoJobResult, Job, JobContext, JobOptions};
 pub use metrics::MetricsSnapshot;
-pub use queue::{redact_url, JobRecord, JobStatus, Queue, QueueConfig};
+pub use model::{
+    CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats, Retention, RunningJob,
+};
+pub use queue::{redact_url, Queue, QueueConfig};
 pub use retry::Backoff;
-pub use server::ServerInfo;
-pub use worker::{shutdown_signal, Retention, Worker, WorkerBuilder, WorkerHandle};
+pub use store::ServerInfo;
+pub use worker::{shutdown_signal, Worker, WorkerBuilder, WorkerHandle};
+
+/// The steps of the claim protocol (claim, renew, complete, finish, reclaim, promote) and
+/// the statements whose query plans the protocol relies on, for this workspace's own
+/// protocol tests. Not a stable API: it changes whenever the protocol does.
+#[doc(hidden)]
+pub mod __store {
+    pub use crate::model::{Claimed, EmptyClaim, Finish, LeaseState, Reclaimed};
+    pub use crate::store::{Store, DEFAULT_MAX_LEASE_EXPIRIES};
+
+    /// Statements that must be served by their index (no filesort, no full scan), for the
+    /// EXPLAIN tests.
+    pub mod statements {
+        pub use crate::store::{CLAIM_SELECT, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
+    }
+}
 
 /// What `#[job]` expands to uses these paths. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::data::FromJobContext;
-    pub use crate::job::IntoJobResult;
+    pub use crate::job::{FromJobContext, IntoJobResult};
     pub use crate::key::{derived_task_key, fit_key};
     pub use crate::registry::{JobDescriptor, RunFuture};
     pub use ::inventory;

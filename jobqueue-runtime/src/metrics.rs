@@ -70,8 +70,8 @@ impl Metrics {
         self.add(&self.claimed, "jobqueue_jobs_claimed_total", n);
     }
 
-    pub(crate) fn empty(&self, reason: crate::store::EmptyClaim) {
-        use crate::store::EmptyClaim::*;
+    pub(crate) fn empty(&self, reason: crate::model::EmptyClaim) {
+        use crate::model::EmptyClaim::*;
         let (field, label) = match reason {
             Idle => (&self.empty_idle, "idle"),
             Contended => (&self.empty_contended, "contended"),

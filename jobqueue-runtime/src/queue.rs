@@ -1,19 +1,15 @@
 //! [`Queue`]: the handle to the job table that enqueues, inspects and hands work to workers.
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::NaiveDateTime;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::{Executor, Row};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::server::{self, ServerInfo};
-use crate::store::{self, Store};
+use crate::store::{server, LeaseConnect, ServerInfo, Store};
 
 /// Settings of a [`Queue`]. Every field has a documented default.
 #[derive(Debug, Clone)]
@@ -59,14 +55,6 @@ pub struct QueueConfig {
     /// its session, and its next statement fails.
     pub idle_transaction_timeout: Option<Duration>,
 }
-
-/// The `wait_timeout` set on MySQL, which has no idle-transaction timeout, when
-/// [`QueueConfig::idle_transaction_timeout`] is shorter.
-const MYSQL_MIN_WAIT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-
-/// How long an idle connection stays in the pool: below [`MYSQL_MIN_WAIT_TIMEOUT`], so that
-/// the pool, not the server, closes idle connections.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 60);
 
 impl Default for QueueConfig {
     fn default() -> Self {
@@ -158,50 +146,24 @@ impl Queue {
 
     /// Connects with explicit settings.
     pub async fn connect_with(url: &str, config: QueueConfig) -> Result<Queue> {
-        let options: MySqlConnectOptions = url.parse().map_err(|e: sqlx::Error| {
-            Error::Config(format!(
-                "cannot parse the database URL ({}): {e}; expected mysql://user:password@host:port/database",
-                redact_url(url)
-            ))
-        })?;
+        let options: MySqlConnectOptions =
+            url.parse().map_err(|e: sqlx::Error| Error::InvalidUrl {
+                url: redact_url(url),
+                reason: e.to_string(),
+            })?;
         let options = options.statement_cache_capacity(config.statement_cache_capacity);
         let idle_secs = config
             .idle_transaction_timeout
             .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0))
             .map(|s| s.max(1));
         let probe = options.clone();
-        let pool = MySqlPoolOptions::new()
-            .max_connections(config.max_connections)
-            .acquire_timeout(config.acquire_timeout)
-            .max_lifetime(config.max_lifetime)
-            .idle_timeout(POOL_IDLE_TIMEOUT)
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    // Claims and maintenance must run at READ COMMITTED: under REPEATABLE
-                    // READ their range scans take gap locks that deadlock with concurrent
-                    // inserts.
-                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                        .await?;
-                    if let Some(secs) = idle_secs {
-                        set_idle_transaction_timeout(conn, secs).await?;
-                    }
-                    Ok(())
-                })
-            })
-            // A connection can come back to the pool inside a transaction the driver does
-            // not know about (a future dropped between `BEGIN` and the driver's
-            // bookkeeping). A ROLLBACK before each use ends any such transaction, so that a
-            // later autocommit statement is not swallowed by it; it costs the same one round
-            // trip as the ping it replaces, and fails just as a ping would on a dead
-            // connection.
-            .test_before_acquire(false)
-            .before_acquire(|conn, _meta| {
-                Box::pin(async move {
-                    conn.execute("ROLLBACK").await?;
-                    Ok(true)
-                })
-            })
-            .connect_with(options);
+        let pool = crate::store::connect::connect_pool(
+            options,
+            config.max_connections,
+            config.acquire_timeout,
+            config.max_lifetime,
+            idle_secs,
+        );
         let pool = match pool.await {
             Ok(pool) => pool,
             Err(e) => return Err(connect_error(e, url, probe).await),
@@ -240,13 +202,13 @@ impl Queue {
             config.statement_cache_capacity
         };
         let per_process = u64::from(pool.options().get_max_connections()) * per_connection as u64
-            + 2 * crate::Worker::LEASE_STORE_STATEMENTS as u64;
+            + 2 * crate::store::LEASE_STORE_STATEMENTS as u64;
         server.warn_on_statement_headroom(per_process);
         // Connecting to a database that still needs `migrate` is the normal first step of
         // migrating it, so a missing or old schema is only logged here (a warning would
         // precede every `jobqueue migrate`); workers refuse it at start, and
         // `Queue::check_schema` refuses it for anyone who asks.
-        match crate::migrate::state(&pool).await {
+        match crate::store::migrate::state(&pool).await {
             Ok(state) => {
                 if let Some(e) = state.error() {
                     tracing::info!("{e}");
@@ -276,7 +238,7 @@ impl Queue {
     /// its DDL again. Any number of processes may call this at once: they take turns on a
     /// named lock, and each migration is applied once.
     pub async fn migrate(&self) -> Result<()> {
-        crate::migrate::run(&self.inner.pool).await
+        crate::store::migrate::run(&self.inner.pool).await
     }
 
     /// Checks that the database has every migration this library needs, and says how to
@@ -284,8 +246,8 @@ impl Queue {
     /// now, waits for it first (up to two minutes). Workers call it when they start;
     /// producers may call it after [`Queue::connect`] to fail fast.
     pub async fn check_schema(&self) -> Result<()> {
-        crate::migrate::wait_for_migration(&self.inner.pool).await?;
-        match crate::migrate::state(&self.inner.pool).await {
+        crate::store::migrate::wait_for_migration(&self.inner.pool).await?;
+        match crate::store::migrate::state(&self.inner.pool).await {
             Ok(state) => state.error().map_or(Ok(()), Err),
             // A user granted rights on `job_queue` alone can still run jobs.
             Err(e) if e.server_code() == Some(1142) => {
@@ -300,23 +262,50 @@ impl Queue {
     /// `job_queue_migrations`: what `jobqueue migrate --print-sql` prints, for teams that
     /// apply DDL with their own tool (Flyway, Liquibase, Atlas, gh-ost...).
     pub fn migration_sql() -> String {
-        crate::migrate::script()
+        crate::store::migrate::script()
     }
 
-    /// The low-level operations the worker is built from (claim, renew, complete...), for
-    /// custom consumers and tests. Each write after a claim is fenced; see [`Store`].
+    /// The store behind this queue: the protocol's steps (claim, renew, complete...), for
+    /// this workspace's protocol tests. Not a stable API.
+    #[doc(hidden)]
     pub fn store(&self) -> Store {
-        Store {
-            pool: self.inner.pool.clone(),
-            set_isolation: self.inner.set_isolation,
-            metrics: self.inner.metrics.clone(),
-            call_timeout: None,
+        Store::new(
+            self.inner.pool.clone(),
+            self.inner.set_isolation,
+            self.inner.metrics.clone(),
+            None,
+        )
+    }
+
+    /// A store on this queue's pool for a worker: its own counters, and every call bounded
+    /// by `call_timeout`.
+    pub(crate) fn worker_store(&self, metrics: Arc<Metrics>, call_timeout: Duration) -> Store {
+        Store::new(
+            self.inner.pool.clone(),
+            self.inner.set_isolation,
+            metrics,
+            Some(call_timeout),
+        )
+    }
+
+    /// What a worker's lease store connects with: this pool's connect options, acquire
+    /// timeout and connection lifetime.
+    pub(crate) fn lease_connect_options(&self) -> LeaseConnect {
+        LeaseConnect {
+            options: (*self.inner.pool.connect_options()).clone(),
+            acquire_timeout: self.inner.config.acquire_timeout,
+            max_lifetime: self.inner.config.max_lifetime,
         }
+    }
+
+    /// Subscribes to the in-process wake-ups sent by enqueues, retries and resumes.
+    pub(crate) fn subscribe_wake(&self) -> watch::Receiver<u64> {
+        self.inner.wake.subscribe()
     }
 
     /// The embedded migrations not yet applied, as (version, description).
     pub async fn pending_migrations(&self) -> Result<Vec<(i64, String)>> {
-        crate::migrate::pending(&self.inner.pool).await
+        crate::store::migrate::pending(&self.inner.pool).await
     }
 
     /// The pool the queue uses.
@@ -340,44 +329,6 @@ impl Queue {
     pub fn wake_workers(&self) {
         self.inner.wake.send_modify(|n| *n = n.wrapping_add(1));
     }
-
-    /// One job, by id.
-    pub async fn job(&self, id: u64) -> Result<Option<JobRecord>> {
-        store::fetch_job(&self.inner.pool, store::JobLookup::Id(id)).await
-    }
-
-    /// One job, by task key.
-    pub async fn job_by_key(&self, key: &str) -> Result<Option<JobRecord>> {
-        store::fetch_job(&self.inner.pool, store::JobLookup::Key(key)).await
-    }
-
-    /// Jobs per status in one queue (all queues with `None`).
-    pub async fn counts(&self, queue: Option<&str>) -> Result<Vec<(JobStatus, u64)>> {
-        let rows = match queue {
-            Some(q) => {
-                sqlx::query(
-                    "SELECT CAST(status AS CHAR) AS s, COUNT(*) AS n FROM job_queue WHERE queue = ? GROUP BY status",
-                )
-                .bind(q)
-                .fetch_all(&self.inner.pool)
-                .await?
-            }
-            None => {
-                sqlx::query(
-                    "SELECT CAST(status AS CHAR) AS s, COUNT(*) AS n FROM job_queue GROUP BY status",
-                )
-                .fetch_all(&self.inner.pool)
-                .await?
-            }
-        };
-        rows.iter()
-            .map(|r| {
-                let s = store::text(r, "s")?;
-                let n: i64 = r.try_get("n")?;
-                Ok((s.parse()?, n as u64))
-            })
-            .collect()
-    }
 }
 
 /// A connection error, with the URL option that fixes it where TLS is the cause.
@@ -397,21 +348,13 @@ async fn connect_error(e: sqlx::Error, url: &str, options: MySqlConnectOptions) 
                 .await
                 .is_ok());
     if insecure {
-        return Error::Config(format!(
-            "the server requires TLS (require_secure_transport=ON) and this connection did not use it ({url}): {e}; \
-             add `ssl-mode=VERIFY_CA&ssl-ca=/path/to/ca.pem` to the URL (the CA that signed the server's certificate), \
-             or `ssl-mode=REQUIRED` to encrypt without checking the certificate"
-        ));
+        return Error::TlsRequired { url, source: e };
     }
     // rustls reports a certificate it does not trust as an I/O error.
     let tls_failed = matches!(e, sqlx::Error::Tls(_))
         || (matches!(e, sqlx::Error::Io(_)) && e.to_string().contains("certificate"));
     if tls_failed {
-        return Error::Config(format!(
-            "the TLS connection to {url} failed: {e}; with `ssl-mode=VERIFY_CA` or `VERIFY_IDENTITY`, \
-             `ssl-ca` must name the CA that signed the server's certificate (and VERIFY_IDENTITY needs the URL's host in the certificate); \
-             TLS needs the `tls-rustls` (default) or `tls-native-tls` feature of jobqueue"
-        ));
+        return Error::TlsFailed { url, source: e };
     }
     Error::Database(e)
 }
@@ -438,136 +381,8 @@ fn schema_unreadable(e: &Error) {
     }
 }
 
-/// A job's state. See the README's state diagram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum JobStatus {
-    /// Waiting for `run_at`: a delayed job, or a retry waiting out its backoff.
-    Scheduled,
-    /// May be claimed now.
-    Ready,
-    /// Claimed: `lease_owner` holds it until `lease_until`.
-    Running,
-    /// Finished successfully.
-    Done,
-    /// Out of attempts, or failed with a permanent error; `last_error` says why.
-    Failed,
-    /// Cancelled before it ran, or stopped on request while running.
-    Cancelled,
-}
-
-impl JobStatus {
-    /// The status as stored in the `status` column.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobStatus::Scheduled => "scheduled",
-            JobStatus::Ready => "ready",
-            JobStatus::Running => "running",
-            JobStatus::Done => "done",
-            JobStatus::Failed => "failed",
-            JobStatus::Cancelled => "cancelled",
-        }
-    }
-
-    /// Every status, in lifecycle order.
-    pub const ALL: [JobStatus; 6] = [
-        JobStatus::Scheduled,
-        JobStatus::Ready,
-        JobStatus::Running,
-        JobStatus::Done,
-        JobStatus::Failed,
-        JobStatus::Cancelled,
-    ];
-}
-
-impl fmt::Display for JobStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for JobStatus {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        JobStatus::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| {
-                Error::Config(format!(
-                    "unknown job status {s:?}; expected one of scheduled, ready, running, done, failed, cancelled"
-                ))
-            })
-    }
-}
-
-/// One row of `job_queue`, as [`Queue::job`] reads it.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct JobRecord {
-    /// The job's id.
-    pub id: u64,
-    /// Its queue.
-    pub queue: String,
-    /// Its kind name.
-    pub kind: String,
-    /// Its idempotency key.
-    pub task_key: String,
-    /// Its arguments, as JSON.
-    pub payload: serde_json::Value,
-    /// Where it is in its life.
-    pub status: JobStatus,
-    /// Lower runs first.
-    pub priority: i16,
-    /// When it may run (UTC, server clock).
-    pub run_at: NaiveDateTime,
-    /// Claims so far.
-    pub attempts: u32,
-    /// Claims it may have.
-    pub max_attempts: u32,
-    /// The worker holding it, while running.
-    pub lease_owner: Option<String>,
-    /// Until when the lease holds (UTC, server clock).
-    pub lease_until: Option<NaiveDateTime>,
-    /// Whether an operator asked for it to be cancelled.
-    pub cancel_requested: bool,
-    /// The error of the last failed attempt.
-    pub last_error: Option<String>,
-    /// When it was enqueued.
-    pub created_at: NaiveDateTime,
-    /// When the row last changed.
-    pub updated_at: NaiveDateTime,
-    /// When it reached done, failed or cancelled.
-    pub finished_at: Option<NaiveDateTime>,
-    /// How many times a lease of it expired (its worker crashed, was killed or stalled).
-    pub lease_expiries: u32,
-    /// Since when it waits for a worker that can run it (a worker found its kind unknown or
-    /// its payload unfit), if it does; `last_error` says why.
-    pub unrunnable_since: Option<NaiveDateTime>,
-}
-
 /// The statement cache of a sqlx connection whose options do not set one.
 const SQLX_DEFAULT_STATEMENT_CACHE: usize = 100;
-
-/// Bounds how long a session may sit idle inside a transaction: MariaDB's
-/// `idle_transaction_timeout` where it exists; on MySQL, which lacks it (error 1193, unknown
-/// variable), `wait_timeout`, which ends any idle session, so never below 5 min.
-async fn set_idle_transaction_timeout(
-    conn: &mut sqlx::MySqlConnection,
-    secs: u64,
-) -> sqlx::Result<()> {
-    let mariadb = conn
-        .execute(format!("SET SESSION idle_transaction_timeout = {secs}").as_str())
-        .await;
-    match mariadb {
-        Err(e) if crate::error::server_code(&e) == Some(1193) => {
-            let secs = secs.max(MYSQL_MIN_WAIT_TIMEOUT.as_secs());
-            conn.execute(format!("SET SESSION wait_timeout = {secs}").as_str())
-                .await?;
-            Ok(())
-        }
-        other => other.map(|_| ()),
-    }
-}
 
 /// `url` with its password replaced by `***`, for messages and logs.
 ///

@@ -111,15 +111,15 @@ async fn protocol_variety(queue: &Queue, round: u64) {
         rest = later;
     }
     let hows = [
-        jobqueue::store::Finish::Retry {
+        jobqueue_runtime::__store::Finish::Retry {
             delay: Duration::from_millis(1),
             error: "again".into(),
         },
-        jobqueue::store::Finish::Fail { error: "no".into() },
-        jobqueue::store::Finish::Cancelled {
+        jobqueue_runtime::__store::Finish::Fail { error: "no".into() },
+        jobqueue_runtime::__store::Finish::Cancelled {
             error: "stop".into(),
         },
-        jobqueue::store::Finish::HandBack,
+        jobqueue_runtime::__store::Finish::HandBack,
     ];
     for (c, how) in rest.iter().zip(hows.iter().cycle()) {
         store
@@ -685,8 +685,14 @@ async fn endless_lease() {}
 async fn a_lease_longer_than_the_table_holds_is_refused() {
     let queue = fresh_queue("conn_lease").await;
     match queue.enqueue(EndlessLease {}).await {
-        Err(Error::Config(msg)) => {
-            assert!(msg.contains("lease") && msg.contains("49"), "{msg}");
+        Err(Error::InvalidSetting {
+            setting: "lease",
+            reason,
+        }) => {
+            assert!(
+                reason.contains("lease") && reason.contains("49"),
+                "{reason}"
+            );
         }
         other => panic!("expected a configuration error, got {other:?}"),
     }

@@ -144,7 +144,7 @@ async fn a_worker_without_the_state_its_kinds_need_is_refused_at_build() {
         .data(effects)
         .build()
         .unwrap_err();
-    assert!(matches!(e, Error::Config(_)), "{e:?}");
+    assert!(matches!(e, Error::MissingData { .. }), "{e:?}");
     let message = e.to_string();
     assert!(message.contains("job `note_greeting`"), "{message}");
     assert!(

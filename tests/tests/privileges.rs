@@ -67,7 +67,7 @@ async fn a_dml_only_user_runs_jobs_but_cannot_migrate() {
     // ...but cannot migrate, and is told why and what to do.
     let err = queue.migrate().await.unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, Error::Config(_)), "{err:?}");
+    assert!(matches!(err, Error::MigratePermission { .. }), "{err:?}");
     assert!(msg.contains("migrate needs DDL rights"), "{msg}");
     assert!(msg.contains("run `migrate` as the migration user"), "{msg}");
     assert!(!msg.contains("s3cret-pw"), "the password leaked: {msg}");

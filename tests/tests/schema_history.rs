@@ -214,7 +214,7 @@ async fn a_worker_refuses_a_missing_or_older_schema_and_says_how_to_fix_it() {
     let url = fresh_database("schema_missing").await;
     let queue = Queue::connect(&url).await.expect("connect needs no schema");
     let e = queue.check_schema().await.unwrap_err();
-    assert!(matches!(e, Error::Schema(_)), "{e:?}");
+    assert!(matches!(e, Error::SchemaMissing), "{e:?}");
     let message = e.to_string();
     assert!(message.contains("no jobqueue schema"), "{message}");
     assert!(message.contains("jobqueue migrate"), "{message}");
@@ -233,7 +233,12 @@ async fn a_worker_refuses_a_missing_or_older_schema_and_says_how_to_fix_it() {
         .execute(queue.pool())
         .await
         .unwrap();
-    let message = queue.check_schema().await.unwrap_err().to_string();
+    let e = queue.check_schema().await.unwrap_err();
+    assert!(
+        matches!(e, Error::SchemaTooOld { version, needed } if needed == latest && version < latest),
+        "{e:?}"
+    );
+    let message = e.to_string();
     assert!(
         message.contains(&format!("needs {latest}")),
         "names the version needed: {message}"

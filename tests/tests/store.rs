@@ -2,19 +2,19 @@
 //! behind every maintenance query, fencing, reclaim and promotion, idempotent enqueue, and
 //! the errors bad input gets.
 //!
-//! Rows are driven through the low-level [`Store`](jobqueue::store::Store) API with arbitrary
-//! owner names; no worker runs here.
+//! Rows are driven through the store's protocol steps (the runtime's `__store` test door)
+//! with arbitrary owner names; no worker runs here.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jobqueue::store::{Finish, Reclaimed};
 use jobqueue::testing::TestServer;
 use jobqueue::{
     CancelOutcome, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobOptions,
     JobStatus, Queue, QueueConfig,
 };
+use jobqueue_runtime::__store::{Finish, Reclaimed};
 use serde::{Deserialize, Serialize, Serializer};
 use sqlx::mysql::{MySqlConnection, MySqlPoolOptions, MySqlRow};
 use sqlx::types::chrono::NaiveDateTime;
@@ -314,84 +314,10 @@ async fn claim_skips_a_locked_row_without_waiting() {
 // 3. EXPLAIN of the claim, promote and reclaim SELECTs
 // ---------------------------------------------------------------------------------------
 
-// Copies of the SELECTs in store.rs. `store_rs_sql` reads the same literals out of
-// store.rs's source at compile time (`include_str!`), and `the_sql_copies_match_store_rs`
-// fails when the two drift apart, so the EXPLAIN test always checks the SQL the runtime runs.
-const CLAIM_SELECT: &str = "SELECT id, attempts, max_attempts, lease_ms \
-     FROM job_queue FORCE INDEX (job_queue_claim) \
-     WHERE queue = ? AND status = 'ready' \
-       AND NOT EXISTS (SELECT 1 FROM job_queue_pause p WHERE p.queue = ?) \
-     ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED";
-
-const PROMOTE_PROBE: &str = "SELECT EXISTS(SELECT 1 FROM job_queue FORCE INDEX (job_queue_due) \
-     WHERE status = 'scheduled' AND run_at <= UTC_TIMESTAMP(6))";
-
-const PROMOTE_SELECT: &str = "SELECT id FROM job_queue FORCE INDEX (job_queue_due) \
-     WHERE status = 'scheduled' AND run_at <= UTC_TIMESTAMP(6) \
-     ORDER BY run_at, id LIMIT ? FOR UPDATE SKIP LOCKED";
-
-const RECLAIM_SELECT: &str =
-    "SELECT id, attempts, max_attempts, cancel_requested, COALESCE(lease_owner, ''), \
-       lease_expiries, lease_ms \
-     FROM job_queue FORCE INDEX (job_queue_lease) \
-     WHERE status = 'running' AND lease_until < UTC_TIMESTAMP(6) \
-     ORDER BY lease_until, id LIMIT ? FOR UPDATE SKIP LOCKED";
-
-const STORE_RS: &str = include_str!("../../jobqueue-runtime/src/store.rs");
-
-/// The value of the one string literal in store.rs that begins with `start`.
-fn store_rs_sql(start: &str) -> String {
-    let open = format!("\"{start}");
-    assert_eq!(
-        STORE_RS.matches(&open).count(),
-        1,
-        "exactly one literal in store.rs starts with {start:?}"
-    );
-    let at = STORE_RS.find(&open).expect("counted above") + 1;
-    let mut out = String::new();
-    let mut chars = STORE_RS[at..].chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => return out,
-            '\\' => match chars.next() {
-                // A line continuation: the newline and the next line's indentation go.
-                Some('\n') => while chars.next_if(|c| c.is_whitespace()).is_some() {},
-                Some('\\') => out.push('\\'),
-                Some('"') => out.push('"'),
-                Some('\'') => out.push('\''),
-                Some('n') => out.push('\n'),
-                other => panic!("unexpected escape \\{other:?} in store.rs near {start:?}"),
-            },
-            c => out.push(c),
-        }
-    }
-    panic!("unterminated literal in store.rs starting with {start:?}")
-}
-
-#[test]
-fn the_sql_copies_match_store_rs() {
-    for (copy, start) in [
-        (CLAIM_SELECT, "SELECT id, attempts, max_attempts, lease_ms"),
-        (
-            PROMOTE_PROBE,
-            "SELECT EXISTS(SELECT 1 FROM job_queue FORCE INDEX (job_queue_due)",
-        ),
-        (
-            PROMOTE_SELECT,
-            "SELECT id FROM job_queue FORCE INDEX (job_queue_due)",
-        ),
-        (
-            RECLAIM_SELECT,
-            "SELECT id, attempts, max_attempts, cancel_requested",
-        ),
-    ] {
-        assert_eq!(
-            copy,
-            store_rs_sql(start),
-            "store.rs's SQL changed: update the copy here (and re-check its EXPLAIN)"
-        );
-    }
-}
+// The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
+use jobqueue_runtime::__store::statements::{
+    CLAIM_SELECT, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
+};
 
 /// One row of an `EXPLAIN`.
 #[derive(Debug)]
@@ -533,7 +459,7 @@ async fn maintenance_queries_use_their_indexes() {
     assert_plan(
         pool,
         "claim",
-        &store_rs_sql("SELECT id, attempts, max_attempts, lease_ms"),
+        CLAIM_SELECT,
         &["default", "default", "10"],
         "job_queue_claim",
         Access::Ref(2),
@@ -542,7 +468,7 @@ async fn maintenance_queries_use_their_indexes() {
     assert_plan(
         pool,
         "promote",
-        &store_rs_sql("SELECT id FROM job_queue FORCE INDEX (job_queue_due)"),
+        PROMOTE_SELECT,
         &["100"],
         "job_queue_due",
         Access::Range,
@@ -551,7 +477,7 @@ async fn maintenance_queries_use_their_indexes() {
     assert_plan(
         pool,
         "promote probe",
-        &store_rs_sql("SELECT EXISTS(SELECT 1 FROM job_queue FORCE INDEX (job_queue_due)"),
+        PROMOTE_PROBE,
         &[],
         "job_queue_due",
         Access::Range,
@@ -560,7 +486,7 @@ async fn maintenance_queries_use_their_indexes() {
     assert_plan(
         pool,
         "reclaim",
-        &store_rs_sql("SELECT id, attempts, max_attempts, cancel_requested"),
+        RECLAIM_SELECT,
         &["100"],
         "job_queue_lease",
         Access::Range,

@@ -109,7 +109,7 @@ async fn a_server_that_requires_tls_runs_jobs_over_verified_tls() {
     // Without TLS the server refuses, and the error says which URL option fixes it.
     let plain = with_options(&database, "ssl-mode=DISABLED");
     let e = Queue::connect(&plain).await.unwrap_err();
-    assert!(matches!(e, Error::Config(_)), "{e:?}");
+    assert!(matches!(e, Error::TlsRequired { .. }), "{e:?}");
     let message = e.to_string();
     assert!(message.contains("requires TLS"), "{message}");
     assert!(message.contains("ssl-mode=VERIFY_CA"), "{message}");

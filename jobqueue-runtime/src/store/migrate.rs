@@ -52,18 +52,13 @@ pub(crate) enum SchemaState {
 impl SchemaState {
     /// The error for a schema the queue cannot run on, with the fix.
     pub(crate) fn error(self) -> Option<Error> {
-        let fix =
-            "run `jobqueue migrate` (or call `Queue::migrate`) with a user that has DDL rights, \
-                   or apply the SQL of `jobqueue migrate --print-sql` with your own migration tool";
         match self {
             SchemaState::Current => None,
-            SchemaState::Missing => Some(Error::Schema(format!(
-                "the database has no jobqueue schema (nothing recorded in `job_queue_migrations`); {fix}"
-            ))),
-            SchemaState::Behind(v) => Some(Error::Schema(format!(
-                "the database's jobqueue schema is at version {v}, but this version of the library needs {}; {fix}",
-                latest_version()
-            ))),
+            SchemaState::Missing => Some(Error::SchemaMissing),
+            SchemaState::Behind(version) => Some(Error::SchemaTooOld {
+                version,
+                needed: latest_version(),
+            }),
         }
     }
 }
@@ -259,9 +254,9 @@ async fn run_locked(conn: &mut MySqlConnection) -> Result<()> {
 
 fn denied_hint(e: Error) -> Error {
     if matches!(e.server_code(), Some(1142 | 1044 | 1045 | 1227)) {
-        Error::Config(format!(
-            "migrate needs DDL rights (CREATE, ALTER, INDEX, DROP) on the database, which this user lacks: {e}; run `migrate` as the migration user, and give workers only SELECT, INSERT, UPDATE, DELETE"
-        ))
+        Error::MigratePermission {
+            source: Box::new(e),
+        }
     } else {
         e
     }

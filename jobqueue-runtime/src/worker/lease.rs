@@ -417,4 +417,58 @@ mod tests {
         assert!(!second_ctx.is_cancelled());
         assert!(leases.holds(1, 2) && !leases.holds(1, 1));
     }
+
+    #[test]
+    fn a_job_is_stopped_once_three_quarters_of_its_lease_pass_unrenewed() {
+        let leases = Leases::default();
+        let metrics = Metrics::default();
+        let (mut late, mut fresh) = (held(1, 1), held(2, 1));
+        // 30 s leases: stopped from 22.5 s after the last renewal was sent.
+        late.renewed_at = Instant::now() - Duration::from_millis(22_600);
+        fresh.renewed_at = Instant::now() - Duration::from_secs(20);
+        let (late_ctx, fresh_ctx) = (late.ctx.clone(), fresh.ctx.clone());
+        leases.insert(1, late);
+        leases.insert(2, fresh);
+        stop_expired(&leases, &metrics);
+        assert_eq!(late_ctx.cancel_reason(), Some(CancelReason::LeaseLost));
+        assert!(!leases.holds(1, 1), "released: nothing of it is written");
+        assert!(!fresh_ctx.is_cancelled() && leases.holds(2, 1));
+        assert_eq!(metrics.snapshot().lease_lost, 1);
+    }
+
+    #[test]
+    fn a_renewal_counts_only_for_the_attempt_it_was_sent_for() {
+        let leases = Leases::default();
+        let old = Instant::now() - Duration::from_secs(10);
+        let mut h = held(1, 2);
+        h.renewed_at = old;
+        leases.insert(1, h);
+        let sent = Instant::now();
+        mark_renewed(&leases, &[(1, 1)], &[1], sent);
+        assert_eq!(
+            leases.lock()[&1].renewed_at,
+            old,
+            "an earlier attempt's renewal"
+        );
+        mark_renewed(&leases, &[(1, 2)], &[], sent);
+        assert_eq!(leases.lock()[&1].renewed_at, old, "not renewed");
+        mark_renewed(&leases, &[(1, 2)], &[1], sent);
+        assert_eq!(leases.lock()[&1].renewed_at, sent);
+    }
+
+    #[test]
+    fn a_renewal_call_may_take_a_quarter_of_the_lease_within_bounds() {
+        assert_eq!(
+            call_timeout(Duration::from_secs(30)),
+            Duration::from_millis(7500)
+        );
+        assert_eq!(
+            call_timeout(Duration::from_millis(200)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            call_timeout(Duration::from_secs(3600)),
+            Duration::from_secs(10)
+        );
+    }
 }

@@ -1,0 +1,85 @@
+//! Maintenance: the work every worker shares with no leader, once per maintenance interval:
+//! enqueue periodic ticks, promote due jobs, reclaim expired leases, prune finished jobs.
+//! SKIP LOCKED keeps the passes of many workers apart.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Result;
+use crate::metrics::Metrics;
+use crate::model::Retention;
+use crate::queue::Queue;
+use crate::retry::jitter;
+use crate::store::Store;
+
+mod periodic;
+mod promote;
+mod prune;
+mod reclaim;
+
+use periodic::enqueue_ticks;
+pub(crate) use periodic::Scheduler;
+use promote::promote_due;
+use prune::prune_finished;
+use reclaim::reclaim_expired;
+
+/// What maintenance needs and remembers between passes.
+pub(crate) struct Maintenance {
+    pub(crate) store: Store,
+    pub(crate) queue: Queue,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) scheduler: Scheduler,
+    pub(crate) retention: Retention,
+    pub(crate) max_lease_expiries: u32,
+    pub(crate) last_prune: Option<Instant>,
+}
+
+/// Promotes due scheduled jobs, reclaims expired leases, enqueues periodic jobs' ticks and
+/// prunes old finished jobs, every `every` (jittered).
+pub(crate) async fn maintenance_loop(mut m: Maintenance, every: Duration, stop: CancellationToken) {
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(jitter(every, 0.2)) => {}
+        }
+        match maintain(&mut m).await {
+            Ok(()) => {
+                if failing {
+                    tracing::info!("maintenance recovered");
+                    failing = false;
+                }
+            }
+            // Each failed step was logged by `maintain`; count the pass once.
+            Err(_) => {
+                failing = true;
+                m.metrics.add(
+                    &m.metrics.database_errors,
+                    "jobqueue_database_errors_total",
+                    1,
+                );
+            }
+        }
+    }
+}
+
+/// One maintenance pass. Each step runs even if an earlier one failed (a periodic job
+/// that cannot be enqueued must not stop reclaims); the first error is returned after all.
+async fn maintain(m: &mut Maintenance) -> Result<()> {
+    let steps = [
+        ("periodic jobs", enqueue_ticks(m).await),
+        ("promotion", promote_due(m).await),
+        ("reclaim", reclaim_expired(m).await),
+        ("pruning", prune_finished(m).await),
+    ];
+    let mut first = None;
+    for (step, result) in steps {
+        if let Err(e) = result {
+            tracing::error!(error = %e, step, "maintenance step failed; retrying at the next interval");
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}

@@ -1,0 +1,305 @@
+//! Operator queries: read jobs and figures, cancel, retry, pause, resume, count what pruning
+//! would delete. They run on the queue's pool as single statements or one short transaction,
+//! without the worker's conflict retries: an operator sees an error and tries again.
+
+use sqlx::Row;
+
+use super::*;
+use crate::model::{CancelOutcome, JobFilter, JobRecord, JobStatus, QueueStats, RunningJob};
+
+// An operator's retry is a fresh start: one more attempt, and the bounds on expired leases
+// and on waiting for a worker that can run the job count again from zero.
+const RETRY_SET: &str = "UPDATE job_queue SET status = 'ready', run_at = UTC_TIMESTAMP(6), \
+     max_attempts = GREATEST(max_attempts, attempts + 1), cancel_requested = 0, \
+     lease_expiries = 0, unrunnable_since = NULL, \
+     lease_owner = NULL, lease_until = NULL, finished_at = NULL, updated_at = UTC_TIMESTAMP(6)";
+
+/// Rows a bulk retry changes per statement.
+const RETRY_BATCH: u64 = 1000;
+
+impl Store {
+    /// Cancels job `id`: at once if it has not started, by request if it is running.
+    /// `None`: no such job.
+    pub(crate) async fn cancel(&self, id: u64) -> Result<Option<CancelOutcome>> {
+        let mut tx = self.pool.begin().await?;
+        let status: Option<String> =
+            sqlx::query("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ? FOR UPDATE")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|r| text(&r, 0))
+                .transpose()?;
+        let Some(status) = status else {
+            return Ok(None);
+        };
+        let outcome = match status.parse::<JobStatus>()? {
+            JobStatus::Scheduled | JobStatus::Ready => {
+                sqlx::query(
+                    "UPDATE job_queue SET status = 'cancelled', finished_at = UTC_TIMESTAMP(6), \
+                     updated_at = UTC_TIMESTAMP(6), last_error = 'cancelled by an operator before it ran' \
+                     WHERE id = ?",
+                )
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+                CancelOutcome::Cancelled
+            }
+            JobStatus::Running => {
+                sqlx::query("UPDATE job_queue SET cancel_requested = 1, updated_at = UTC_TIMESTAMP(6) WHERE id = ?")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                CancelOutcome::Requested
+            }
+            other => CancelOutcome::AlreadyFinished(other),
+        };
+        tx.commit().await?;
+        Ok(Some(outcome))
+    }
+
+    /// Puts job `id` back to `ready` if it is `failed` or `cancelled`. Returns the rows
+    /// changed (0 or 1).
+    pub(crate) async fn retry(&self, id: u64) -> Result<u64> {
+        Ok(sqlx::query(&format!(
+            "{RETRY_SET} WHERE id = ? AND status IN ('failed', 'cancelled')"
+        ))
+        .bind(id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected())
+    }
+
+    /// Puts every job matching `filter` back to `ready`, a batch at a time. Returns how many.
+    pub(crate) async fn retry_matching(&self, filter: &JobFilter) -> Result<u64> {
+        let (cond, args) = where_clause(filter);
+        let sql = format!("{RETRY_SET} {cond} LIMIT {RETRY_BATCH}");
+        let mut total = 0;
+        loop {
+            let mut q = sqlx::query(&sql);
+            for a in &args {
+                q = q.bind(a);
+            }
+            let n = q.execute(&self.pool).await?.rows_affected();
+            total += n;
+            if n < RETRY_BATCH {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    /// How many jobs match `filter`.
+    pub(crate) async fn count(&self, filter: &JobFilter) -> Result<u64> {
+        let (cond, args) = where_clause(filter);
+        let sql = format!("SELECT COUNT(*) FROM job_queue {cond}");
+        let mut q = sqlx::query_scalar::<_, i64>(&sql);
+        for a in &args {
+            q = q.bind(a);
+        }
+        Ok(q.fetch_one(&self.pool).await? as u64)
+    }
+
+    /// Jobs matching `filter`, newest first, at most `limit`.
+    pub(crate) async fn list(&self, filter: &JobFilter, limit: u32) -> Result<Vec<JobRecord>> {
+        let (cond, args) = where_clause(filter);
+        let sql = format!("SELECT {JOB_COLUMNS} FROM job_queue {cond} ORDER BY id DESC LIMIT ?");
+        let mut q = sqlx::query(&sql);
+        for a in &args {
+            q = q.bind(a);
+        }
+        let rows = q.bind(limit).fetch_all(&self.pool).await?;
+        rows.iter().map(record_from_row).collect()
+    }
+
+    /// One job, by id or by task key.
+    pub(crate) async fn job(&self, lookup: JobLookup<'_>) -> Result<Option<JobRecord>> {
+        fetch_job(&self.pool, lookup).await
+    }
+
+    /// Jobs per status in one queue (all queues with `None`).
+    pub(crate) async fn counts(&self, queue: Option<&str>) -> Result<Vec<(JobStatus, u64)>> {
+        let rows = match queue {
+            Some(q) => {
+                sqlx::query(
+                    "SELECT CAST(status AS CHAR) AS s, COUNT(*) AS n FROM job_queue WHERE queue = ? GROUP BY status",
+                )
+                .bind(q)
+                .fetch_all(&self.pool)
+                .await?
+            }
+            None => {
+                sqlx::query(
+                    "SELECT CAST(status AS CHAR) AS s, COUNT(*) AS n FROM job_queue GROUP BY status",
+                )
+                .fetch_all(&self.pool)
+                .await?
+            }
+        };
+        rows.iter()
+            .map(|r| {
+                let s = text(r, "s")?;
+                let n: i64 = r.try_get("n")?;
+                Ok((s.parse()?, n as u64))
+            })
+            .collect()
+    }
+
+    /// Pauses `queue`. Returns false if it was paused already.
+    pub(crate) async fn pause(&self, queue: &str) -> Result<bool> {
+        let inserted = sqlx::query(
+            "INSERT INTO job_queue_pause (queue, paused_at) VALUES (?, UTC_TIMESTAMP(6))",
+        )
+        .bind(queue)
+        .execute(&self.pool)
+        .await;
+        match inserted {
+            Err(e) if is_key_conflict(&e) => Ok(false),
+            other => other.map(|_| true).map_err(Error::from),
+        }
+    }
+
+    /// Resumes `queue` (nothing happens if it was not paused).
+    pub(crate) async fn resume(&self, queue: &str) -> Result<()> {
+        sqlx::query("DELETE FROM job_queue_pause WHERE queue = ?")
+            .bind(queue)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The paused queues, by name.
+    pub(crate) async fn paused_queues_sorted(&self) -> Result<Vec<String>> {
+        let rows = sqlx::query("SELECT queue FROM job_queue_pause ORDER BY queue")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|r| Ok(text(r, 0)?)).collect()
+    }
+
+    /// How many `status` jobs finished more than `older_than_us` microseconds ago.
+    pub(crate) async fn prunable(&self, status: JobStatus, older_than_us: i64) -> Result<u64> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM job_queue WHERE status = ? AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND",
+        )
+        .bind(status.as_str())
+        .bind(older_than_us)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n as u64)
+    }
+
+    /// Figures per queue (every queue with at least one job, plus paused ones).
+    pub(crate) async fn stats(&self) -> Result<Vec<QueueStats>> {
+        let rows = sqlx::query(
+            "SELECT queue, CAST(status AS CHAR), COUNT(*) FROM job_queue GROUP BY queue, status ORDER BY queue",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out: Vec<QueueStats> = Vec::new();
+        fn entry<'a>(out: &'a mut Vec<QueueStats>, q: &str) -> &'a mut QueueStats {
+            if let Some(i) = out.iter().position(|s| s.queue == q) {
+                return &mut out[i];
+            }
+            out.push(QueueStats {
+                queue: q.to_owned(),
+                ..Default::default()
+            });
+            out.last_mut().expect("just pushed")
+        }
+        for r in &rows {
+            let q = text(r, 0)?;
+            let status: JobStatus = text(r, 1)?.parse()?;
+            let n: i64 = r.try_get(2)?;
+            let s = entry(&mut out, &q);
+            let n = n as u64;
+            match status {
+                JobStatus::Scheduled => s.scheduled = n,
+                JobStatus::Ready => s.ready = n,
+                JobStatus::Running => s.running = n,
+                JobStatus::Done => s.done = n,
+                JobStatus::Failed => s.failed = n,
+                JobStatus::Cancelled => s.cancelled = n,
+            }
+        }
+        for q in self.paused_queues_sorted().await? {
+            entry(&mut out, &q).paused = true;
+        }
+        for s in &mut out {
+            let r = sqlx::query(
+                "SELECT \
+                   (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(run_at), UTC_TIMESTAMP(6)) FROM job_queue WHERE queue = ? AND status = 'ready'), \
+                   (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'running' AND lease_until < UTC_TIMESTAMP(6)), \
+                   (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'failed' AND finished_at > UTC_TIMESTAMP(6) - INTERVAL 1 HOUR), \
+                   (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'done' AND finished_at > UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE), \
+                   (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'scheduled' AND unrunnable_since IS NOT NULL)",
+            )
+            .bind(&s.queue)
+            .bind(&s.queue)
+            .bind(&s.queue)
+            .bind(&s.queue)
+            .bind(&s.queue)
+            .fetch_one(&self.pool)
+            .await?;
+            let age: Option<i64> = r.try_get(0)?;
+            s.oldest_ready_secs = age.map(|us| us.max(0) as f64 / 1e6);
+            s.expired_leases = r.try_get::<i64, _>(1)? as u64;
+            s.failed_last_hour = r.try_get::<i64, _>(2)? as u64;
+            s.done_last_minute = r.try_get::<i64, _>(3)? as u64;
+            s.unrunnable = r.try_get::<i64, _>(4)? as u64;
+        }
+        Ok(out)
+    }
+
+    /// Running jobs with their owners and lease time left, oldest lease first.
+    pub(crate) async fn running(&self, queue: Option<&str>, limit: u32) -> Result<Vec<RunningJob>> {
+        let sql = format!(
+            "SELECT id, queue, kind, COALESCE(lease_owner, ''), \
+             TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until), attempts \
+             FROM job_queue WHERE status = 'running'{} ORDER BY lease_until LIMIT ?",
+            if queue.is_some() {
+                " AND queue = ?"
+            } else {
+                ""
+            }
+        );
+        let mut q = sqlx::query(&sql);
+        if let Some(name) = queue {
+            q = q.bind(name);
+        }
+        let rows = q.bind(limit).fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(RunningJob {
+                    id: r.try_get(0)?,
+                    queue: text(r, 1)?,
+                    kind: text(r, 2)?,
+                    lease_owner: text(r, 3)?,
+                    lease_left_secs: r.try_get::<Option<i64>, _>(4)?.unwrap_or(0) as f64 / 1e6,
+                    attempts: r.try_get(5)?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The `WHERE` clause of `filter` and the values it binds, in order.
+fn where_clause(filter: &JobFilter) -> (String, Vec<String>) {
+    let mut conds = Vec::new();
+    let mut args = Vec::new();
+    if let Some(s) = filter.status {
+        conds.push("status = ?");
+        args.push(s.as_str().to_owned());
+    }
+    if let Some(q) = &filter.queue {
+        conds.push("queue = ?");
+        args.push(q.clone());
+    }
+    if let Some(k) = &filter.kind {
+        conds.push("kind = ?");
+        args.push(k.clone());
+    }
+    if conds.is_empty() {
+        (String::new(), args)
+    } else {
+        (format!("WHERE {}", conds.join(" AND ")), args)
+    }
+}

@@ -1,0 +1,220 @@
+//! The claim: ready jobs taken for a worker in one short transaction, and why a claim
+//! found nothing.
+
+use std::time::Duration;
+
+use sqlx::Row;
+
+use super::*;
+use crate::model::{Claimed, EmptyClaim};
+
+/// The claim's locking read: ready jobs of one queue in claim order, over the claim index.
+pub const CLAIM_SELECT: &str = "SELECT id, attempts, max_attempts, lease_ms \
+     FROM job_queue FORCE INDEX (job_queue_claim) \
+     WHERE queue = ? AND status = 'ready' \
+     AND NOT EXISTS (SELECT 1 FROM job_queue_pause p WHERE p.queue = ?) \
+     ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED";
+
+impl Store {
+    /// Claims up to `limit` ready jobs of `queue` for `owner`: `SELECT ... FOR UPDATE SKIP
+    /// LOCKED` over the claim index, then one `UPDATE` of exactly those rows, in one short
+    /// transaction. Rows other claimers hold are skipped, never waited for. If the `UPDATE`
+    /// matches fewer rows than were locked, something changed them under us: roll back and
+    /// claim nothing.
+    ///
+    /// The locking read takes only small columns; payloads and keys are read by id after
+    /// the COMMIT, so that the rows are locked for as short a time as possible. That read
+    /// also names the owner and the attempt: after a COMMIT whose reply was lost (the
+    /// connection died), it finds out whether the claim was made, and returns its jobs if
+    /// so, instead of leaving them to run out their lease unrun. A row whose key, queue or
+    /// kind cannot be decoded is returned with the reason in `payload`, so that it fails on
+    /// its own instead of failing every claim of its queue.
+    pub async fn claim(&self, queue: &str, owner: &str, limit: usize) -> Result<Vec<Claimed>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // (id, attempt, max_attempts, lease_ms) of the rows the UPDATE took, set only once it
+        // matched them all: an error after that can only be the COMMIT's.
+        let mut taken: Vec<(u64, u32, u32, u32)> = Vec::new();
+        let mut sent = std::time::Instant::now();
+        let committed: Result<()> = async {
+            transaction!(self, |conn| {
+                taken.clear();
+                let rows = sqlx::query(CLAIM_SELECT)
+                    .bind(queue)
+                    .bind(queue)
+                    .bind(limit as u64)
+                    .fetch_all(&mut *conn)
+                    .await?;
+                if rows.is_empty() {
+                    return Ok(((), false));
+                }
+                let ids: Vec<u64> = rows.iter().map(|r| r.get::<u64, _>(0)).collect();
+                let sql = format!(
+                    "UPDATE job_queue SET status = 'running', lease_owner = ?, \
+                     lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms * 1000 MICROSECOND, \
+                     attempts = attempts + 1, updated_at = UTC_TIMESTAMP(6) \
+                     WHERE id IN ({}) AND status = 'ready'",
+                    placeholders(padded_len(ids.len()))
+                );
+                let mut q = sqlx::query(&sql).bind(owner);
+                for id in padded(&ids) {
+                    q = q.bind(id);
+                }
+                // The server's lease starts while this statement runs: a local clock read
+                // just before it is never later than the server's, so deadlines derived from
+                // it are conservative.
+                sent = std::time::Instant::now();
+                let matched = q.execute(&mut *conn).await?.rows_affected();
+                if matched != ids.len() as u64 {
+                    tracing::warn!(
+                        locked = ids.len(),
+                        matched,
+                        "claim matched fewer rows than it locked; rolled back"
+                    );
+                    return Ok(((), false));
+                }
+                for r in &rows {
+                    // The row was read before the UPDATE incremented `attempts`.
+                    let attempts: u32 = r.try_get(1)?;
+                    taken.push((r.try_get(0)?, attempts + 1, r.try_get(2)?, r.try_get(3)?));
+                }
+                Ok(((), true))
+            })
+        }
+        .await;
+        if taken.is_empty() {
+            return committed.map(|()| Vec::new());
+        }
+        match committed {
+            Ok(()) => {
+                // The rows are ours now: a failed read would leave them to run out their
+                // lease unrun (and spend an attempt), so it is tried a few times.
+                let mut delay = Duration::from_millis(50);
+                let mut tries = 1;
+                loop {
+                    match self.read_claimed(owner, &taken, sent).await {
+                        Ok(claimed) => break Ok(claimed),
+                        Err(e) if tries >= 4 => break Err(e),
+                        Err(e) => {
+                            tracing::warn!(error = %e, jobs = taken.len(), "cannot read the jobs just claimed; retrying");
+                            tokio::time::sleep(delay).await;
+                            delay *= 2;
+                            tries += 1;
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                // The COMMIT was sent; whether it took effect is unknown. The rows say.
+                match self.read_claimed(owner, &taken, sent).await {
+                    Ok(claimed) if !claimed.is_empty() => {
+                        tracing::warn!(
+                            error = %e,
+                            jobs = claimed.len(),
+                            "the claim's commit reply was lost, but the claim was made; running its jobs"
+                        );
+                        Ok(claimed)
+                    }
+                    _ => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Reads the rows of a claim just made (`taken`: id, attempt, max_attempts, lease_ms) by
+    /// id, keeping those that `owner` holds at that attempt.
+    async fn read_claimed(
+        &self,
+        owner: &str,
+        taken: &[(u64, u32, u32, u32)],
+        claimed_at: std::time::Instant,
+    ) -> Result<Vec<Claimed>> {
+        let ids: Vec<u64> = taken.iter().map(|t| t.0).collect();
+        let sql = format!(
+            "SELECT id, attempts, status = 'running' AND lease_owner <=> ?, queue, kind, task_key, payload \
+             FROM job_queue WHERE id IN ({})",
+            placeholders(padded_len(ids.len()))
+        );
+        let rows = {
+            let mut q = sqlx::query(&sql).bind(owner);
+            for id in padded(&ids) {
+                q = q.bind(id);
+            }
+            q.fetch_all(&self.pool).await?
+        };
+        let mut claimed = Vec::with_capacity(taken.len());
+        for &(id, attempt, max_attempts, lease_ms) in taken {
+            let Some(r) = rows.iter().find(|r| r.get::<u64, _>(0) == id) else {
+                continue;
+            };
+            if r.try_get::<u32, _>(1)? != attempt || !r.try_get::<bool, _>(2)? {
+                continue;
+            }
+            let mut undecodable = Vec::new();
+            let mut column = |name: &'static str| match text(r, name) {
+                Ok(s) => s,
+                Err(e) => {
+                    undecodable.push(format!("{name} is not valid UTF-8 ({e})"));
+                    let bytes: Vec<u8> = r.try_get(name).unwrap_or_default();
+                    String::from_utf8_lossy(&bytes).into_owned()
+                }
+            };
+            let (queue, kind, task_key) = (column("queue"), column("kind"), column("task_key"));
+            let payload = if undecodable.is_empty() {
+                r.try_get::<sqlx::types::Json<serde_json::Value>, _>("payload")
+                    .map(|j| j.0)
+                    .map_err(|e| format!("payload is not readable JSON: {e}"))
+            } else {
+                Err(format!(
+                    "the row cannot be read: {}; fix it or delete the job",
+                    undecodable.join("; ")
+                ))
+            };
+            claimed.push(Claimed {
+                id,
+                queue,
+                kind,
+                task_key,
+                payload,
+                attempt,
+                max_attempts,
+                lease: Duration::from_millis(lease_ms.into()),
+                claimed_at,
+            });
+        }
+        Ok(claimed)
+    }
+
+    /// Why a claim over `queues` found nothing (plain reads: they lock nothing).
+    pub async fn classify_empty(&self, queues: &[String]) -> Result<EmptyClaim> {
+        let mut paused = 0;
+        let mut reason = EmptyClaim::Idle;
+        for queue in queues {
+            let row = on_connection!(self, |conn| sqlx::query(
+                "SELECT \
+                   EXISTS(SELECT 1 FROM job_queue_pause WHERE queue = ?), \
+                   EXISTS(SELECT 1 FROM job_queue WHERE queue = ? AND status = 'ready'), \
+                   EXISTS(SELECT 1 FROM job_queue WHERE queue = ? AND status = 'running')",
+            )
+            .bind(queue)
+            .bind(queue)
+            .bind(queue)
+            .fetch_one(&mut *conn))
+            .await?;
+            let (is_paused, ready, running): (bool, bool, bool) =
+                (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+            if is_paused {
+                paused += 1;
+            } else if ready {
+                return Ok(EmptyClaim::Contended);
+            } else if running {
+                reason = EmptyClaim::LeasedOnly;
+            }
+        }
+        if paused == queues.len() {
+            return Ok(EmptyClaim::Paused);
+        }
+        Ok(reason)
+    }
+}

@@ -1,0 +1,143 @@
+//! Connections: the pool of a queue and the lease store of a worker, with the session
+//! settings every queue connection needs (READ COMMITTED, a bound on idle transactions, a
+//! `ROLLBACK` before each use).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::Executor;
+
+use super::{Store, LEASE_STORE_STATEMENTS};
+use crate::metrics::Metrics;
+
+/// The `wait_timeout` set on MySQL, which has no idle-transaction timeout, when
+/// [`QueueConfig::idle_transaction_timeout`] is shorter.
+const MYSQL_MIN_WAIT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// How long an idle connection stays in the pool: below [`MYSQL_MIN_WAIT_TIMEOUT`], so that
+/// the pool, not the server, closes idle connections.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 60);
+
+/// What a worker's lease store connects with (see [`Store::lease_store`]).
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseConnect {
+    pub(crate) options: MySqlConnectOptions,
+    pub(crate) acquire_timeout: Duration,
+    pub(crate) max_lifetime: Duration,
+}
+
+/// Opens a queue's pool. Every session runs at READ COMMITTED, and with `idle_secs` the
+/// server ends a session that sits idle that long inside a transaction.
+pub(crate) async fn connect_pool(
+    options: MySqlConnectOptions,
+    max_connections: u32,
+    acquire_timeout: Duration,
+    max_lifetime: Duration,
+    idle_secs: Option<u64>,
+) -> sqlx::Result<MySqlPool> {
+    MySqlPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        .max_lifetime(max_lifetime)
+        .idle_timeout(POOL_IDLE_TIMEOUT)
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                // Claims and maintenance must run at READ COMMITTED: under REPEATABLE
+                // READ their range scans take gap locks that deadlock with concurrent
+                // inserts.
+                conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                    .await?;
+                if let Some(secs) = idle_secs {
+                    set_idle_transaction_timeout(conn, secs).await?;
+                }
+                Ok(())
+            })
+        })
+        // A connection can come back to the pool inside a transaction the driver does
+        // not know about (a future dropped between `BEGIN` and the driver's
+        // bookkeeping). A ROLLBACK before each use ends any such transaction, so that a
+        // later autocommit statement is not swallowed by it; it costs the same one round
+        // trip as the ping it replaces, and fails just as a ping would on a dead
+        // connection.
+        .test_before_acquire(false)
+        .before_acquire(|conn, _meta| {
+            Box::pin(async move {
+                conn.execute("ROLLBACK").await?;
+                Ok(true)
+            })
+        })
+        .connect_with(options)
+        .await
+}
+
+/// Bounds how long a session may sit idle inside a transaction: MariaDB's
+/// `idle_transaction_timeout` where it exists; on MySQL, which lacks it (error 1193, unknown
+/// variable), `wait_timeout`, which ends any idle session, so never below 5 min.
+async fn set_idle_transaction_timeout(
+    conn: &mut sqlx::MySqlConnection,
+    secs: u64,
+) -> sqlx::Result<()> {
+    let mariadb = conn
+        .execute(format!("SET SESSION idle_transaction_timeout = {secs}").as_str())
+        .await;
+    match mariadb {
+        Err(e) if crate::error::server_code(&e) == Some(1193) => {
+            let secs = secs.max(MYSQL_MIN_WAIT_TIMEOUT.as_secs());
+            conn.execute(format!("SET SESSION wait_timeout = {secs}").as_str())
+                .await?;
+            Ok(())
+        }
+        other => other.map(|_| ()),
+    }
+}
+
+impl Store {
+    /// A store over `pool`. `set_isolation`: the pool is the caller's, so each transaction
+    /// sets READ COMMITTED itself. `call_timeout`: see [`Store::call_timeout`].
+    pub(crate) fn new(
+        pool: MySqlPool,
+        set_isolation: bool,
+        metrics: Arc<Metrics>,
+        call_timeout: Option<Duration>,
+    ) -> Store {
+        Store {
+            pool,
+            set_isolation,
+            metrics,
+            call_timeout,
+        }
+    }
+
+    /// A worker's lease store: a pool of two connections of its own for renewals and
+    /// outcomes, opened lazily (on the runtime that calls this). Sessions run at READ
+    /// COMMITTED, with lock waits that end after 1 s: a renewal skips rows other sessions
+    /// lock, and a statement abandoned after a timeout must not go on holding locks of its
+    /// own for long on the server.
+    pub(crate) fn lease_store(connect: LeaseConnect, metrics: Arc<Metrics>) -> Store {
+        let pool = MySqlPoolOptions::new()
+            .max_connections(2)
+            .acquire_timeout(connect.acquire_timeout)
+            .max_lifetime(connect.max_lifetime)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                        .await?;
+                    conn.execute("SET SESSION innodb_lock_wait_timeout = 1")
+                        .await?;
+                    Ok(())
+                })
+            })
+            .connect_lazy_with(
+                connect
+                    .options
+                    .statement_cache_capacity(LEASE_STORE_STATEMENTS),
+            );
+        Store::new(pool, false, metrics, None)
+    }
+
+    /// Closes the store's pool, waiting for its connections to be returned.
+    pub(crate) async fn close(&self) {
+        self.pool.close().await;
+    }
+}

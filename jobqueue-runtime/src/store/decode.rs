@@ -1,0 +1,111 @@
+//! Reading rows: the job record, and text columns that the driver may report as bytes.
+
+use sqlx::mysql::{MySqlPool, MySqlRow};
+use sqlx::Row;
+
+use crate::error::Result;
+use crate::model::{JobRecord, JobStatus};
+
+/// Which row [`fetch_job`] reads.
+#[derive(Debug)]
+pub(crate) enum JobLookup<'a> {
+    Id(u64),
+    Key(&'a str),
+}
+
+pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, task_key, payload, CAST(status AS CHAR) AS status, priority, run_at, \
+    attempts, max_attempts, lease_owner, lease_until, cancel_requested, last_error, created_at, updated_at, finished_at, \
+    lease_expiries, unrunnable_since";
+
+pub(crate) async fn fetch_job(
+    pool: &MySqlPool,
+    lookup: JobLookup<'_>,
+) -> Result<Option<JobRecord>> {
+    let row = match lookup {
+        JobLookup::Id(id) => {
+            sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM job_queue WHERE id = ?"))
+                .bind(id)
+                .fetch_optional(pool)
+                .await?
+        }
+        JobLookup::Key(key) => {
+            sqlx::query(&format!(
+                "SELECT {JOB_COLUMNS} FROM job_queue WHERE task_key = ?"
+            ))
+            .bind(key)
+            .fetch_optional(pool)
+            .await?
+        }
+    };
+    row.as_ref().map(record_from_row).transpose()
+}
+
+pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
+    let status = text(r, "status")?;
+    Ok(JobRecord {
+        id: r.try_get("id")?,
+        queue: text(r, "queue")?,
+        kind: text(r, "kind")?,
+        task_key: key_text(r, "task_key")?,
+        payload: r
+            .try_get::<sqlx::types::Json<serde_json::Value>, _>("payload")
+            .map(|j| j.0)?,
+        status: status.parse::<JobStatus>()?,
+        priority: r.try_get("priority")?,
+        run_at: r.try_get("run_at")?,
+        attempts: r.try_get("attempts")?,
+        max_attempts: r.try_get("max_attempts")?,
+        lease_owner: opt_text(r, "lease_owner")?,
+        lease_until: r.try_get("lease_until")?,
+        cancel_requested: r.try_get("cancel_requested")?,
+        last_error: opt_text(r, "last_error")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+        finished_at: r.try_get("finished_at")?,
+        lease_expiries: r.try_get("lease_expiries")?,
+        unrunnable_since: r.try_get("unrunnable_since")?,
+    })
+}
+
+/// A text column. Columns with a binary collation (`utf8mb4_bin`, `ascii_bin`: keys and
+/// queue names compare byte for byte) are reported as VARBINARY by the driver, so they are
+/// read as bytes when the string decode refuses them.
+pub(crate) fn text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(
+    r: &MySqlRow,
+    i: I,
+) -> sqlx::Result<String> {
+    match r.try_get::<String, _>(i) {
+        Ok(s) => Ok(s),
+        Err(_) => {
+            let bytes: Vec<u8> = r.try_get(i)?;
+            String::from_utf8(bytes).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+        }
+    }
+}
+
+/// A task key: bytes in the table, and a producer writing SQL may store any. A key that is
+/// not UTF-8 is read lossily (U+FFFD for each bad sequence) rather than failing the read:
+/// failing it would fail every claim that meets the row, and stop its queue.
+fn key_text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(r: &MySqlRow, i: I) -> sqlx::Result<String> {
+    let bytes: Vec<u8> = r.try_get(i)?;
+    Ok(match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
+}
+
+/// A nullable text column; see [`text`].
+pub(crate) fn opt_text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(
+    r: &MySqlRow,
+    i: I,
+) -> sqlx::Result<Option<String>> {
+    match r.try_get::<Option<String>, _>(i) {
+        Ok(s) => Ok(s),
+        Err(_) => {
+            let bytes: Option<Vec<u8>> = r.try_get(i)?;
+            bytes
+                .map(|b| String::from_utf8(b).map_err(|e| sqlx::Error::Decode(Box::new(e))))
+                .transpose()
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! Enqueue: the insert of one job or many, idempotent by task key.
+
+use sqlx::mysql::MySqlConnection;
+use sqlx::Row;
+
+use super::*;
+use crate::error::JobRef;
+use crate::model::{Enqueued, NewJob};
+
+const INSERT_ONE: &str = "INSERT INTO job_queue \
+     (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, created_at, updated_at) \
+     VALUES (?, ?, ?, ?, \
+       IF(COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) > UTC_TIMESTAMP(6), 'scheduled', 'ready'), \
+       ?, COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), 0, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
+
+const VALUES_ROW: &str = "(?, ?, ?, ?, \
+       IF(COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) > UTC_TIMESTAMP(6), 'scheduled', 'ready'), \
+       ?, COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), 0, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
+
+/// [`VALUES_ROW`] for a job due now: queue, kind, key, payload, priority, max_attempts,
+/// lease_ms.
+const VALUES_ROW_NOW: &str = "(?, ?, ?, ?, 'ready', ?, UTC_TIMESTAMP(6), 0, ?, ?, \
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
+
+/// Binds one job's values for [`VALUES_ROW`] (or, with `due_now`, [`VALUES_ROW_NOW`]).
+fn bind_new<'q>(
+    q: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+    job: &'q NewJob,
+    due_now: bool,
+) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    let q = q
+        .bind(&job.queue)
+        .bind(&job.kind)
+        .bind(&job.key)
+        .bind(&job.payload);
+    let q = if due_now {
+        q
+    } else {
+        q.bind(job.run_at).bind(job.delay_us)
+    };
+    let q = q.bind(job.priority);
+    let q = if due_now {
+        q
+    } else {
+        q.bind(job.run_at).bind(job.delay_us)
+    };
+    q.bind(job.max_attempts).bind(job.lease_ms)
+}
+
+pub(super) fn is_key_conflict(e: &sqlx::Error) -> bool {
+    server_code(e) == Some(1062)
+}
+
+/// Inserts one job; a task key that exists already gives `Duplicate` with the existing id.
+///
+/// A duplicate-key error undoes only the failed statement, so this is safe inside the
+/// caller's transaction.
+pub(crate) async fn insert(conn: &mut MySqlConnection, job: &NewJob) -> Result<Enqueued> {
+    // The existing row can be pruned between our failed INSERT and the SELECT: then the
+    // key is free again and the INSERT is tried once more.
+    for _ in 0..3 {
+        match bind_new(sqlx::query(INSERT_ONE), job, false)
+            .execute(&mut *conn)
+            .await
+        {
+            Ok(done) => return Ok(Enqueued::New(done.last_insert_id())),
+            Err(e) if is_key_conflict(&e) => {
+                if let Some((id, kind)) = existing_id(conn, &job.key).await? {
+                    // A kind hidden by the caller's snapshot cannot be compared: the key is
+                    // taken either way, and the job holding it is most likely this kind's.
+                    return duplicate_of(job, id, kind.as_deref().unwrap_or(&job.kind));
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::InvalidKey {
+        key: job.key.chars().take(80).collect(),
+        reason: "the key kept colliding with a row that vanished before it could be read".into(),
+    })
+}
+
+/// The id and kind of the job holding `key`.
+async fn existing_id(
+    conn: &mut MySqlConnection,
+    key: &str,
+) -> Result<Option<(u64, Option<String>)>> {
+    // A locking read sees the latest committed row even inside the caller's REPEATABLE READ
+    // snapshot; the duplicate-key error already holds this shared lock anyway. It reads the
+    // key's index alone: a locking read of the row itself would fail with 1020 (and abort the
+    // caller's transaction) under MariaDB's `innodb_snapshot_isolation=ON` when the row was
+    // committed after the caller's snapshot.
+    let id: Option<u64> =
+        sqlx::query_scalar("SELECT id FROM job_queue WHERE task_key = ? LOCK IN SHARE MODE")
+            .bind(key)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let Some(id) = id else { return Ok(None) };
+    // A plain read never fails that way; inside such a snapshot it may not see the row, and
+    // then the kind is unknown.
+    let kind: Option<String> =
+        sqlx::query_scalar("SELECT CAST(kind AS CHAR) FROM job_queue WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    Ok(Some((id, kind)))
+}
+
+/// `Duplicate(id)` when job `id`, which holds `job`'s key, is of `job`'s kind. A job of
+/// another kind is an error: its `Duplicate` would say that this job exists, and it does not.
+fn duplicate_of(job: &NewJob, id: u64, kind: &str) -> Result<Enqueued> {
+    if kind == job.kind {
+        Ok(Enqueued::Duplicate(id))
+    } else {
+        Err(Error::KeyTaken {
+            key: job.key.chars().take(80).collect(),
+            kind: job.kind.clone(),
+            holder: kind.to_owned(),
+            id,
+        })
+    }
+}
+
+/// Jobs per multi-row `INSERT` of [`insert_many`].
+const BULK_CHUNK: usize = 1000;
+
+/// Payload bytes per multi-row `INSERT` of [`insert_many`].
+const BULK_BYTES: usize = 4 * 1024 * 1024;
+
+/// Inserts many jobs with few statements: one `SELECT` of the keys that exist, one
+/// multi-row `INSERT` of the rest, one `SELECT` of their ids, per chunk of 1,000. Returns one
+/// outcome per input job, in order. Meant to run inside a transaction.
+pub(crate) async fn insert_many(
+    conn: &mut MySqlConnection,
+    jobs: &[NewJob],
+) -> Result<Vec<Enqueued>> {
+    let mut out = Vec::with_capacity(jobs.len());
+    let mut start = 0;
+    while start < jobs.len() {
+        // At most BULK_CHUNK rows and BULK_BYTES of payload per statement, so that one
+        // statement stays well under the server's `max_allowed_packet` (16 MiB by default
+        // on MariaDB) whatever the payloads weigh.
+        let mut end = start;
+        let mut bytes = 0;
+        while end < jobs.len()
+            && end - start < BULK_CHUNK
+            && (end == start || bytes + jobs[end].payload.len() <= BULK_BYTES)
+        {
+            bytes += jobs[end].payload.len();
+            end += 1;
+        }
+        out.extend(insert_chunk(conn, &jobs[start..end]).await?);
+        start = end;
+    }
+    Ok(out)
+}
+
+async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+    let keys: Vec<&str> = jobs.iter().map(|j| j.key.as_str()).collect();
+    // A plain read: a locking one would take gap locks on keys that do not exist yet, which
+    // deadlock two batches enqueued at once. A key inserted by someone else after this read
+    // makes the INSERT fail with a duplicate, handled below.
+    let existing = ids_by_key(conn, &keys, false).await?;
+    // The first job of each key not yet in the table is inserted; every other one is a
+    // duplicate (of the table's row, or of the earlier job in this batch).
+    let mut seen = std::collections::HashSet::new();
+    // Rows keep the caller's order: ids, and so claim order, follow it. Two batches that
+    // share keys can deadlock on them; the transaction is then retried whole.
+    let fresh: Vec<&NewJob> = jobs
+        .iter()
+        .filter(|j| !existing.contains_key(j.key.as_str()) && seen.insert(j.key.as_str()))
+        .collect();
+    if !fresh.is_empty() {
+        // Jobs due at once (no `run_at`, no delay: every `enqueue_many` without options)
+        // take the plain row, without the per-row expressions and their four parameters.
+        let now = fresh.iter().all(|j| j.run_at.is_none() && j.delay_us == 0);
+        let sql = format!(
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, created_at, updated_at) VALUES {}",
+            vec![if now { VALUES_ROW_NOW } else { VALUES_ROW }; fresh.len()].join(", ")
+        );
+        // A full chunk, the usual case of a large batch, has one arity: keep it prepared
+        // (parsing a statement of many rows costs about as much as running it). Other
+        // arities are prepared for one use only, so that they cannot pile up on the server.
+        let mut q = sqlx::query(&sql).persistent(fresh.len() == BULK_CHUNK);
+        for job in &fresh {
+            q = bind_new(q, job, now);
+        }
+        if let Err(e) = q.execute(&mut *conn).await {
+            if !is_key_conflict(&e) {
+                return Err(e.into());
+            }
+            // Another enqueuer inserted one of these keys since our SELECT: fall back to
+            // one statement per job, which reports each duplicate on its own.
+            let mut out = Vec::with_capacity(jobs.len());
+            for job in jobs {
+                out.push(insert(conn, job).await?);
+            }
+            return Ok(out);
+        }
+    }
+    let fresh_keys: Vec<&str> = fresh.iter().map(|j| j.key.as_str()).collect();
+    let inserted = ids_by_key(conn, &fresh_keys, false).await?;
+    let mut first = std::collections::HashSet::new();
+    jobs.iter()
+        .map(|j| {
+            let k = j.key.as_str();
+            if let Some((id, kind)) = existing.get(k) {
+                duplicate_of(j, *id, kind)
+            } else {
+                let (id, kind) = inserted
+                    .get(k)
+                    .ok_or_else(|| Error::JobNotFound(JobRef::Key(k.to_owned())))?;
+                if first.insert(k) {
+                    Ok(Enqueued::New(*id))
+                } else {
+                    duplicate_of(j, *id, kind)
+                }
+            }
+        })
+        .collect()
+}
+
+/// The id and kind of the job holding each of `keys` that is taken.
+async fn ids_by_key<'k>(
+    conn: &mut MySqlConnection,
+    keys: &[&'k str],
+    locking: bool,
+) -> Result<std::collections::HashMap<&'k str, (u64, String)>> {
+    let mut map = std::collections::HashMap::new();
+    if keys.is_empty() {
+        return Ok(map);
+    }
+    let sql = format!(
+        "SELECT id, task_key, kind FROM job_queue WHERE task_key IN ({}){}",
+        placeholders(padded_len(keys.len())),
+        if locking { " LOCK IN SHARE MODE" } else { "" }
+    );
+    let mut q = sqlx::query(&sql);
+    for k in padded(keys) {
+        q = q.bind(k);
+    }
+    for row in q.fetch_all(&mut *conn).await? {
+        let id: u64 = row.try_get(0)?;
+        let key = text(&row, 1)?;
+        if let Some(k) = keys.iter().find(|k| **k == key) {
+            map.insert(*k, (id, text(&row, 2)?));
+        }
+    }
+    Ok(map)
+}
+
+impl Store {
+    /// Inserts many jobs in one transaction at READ COMMITTED, retried whole after a
+    /// deadlock or lock wait timeout. See [`insert_many`].
+    pub(crate) async fn insert_many(&self, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        let outcome: Result<Vec<Enqueued>> = transaction!(self, |conn| {
+            match insert_many(conn, jobs).await {
+                Ok(outcomes) => Ok((Ok(outcomes), true)),
+                Err(Error::Database(e)) => Err(e),
+                // Not a database error: nothing to retry; undo and report it.
+                Err(other) => Ok((Err(other), false)),
+            }
+        })?;
+        outcome
+    }
+
+    /// Inserts one job outside any transaction of the caller (see [`insert`]), retried after
+    /// a deadlock. Two inserts of one key that both wait on a third session's uncommitted
+    /// insert of it deadlock when that session rolls back; the victim's retry then finds the
+    /// winner's row and reports `Duplicate`. A lock wait timeout (1205) is not retried: it
+    /// has already made the caller wait `innodb_lock_wait_timeout`.
+    pub(crate) async fn insert_autocommit(&self, job: &NewJob) -> Result<Enqueued> {
+        let mut retry = 0u32;
+        loop {
+            let mut conn = acquire(self).await?;
+            match insert(&mut conn, job).await {
+                Err(e) if e.server_code() == Some(1213) && retry < CONFLICT_RETRIES => {
+                    drop(conn);
+                    retry += 1;
+                    self.metrics.conflict(1213);
+                    tokio::time::sleep(conflict_delay(retry)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+}

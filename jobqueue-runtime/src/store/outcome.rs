@@ -1,0 +1,240 @@
+//! Outcomes: how each attempt ends (done, retry, fail, cancel, hand-back, deferral), every
+//! write fenced by the claim's owner and attempt.
+
+use std::time::Duration;
+
+use sqlx::Row;
+
+use super::*;
+use crate::model::{Finish, JobStatus};
+
+/// The longest `last_error` kept, in bytes (the column is `TEXT`).
+const MAX_ERROR_BYTES: usize = 16 * 1024;
+
+/// An assignment to `cancel_requested` that leaves it as it is and reports, through
+/// `LAST_INSERT_ID(expr)`, how a statement ended: 1 cancelled (a cancel was pending), 2
+/// failed (`failed_if` held), 0 as asked. It reads only columns that no earlier assignment
+/// of the statement changes, so it means the same under MariaDB's `SIMULTANEOUS_ASSIGNMENT`.
+fn outcome_code(failed_if: &str) -> String {
+    format!("IF(LAST_INSERT_ID(IF(cancel_requested = 1, 1, IF({failed_if}, 2, 0))) = 1, 1, 0)")
+}
+
+/// `d` for a message: `24h`, `90min`, `45s`, or as `Debug` writes it when not whole.
+fn human_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    match (secs, d.subsec_nanos()) {
+        (0, _) | (_, 1..) => format!("{d:?}"),
+        (s, _) if s % 3600 == 0 => format!("{}h", s / 3600),
+        (s, _) if s % 60 == 0 => format!("{}min", s / 60),
+        (s, _) => format!("{s}s"),
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+impl Store {
+    /// Marks claims done, many per statement. `claims` are (id, attempt). Returns the ids
+    /// whose lease this owner no longer held: nothing was written for them.
+    pub async fn complete(&self, owner: &str, claims: &[(u64, u32)]) -> Result<Vec<u64>> {
+        let mut lost = Vec::new();
+        for chunk in claims.chunks(128) {
+            let ids: Vec<u64> = chunk.iter().map(|c| c.0).collect();
+            let tokens: Vec<String> = chunk.iter().map(|(id, a)| format!("{id}:{a}")).collect();
+            let n = padded_len(chunk.len());
+            let sql = format!(
+                "UPDATE job_queue SET status = 'done', lease_owner = NULL, lease_until = NULL, \
+                 finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
+                 WHERE id IN ({p}) AND status = 'running' AND lease_owner = ? \
+                   AND CONCAT(id, ':', attempts) IN ({p})",
+                p = placeholders(n)
+            );
+            let matched = autocommit!(self, |conn| {
+                let mut q = sqlx::query(&sql);
+                for id in padded(&ids) {
+                    q = q.bind(id);
+                }
+                q = q.bind(owner);
+                for t in padded(&tokens) {
+                    q = q.bind(t);
+                }
+                q.execute(&mut *conn)
+            })?
+            .rows_affected();
+            if matched != chunk.len() as u64 {
+                // Find out which: a row is ours if it is now done at our attempt.
+                let done: Vec<u64> = self.ids_done_at(chunk).await?;
+                lost.extend(ids.iter().filter(|id| !done.contains(id)));
+            }
+        }
+        Ok(lost)
+    }
+
+    async fn ids_done_at(&self, claims: &[(u64, u32)]) -> Result<Vec<u64>> {
+        let sql = format!(
+            "SELECT id, attempts FROM job_queue WHERE id IN ({}) AND status = 'done'",
+            placeholders(claims.len())
+        );
+        let mut q = sqlx::query(&sql).persistent(false);
+        for (id, _) in claims {
+            q = q.bind(*id);
+        }
+        let rows = on_connection!(self, |conn| q.fetch_all(&mut *conn)).await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let id: u64 = r.get(0);
+                let attempts: u32 = r.get(1);
+                claims.contains(&(id, attempts)).then_some(id)
+            })
+            .collect())
+    }
+
+    /// Ends one claim other than by success. Returns the status written (a retry, a
+    /// hand-back or a deferral ends `cancelled` when an operator's cancel was pending; a
+    /// hand-back of the last attempt, or a deferral past its bound, ends `failed`), or
+    /// `None` when the lease was lost: nothing was written.
+    pub async fn finish(
+        &self,
+        owner: &str,
+        id: u64,
+        attempt: u32,
+        how: &Finish,
+    ) -> Result<Option<JobStatus>> {
+        const FENCE: &str =
+            "WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ?";
+        // Binds in the order of the statement's marks, before the fence's.
+        let mut delay_us = None;
+        let mut errors = Vec::new();
+        let sql = match how {
+            Finish::Retry { delay, error } => {
+                delay_us = Some(micros(*delay));
+                errors.push(error.clone());
+                format!(
+                    "UPDATE job_queue SET status = IF(cancel_requested = 1, 'cancelled', 'scheduled'), \
+                     run_at = IF(cancel_requested = 1, run_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
+                     finished_at = IF(cancel_requested = 1, UTC_TIMESTAMP(6), NULL), \
+                     cancel_requested = LAST_INSERT_ID(cancel_requested), unrunnable_since = NULL, \
+                     lease_owner = NULL, lease_until = NULL, last_error = ?, updated_at = UTC_TIMESTAMP(6) {FENCE}"
+                )
+            }
+            Finish::Fail { error } => {
+                errors.push(error.clone());
+                format!(
+                    "UPDATE job_queue SET status = 'failed', lease_owner = NULL, lease_until = NULL, last_error = ?, \
+                     finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) {FENCE}"
+                )
+            }
+            Finish::Cancelled { error } => {
+                errors.push(error.clone());
+                format!(
+                    "UPDATE job_queue SET status = 'cancelled', lease_owner = NULL, lease_until = NULL, last_error = ?, \
+                     finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) {FENCE}"
+                )
+            }
+            Finish::HandBack => format!(
+                "UPDATE job_queue SET \
+                 status = IF(cancel_requested = 1, 'cancelled', IF(attempts >= max_attempts, 'failed', 'ready')), \
+                 finished_at = IF(cancel_requested = 1 OR attempts >= max_attempts, UTC_TIMESTAMP(6), NULL), \
+                 last_error = IF(cancel_requested = 1, \
+                   'cancelled on request; its worker shut down before the job stopped', \
+                   IF(attempts >= max_attempts, LEFT(CONCAT('its worker shut down during the last attempt (', \
+                     attempts, ' of ', max_attempts, '), which may have done part of its work; not run again', \
+                     COALESCE(CONCAT('; previous error: ', last_error), '')), 16000), last_error)), \
+                 cancel_requested = {code}, unrunnable_since = NULL, \
+                 lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) {FENCE}",
+                code = outcome_code("attempts >= max_attempts"),
+            ),
+            Finish::Defer {
+                delay,
+                error,
+                give_up_after,
+            } => {
+                // Far beyond any deploy, and still a valid date to subtract.
+                const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+                let give_up = format!(
+                    "(unrunnable_since < UTC_TIMESTAMP(6) - INTERVAL {} MICROSECOND)",
+                    micros((*give_up_after).min(CENTURY))
+                );
+                delay_us = Some(micros(*delay));
+                let within = human_duration((*give_up_after).min(CENTURY));
+                errors.push(format!(
+                    "no worker could run it within {within} of the first try: {error}"
+                ));
+                errors.push(if *give_up_after >= CENTURY {
+                    format!(
+                        "waiting for a worker that can run it: {error} (not counted as an attempt)"
+                    )
+                } else {
+                    format!(
+                        "waiting for a worker that can run it: {error} (not counted as an attempt; \
+                         fails if no worker can run it within {within} of the first try)"
+                    )
+                });
+                format!(
+                    "UPDATE job_queue SET \
+                     status = IF(cancel_requested = 1, 'cancelled', IF({give_up}, 'failed', 'scheduled')), \
+                     run_at = IF(cancel_requested = 1 OR {give_up}, run_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
+                     max_attempts = IF(cancel_requested = 1 OR {give_up}, max_attempts, max_attempts + 1), \
+                     finished_at = IF(cancel_requested = 1 OR {give_up}, UTC_TIMESTAMP(6), NULL), \
+                     last_error = IF(cancel_requested = 1, 'cancelled on request before a worker could run it', \
+                       IF({give_up}, ?, ?)), \
+                     cancel_requested = {code}, \
+                     unrunnable_since = COALESCE(unrunnable_since, UTC_TIMESTAMP(6)), \
+                     lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) {FENCE}",
+                    code = outcome_code(&give_up),
+                )
+            }
+        };
+        let errors: Vec<String> = errors
+            .iter()
+            .map(|e| truncate(e, MAX_ERROR_BYTES))
+            .collect();
+        let done = autocommit!(self, |conn| {
+            let mut q = sqlx::query(&sql);
+            if let Some(us) = delay_us {
+                q = q.bind(us);
+            }
+            for e in &errors {
+                q = q.bind(e.as_str());
+            }
+            q.bind(id).bind(owner).bind(attempt).execute(&mut *conn)
+        })?;
+        if done.rows_affected() != 1 {
+            return Ok(None);
+        }
+        // A retry, hand-back or deferral can end otherwise than asked: cancelled when an
+        // operator's request was pending, failed when out of attempts or time. The statement
+        // reports which through `LAST_INSERT_ID(expr)` (see [`outcome_code`]), which puts the
+        // value in the reply, so no second read is needed.
+        Ok(Some(match (how, done.last_insert_id()) {
+            (Finish::Fail { .. }, _) => JobStatus::Failed,
+            (Finish::Cancelled { .. }, _) => JobStatus::Cancelled,
+            (_, 1) => JobStatus::Cancelled,
+            (_, 2) => JobStatus::Failed,
+            (Finish::HandBack, _) => JobStatus::Ready,
+            (Finish::Retry { .. } | Finish::Defer { .. }, _) => JobStatus::Scheduled,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiting_bounds_read_as_people_write_them() {
+        assert_eq!(human_duration(Duration::from_secs(24 * 3600)), "24h");
+        assert_eq!(human_duration(Duration::from_secs(5400)), "90min");
+        assert_eq!(human_duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(human_duration(Duration::from_secs(90)), "90s");
+    }
+}

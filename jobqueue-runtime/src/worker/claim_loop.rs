@@ -1,0 +1,233 @@
+//! The claim loop: one `select!` over shutdown, finished jobs, wake-ups and a paced poll;
+//! it claims only free slots and starts each claimed job on its own task.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::execute::{panic_message, run_one};
+use super::lease::{Held, Leases};
+use super::outcome::{decide, Report};
+use super::pacer::Pacer;
+use super::Worker;
+use crate::error::Result;
+use crate::job::{CancelReason, JobContext};
+use crate::model::{Claimed, EmptyClaim};
+
+/// What the claim loop hands to each job it starts.
+pub(super) struct Running<'a> {
+    pub(super) leases: &'a Leases,
+    pub(super) reports: &'a mpsc::Sender<Report>,
+    /// Fired in phase two of a shutdown.
+    pub(super) shutdown: &'a CancellationToken,
+}
+
+pub(super) async fn drain(jobs: &mut JoinSet<()>) {
+    while let Some(joined) = jobs.join_next().await {
+        if let Err(e) = joined {
+            tracing::error!(error = %e, "a job task ended abnormally");
+        }
+    }
+}
+
+impl Worker {
+    pub(super) async fn claim_loop(
+        &self,
+        signal: impl Future<Output = ()>,
+        run: &Running<'_>,
+        jobs: &mut JoinSet<()>,
+    ) {
+        let cfg = &*self.config;
+        let mut wake = self.queue.subscribe_wake();
+        let mut signal = std::pin::pin!(signal);
+        let mut pacer = Pacer::new(cfg.poll_min, cfg.poll_max, Instant::now());
+        loop {
+            if pacer.wants_claim() {
+                // Free the slots of every job that has finished, not only the one that woke
+                // us, so that one claim fills them all.
+                while let Some(joined) = jobs.try_join_next() {
+                    if let Err(e) = joined {
+                        tracing::error!(error = %e, "a job task ended abnormally");
+                    }
+                }
+            }
+            if pacer.wants_claim() && jobs.len() < cfg.concurrency {
+                pacer.claim_started();
+                let free = cfg.concurrency - jobs.len();
+                let began = Instant::now();
+                let result = self.claim(free, run, jobs).await;
+                let took = began.elapsed();
+                match result {
+                    Ok(n) => {
+                        if pacer.claimed(n, free, took, Instant::now()) {
+                            tracing::info!("database reachable again; claiming resumed");
+                        }
+                    }
+                    Err(e) => {
+                        let retry_in = pacer.claim_failed(took, Instant::now());
+                        self.metrics.add(
+                            &self.metrics.database_errors,
+                            "jobqueue_database_errors_total",
+                            1,
+                        );
+                        tracing::error!(error = %e, retry_in = ?retry_in, "claim failed; retrying");
+                    }
+                }
+            }
+            tokio::select! {
+                biased;
+                _ = self.stop.cancelled() => return,
+                _ = &mut signal => return,
+                Some(joined) = jobs.join_next(), if !jobs.is_empty() => {
+                    if let Err(e) = joined {
+                        tracing::error!(error = %e, "a job task ended abnormally");
+                    }
+                    pacer.job_finished(jobs.is_empty(), Instant::now());
+                }
+                _ = tokio::time::sleep_until(pacer.refill_at().unwrap_or(pacer.next_poll())), if pacer.refill_at().is_some() => {
+                    pacer.refill_due();
+                }
+                changed = wake.changed() => {
+                    if changed.is_ok() {
+                        pacer.woken();
+                    }
+                }
+                // With every slot busy there is nothing to poll for: a finished job wakes us.
+                _ = tokio::time::sleep_until(pacer.next_poll()), if jobs.len() < cfg.concurrency => {
+                    pacer.poll_due();
+                }
+            }
+        }
+    }
+
+    /// Claims up to `free` jobs over the served queues, in their order, and starts them.
+    /// Each queue's claim is started as soon as it commits, so an error on a later queue
+    /// cannot strand jobs already claimed. Returns how many were started.
+    async fn claim(&self, free: usize, run: &Running<'_>, jobs: &mut JoinSet<()>) -> Result<usize> {
+        let mut claimed = 0;
+        for queue in &self.config.queues {
+            let want = (free - claimed).min(100);
+            if want == 0 {
+                break;
+            }
+            let batch = self.store.claim(queue, &self.config.owner, want).await?;
+            claimed += batch.len();
+            if !batch.is_empty() {
+                self.metrics.claimed(batch.len() as u64);
+                tracing::debug!(queue = %queue, jobs = batch.len(), "claimed");
+            }
+            for c in batch {
+                self.spawn_job(c, run, jobs);
+            }
+        }
+        if claimed == 0 {
+            let reason = self.store.classify_empty(&self.config.queues).await?;
+            self.metrics.empty(reason);
+            if reason == EmptyClaim::Contended {
+                tracing::debug!("claim found only jobs locked by other claimers");
+            }
+        }
+        Ok(claimed)
+    }
+
+    fn spawn_job(&self, c: Claimed, run: &Running<'_>, jobs: &mut JoinSet<()>) {
+        let (leases, reports, shutdown) = (run.leases, run.reports, run.shutdown);
+        let ctx = JobContext {
+            id: c.id,
+            attempt: c.attempt,
+            max_attempts: c.max_attempts,
+            kind: c.kind.clone(),
+            queue: c.queue.clone(),
+            task_key: c.task_key.clone(),
+            token: CancellationToken::new(),
+            reason: Default::default(),
+            data: self.data.clone(),
+        };
+        let displaced = leases.insert(
+            c.id,
+            Held {
+                attempt: c.attempt,
+                lease: c.lease,
+                renewed_at: c.claimed_at,
+                ctx: ctx.clone(),
+                cancel_seen: false,
+                finishing: false,
+            },
+        );
+        if displaced {
+            self.metrics
+                .add(&self.metrics.lease_lost, "jobqueue_leases_lost_total", 1);
+            tracing::warn!(
+                job.id = c.id,
+                attempt = c.attempt,
+                "claimed a job this worker was still running under an earlier attempt; that attempt is stopped"
+            );
+        }
+        let span = tracing::info_span!(
+            "job",
+            job.kind = %c.kind,
+            job.id = c.id,
+            attempt = c.attempt,
+            queue = %c.queue
+        );
+        let descriptor = self.registry.get(&c.kind);
+        let registry = self.registry.clone();
+        let reports = reports.clone();
+        let cancel_grace = self.config.cancel_grace;
+        let give_up_after = self.config.unrunnable_deadline;
+        let shutdown = shutdown.clone();
+        let leases = leases.clone();
+        let (id, attempt) = (c.id, c.attempt);
+        let task_ctx = ctx.clone();
+        let task = async move {
+            let outcome = run_one(
+                c.kind.clone(),
+                descriptor,
+                c.payload,
+                ctx.clone(),
+                cancel_grace,
+                shutdown,
+                &registry,
+            )
+            .await;
+            let Some(outcome) = decide(outcome, &ctx, descriptor, give_up_after) else {
+                return;
+            };
+            let report = Report {
+                id: c.id,
+                attempt: c.attempt,
+                kind: c.kind,
+                outcome,
+            };
+            if reports.send(report).await.is_err() {
+                tracing::error!(
+                    "outcome writer is gone; the job's lease will expire and it will run again"
+                );
+            }
+        };
+        jobs.spawn(
+            async move {
+                // A panic outside the job's own code (a tracing layer, a metrics recorder)
+                // must not leave the claim in `leases`, renewed for ever: stop and release
+                // it, so that the lease runs out and the job is taken back.
+                if let Err(panic) = AssertUnwindSafe(task).catch_unwind().await {
+                    task_ctx.cancel(CancelReason::LeaseLost);
+                    leases.release(id, attempt);
+                    tracing::error!(
+                        job.id = id,
+                        attempt,
+                        panic = %panic_message(&*panic),
+                        "the job's task panicked outside the job; its lease is released, and the job is taken back once it expires"
+                    );
+                }
+            }
+            .instrument(span),
+        );
+    }
+}

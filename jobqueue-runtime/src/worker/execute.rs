@@ -1,0 +1,122 @@
+//! Running one job: its code under its timeout, the shutdown's second phase and the loss
+//! of its lease, with panics caught, down to how the run ended ([`Ran`]).
+
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::job::{CancelReason, JobContext};
+use crate::registry::{JobDescriptor, Registry, RunError};
+
+/// How running the job's code ended.
+pub(super) enum Ran {
+    Finished(std::result::Result<(), RunError>),
+    Panicked(String),
+    TimedOut(Duration),
+    /// Dropped unfinished: lease lost (`hand_back` false: write nothing), or shutdown and it
+    /// did not stop in time (`hand_back` true).
+    Abandoned {
+        hand_back: bool,
+    },
+    /// This worker cannot run it (unknown kind, payload that does not fit the arguments);
+    /// another worker may.
+    Unrunnable(String),
+    /// The row itself cannot be read (payload not JSON, key not UTF-8): no worker can run it.
+    Unreadable(String),
+}
+
+pub(super) async fn run_one(
+    kind: String,
+    descriptor: Option<&'static JobDescriptor>,
+    payload: std::result::Result<serde_json::Value, String>,
+    ctx: JobContext,
+    cancel_grace: Duration,
+    shutdown: CancellationToken,
+    registry: &Registry,
+) -> Ran {
+    let Some(d) = descriptor else {
+        let known = registry
+            .kinds()
+            .iter()
+            .map(|d| d.kind())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let known = if known.is_empty() {
+            "it knows no kinds".to_owned()
+        } else {
+            format!("it knows: {known}")
+        };
+        return Ran::Unrunnable(format!(
+            "job kind `{kind}` is not registered in this worker ({known}); deploy a worker that has it, or cancel the job"
+        ));
+    };
+    let payload = match payload {
+        Ok(p) => p,
+        Err(e) => return Ran::Unreadable(e),
+    };
+    tracing::debug!("job started");
+    let started = Instant::now();
+    let timeout = d.options().timeout;
+    // Boxed already (`RunFuture`), so it can be dropped below, where a panicking destructor
+    // is caught too.
+    let mut run = AssertUnwindSafe(d.run(payload, ctx.clone())).catch_unwind();
+    let deadline = async {
+        match timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut deadline = std::pin::pin!(deadline);
+    let ran = tokio::select! {
+        r = &mut run => finished(r),
+        _ = &mut deadline => {
+            ctx.cancel(CancelReason::Timeout);
+            Ran::TimedOut(timeout.unwrap_or_default())
+        }
+        // Phase two of a shutdown (whatever the job was told before, an operator's cancel
+        // included): it may stop by itself, and is dropped after `cancel_grace`.
+        _ = shutdown.cancelled() => tokio::select! {
+            r = &mut run => finished(r),
+            _ = tokio::time::sleep(cancel_grace) => Ran::Abandoned { hand_back: true },
+        },
+        // Lease lost: another worker may run it now; stop at once. (An operator's cancel
+        // only tells the job, which decides how to stop.)
+        _ = lease_lost(&ctx) => Ran::Abandoned { hand_back: false },
+    };
+    // An unfinished job (timed out, abandoned) is dropped here: its destructors run now,
+    // outside the polls above, and one that panics must not take the outcome with it.
+    if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(move || drop(run))) {
+        tracing::error!(panic = %panic_message(&*panic), "the job panicked while being dropped");
+    }
+    metrics::histogram!("jobqueue_job_duration_seconds", "kind" => d.kind())
+        .record(started.elapsed().as_secs_f64());
+    ran
+}
+
+/// Resolves when the job's lease is lost.
+async fn lease_lost(ctx: &JobContext) {
+    ctx.cancelled().await;
+    if ctx.cancel_reason() != Some(CancelReason::LeaseLost) {
+        std::future::pending::<()>().await;
+    }
+}
+
+fn finished(
+    r: std::result::Result<std::result::Result<(), RunError>, Box<dyn std::any::Any + Send>>,
+) -> Ran {
+    match r {
+        Ok(Err(RunError::Payload(msg))) => Ran::Unrunnable(msg),
+        Ok(r) => Ran::Finished(r),
+        Err(panic) => Ran::Panicked(panic_message(&*panic)),
+    }
+}
+
+pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".into())
+}

@@ -1,0 +1,177 @@
+//! The outcome writer: successes many per statement, the rest one by one, every write
+//! fenced by the claim, retried through outages while the lease is held.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use super::lease::Leases;
+use super::outcome::{Outcome, Report};
+use crate::error::Result;
+use crate::metrics::Metrics;
+use crate::model::{Finish, JobStatus};
+use crate::store::Store;
+
+/// How long one outcome write may wait for the server before it is given up, its connection
+/// closed, and the write tried again on a new one. The lease is renewed meanwhile.
+pub(super) const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Writes attempt outcomes: successes many per statement, the rest one by one, every write
+/// fenced. Retries through database outages for as long as this worker still holds the lease.
+pub(super) async fn write_outcomes(
+    store: Store,
+    owner: String,
+    leases: Leases,
+    metrics: Arc<Metrics>,
+    mut reports: mpsc::Receiver<Report>,
+) {
+    let mut batch = Vec::new();
+    // Outcomes that arrive within one write's duration of the first are written with it:
+    // jobs claimed together end together, and are then recorded in one statement (one
+    // commit) instead of several, at the cost of at most one write's delay.
+    let mut write_took = Duration::ZERO;
+    while reports.recv_many(&mut batch, 256).await > 0 {
+        let gather_until = tokio::time::Instant::now() + write_took;
+        while batch.len() < 256 {
+            let room = 256 - batch.len();
+            let more = reports.recv_many(&mut batch, room);
+            if !matches!(tokio::time::timeout_at(gather_until, more).await, Ok(n) if n > 0) {
+                break;
+            }
+        }
+        let began = Instant::now();
+        let mut delay = Duration::from_millis(100);
+        loop {
+            // Nothing is written for a claim the renewer has given up on.
+            batch.retain(|r| {
+                let held = leases.holds(r.id, r.attempt);
+                if !held {
+                    tracing::warn!(
+                        job.id = r.id,
+                        attempt = r.attempt,
+                        "lease lost before the outcome was written; it is discarded"
+                    );
+                }
+                held
+            });
+            leases.mark_finishing(batch.iter().map(|r| (r.id, r.attempt)));
+            match write_batch(&store, &owner, &leases, &metrics, &mut batch).await {
+                Ok(()) => break,
+                Err(e) => {
+                    metrics.add(
+                        &metrics.database_errors,
+                        "jobqueue_database_errors_total",
+                        1,
+                    );
+                    tracing::error!(error = %e, pending = batch.len(), retry_in = ?delay, "cannot record job outcomes; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        write_took = began.elapsed().min(Duration::from_millis(50));
+        batch.clear();
+    }
+}
+
+/// Writes `batch`, removing each report once written, so that a retry after an error only
+/// writes what is left.
+async fn write_batch(
+    store: &Store,
+    owner: &str,
+    leases: &Leases,
+    metrics: &Metrics,
+    batch: &mut Vec<Report>,
+) -> Result<()> {
+    let done: Vec<(u64, u32)> = batch
+        .iter()
+        .filter(|r| matches!(r.outcome, Outcome::Done))
+        .map(|r| (r.id, r.attempt))
+        .collect();
+    if !done.is_empty() {
+        let lost = store.complete(owner, &done).await?;
+        for &(id, attempt) in &done {
+            leases.release(id, attempt);
+            if lost.contains(&id) {
+                metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
+                tracing::warn!(job.id = id, attempt, "lease lost before completion was recorded; another worker owns the job now, nothing was written");
+            } else {
+                metrics.add(&metrics.succeeded, "jobqueue_jobs_succeeded_total", 1);
+                tracing::debug!(job.id = id, attempt, "job done");
+            }
+        }
+        batch.retain(|r| !matches!(r.outcome, Outcome::Done));
+    }
+    while let Some(r) = batch.last() {
+        let Outcome::Finish(how) = &r.outcome else {
+            batch.pop();
+            continue;
+        };
+        let written = store.finish(owner, r.id, r.attempt, how).await?;
+        leases.release(r.id, r.attempt);
+        let (id, attempt, kind) = (r.id, r.attempt, r.kind.as_str());
+        match (written, how) {
+            (None, _) => {
+                metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
+                tracing::warn!(
+                    job.id = id,
+                    attempt,
+                    "lease lost before the outcome was recorded; nothing was written"
+                );
+            }
+            (Some(JobStatus::Scheduled), Finish::Retry { delay, error }) => {
+                metrics.add(&metrics.retried, "jobqueue_jobs_retried_total", 1);
+                tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; retrying in {delay:.1?}");
+            }
+            (Some(JobStatus::Failed), Finish::Fail { error }) => {
+                metrics.add(&metrics.failed, "jobqueue_jobs_failed_total", 1);
+                tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; not retrying");
+            }
+            (Some(JobStatus::Scheduled), Finish::Defer { delay, error, .. }) => {
+                metrics.add(&metrics.deferred, "jobqueue_jobs_deferred_total", 1);
+                tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "this worker cannot run the job; left for a worker that can, back in {delay:.1?} (not counted as an attempt)");
+            }
+            (
+                Some(JobStatus::Failed),
+                Finish::Defer {
+                    error,
+                    give_up_after,
+                    ..
+                },
+            ) => {
+                metrics.add(&metrics.failed, "jobqueue_jobs_failed_total", 1);
+                tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "no worker could run the job within {give_up_after:?}; job failed");
+            }
+            (Some(JobStatus::Failed), _) => {
+                metrics.add(&metrics.failed, "jobqueue_jobs_failed_total", 1);
+                tracing::error!(
+                    job.id = id,
+                    job.kind = kind,
+                    attempt,
+                    "job stopped at shutdown during its last attempt; failed, not run again"
+                );
+            }
+            (Some(JobStatus::Ready), _) => {
+                metrics.add(&metrics.handed_back, "jobqueue_jobs_handed_back_total", 1);
+                tracing::info!(
+                    job.id = id,
+                    job.kind = kind,
+                    attempt,
+                    "job handed back to ready at shutdown"
+                );
+            }
+            (Some(_), _) => {
+                metrics.add(&metrics.cancelled, "jobqueue_jobs_cancelled_total", 1);
+                tracing::info!(
+                    job.id = id,
+                    job.kind = kind,
+                    attempt,
+                    "job cancelled on request"
+                );
+            }
+        }
+        batch.pop();
+    }
+    Ok(())
+}
