@@ -17,8 +17,6 @@ pub mod registry;
 mod retry;
 mod server;
 pub mod store;
-#[cfg(feature = "testing")]
-pub mod testing;
 mod worker;
 
 pub use admin::{CancelOutcome, JobFilter, QueueStats, RunningJob};

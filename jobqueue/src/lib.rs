@@ -84,6 +84,32 @@ pub use jobqueue_macros::job;
 
 pub use jobqueue_runtime::*;
 
+/// A throwaway MariaDB/MySQL server for your own tests (the `testing` feature).
+///
+/// [`TestServer::shared`](testing::TestServer::shared) starts one server per test process
+/// from the `mariadbd` or `mysqld` binary on this machine (or uses
+/// `JOBQUEUE_TEST_DATABASE_URL`), and
+/// [`create_database`](testing::TestServer::create_database) gives each test a database of
+/// its own:
+///
+/// ```no_run
+/// use jobqueue::testing::TestServer;
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let url = TestServer::shared()?.create_database("my_test").await?;
+/// let queue = jobqueue::Queue::connect(&url).await?;
+/// queue.migrate().await?;
+/// # Ok(()) }
+/// ```
+///
+/// Its errors are [`testing::Error`], not the queue's [`Error`]: a test returning
+/// `Result<(), Box<dyn std::error::Error>>` takes both with `?`.
+#[cfg(feature = "testing")]
+pub mod testing {
+    #[doc(inline)]
+    pub use jobqueue_testserver::{Error, TestServer};
+}
+
 /// Registers a hand-written [`Job`] impl, as `#[job]` does for the kinds it generates.
 ///
 /// ```
