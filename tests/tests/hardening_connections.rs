@@ -107,15 +107,15 @@ async fn statement_variety(queue: &Queue, round: u64) {
         rest = later;
     }
     let hows = [
-        jobqueue::store::Finish::Retry {
+        jobqueue_runtime::store::Finish::Retry {
             delay: Duration::from_millis(1),
             error: "again".into(),
         },
-        jobqueue::store::Finish::Fail { error: "no".into() },
-        jobqueue::store::Finish::Cancelled {
+        jobqueue_runtime::store::Finish::Fail { error: "no".into() },
+        jobqueue_runtime::store::Finish::Cancelled {
             error: "stop".into(),
         },
-        jobqueue::store::Finish::HandBack,
+        jobqueue_runtime::store::Finish::HandBack,
     ];
     for (c, how) in rest.iter().zip(hows.iter().cycle()) {
         store

@@ -2,19 +2,19 @@
 //! behind every maintenance query, fencing, reclaim and promotion, idempotent enqueue, and
 //! the errors bad input gets.
 //!
-//! Rows are driven through the low-level [`Store`](jobqueue::store::Store) API with arbitrary
+//! Rows are driven through the low-level [`Store`](jobqueue_runtime::store::Store) API with arbitrary
 //! owner names; no worker runs here.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jobqueue::store::{Finish, Reclaimed};
 use jobqueue::testing::TestServer;
 use jobqueue::{
     CancelOutcome, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobOptions,
     JobStatus, Queue, QueueConfig,
 };
+use jobqueue_runtime::store::{Finish, Reclaimed};
 use serde::{Deserialize, Serialize, Serializer};
 use sqlx::mysql::{MySqlConnection, MySqlPoolOptions, MySqlRow};
 use sqlx::types::chrono::NaiveDateTime;
