@@ -37,15 +37,15 @@
 //! # A missing server
 //!
 //! When no server binary can be found and `JOBQUEUE_TEST_DATABASE_URL` is not set, both
-//! constructors return [`Error::NotInstalled`], saying how to install one (`apt-get install mariadb-server`,
-//! `brew install mariadb`) or how to point the tests at an existing server. Tests fail with it:
-//! they are never skipped silently.
+//! constructors return [`Error::NotInstalled`], saying how to install one
+//! (`apt-get install mariadb-server`, `brew install mariadb`) or how to point the tests at an
+//! existing server. Tests fail with it: they are never skipped silently.
 //!
 //! # Cleanup
 //!
 //! The shared server lives in a `static`, which is never dropped, and a test process may end
 //! without running destructors at all (`std::process::exit`, a panic that aborts, `SIGKILL`).
-//! So each server this module starts comes with a small watchdog process (`sh`) that holds the
+//! So each server this crate starts comes with a small watchdog process (`sh`) that holds the
 //! reading end of a pipe whose writing end only the starting process has. When that process is
 //! gone, however it ended, the pipe closes; the watchdog then stops the server (`SIGTERM`,
 //! `SIGKILL` after 30 seconds) and deletes its temporary folder. A private server is also
@@ -59,7 +59,7 @@
 //! * `JOBQUEUE_TEST_DATABASE_URL`: use this server instead of starting one.
 //! * `JOBQUEUE_TEST_SERVER_BINARY`: the server binary to start (for example a `mysqld` when a
 //!   `mariadbd` is installed as well), instead of searching for one.
-//! * `JOBQUEUE_TEST_SERVER_ARGS`: more options for the servers this module starts, separated
+//! * `JOBQUEUE_TEST_SERVER_ARGS`: more options for the servers this crate starts, separated
 //!   by spaces (for example `--innodb-lock-wait-timeout=5`); they come last and so win over
 //!   the defaults.
 
@@ -101,7 +101,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL_INTERVAL: Duration = Duration::from_millis(25);
 /// How many ports to try when the one picked was taken before the server could bind it.
 const PORT_ATTEMPTS: usize = 5;
-/// The fixed start of every database name this module creates, to find them on a shared server.
+/// The fixed start of every database name this crate creates, to find them on a shared server.
 const DATABASE_MARKER: &str = "jqtest";
 
 /// The watchdog. Its standard input is a pipe from the process that started the server;
@@ -142,7 +142,7 @@ rm -rf "$dir"
 
 /// A MariaDB/MySQL server for tests: an external one, or one this process started.
 ///
-/// See the [module documentation](self) for how to use it and how it is cleaned up.
+/// See the [crate documentation](crate) for how to use it and how it is cleaned up.
 #[derive(Debug)]
 pub struct TestServer {
     /// `mysql://root@127.0.0.1:PORT`, or the external URL as given.
