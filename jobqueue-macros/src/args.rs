@@ -6,7 +6,10 @@ use syn::parse::Parser;
 use syn::{Expr, ExprLit, ExprUnary, Lit, LitStr, Token, UnOp};
 
 use crate::diagnostics::Errors;
-use crate::duration::{self, Millis};
+use jobqueue_spec::backoff::{self, BackoffSpec};
+use jobqueue_spec::cron::{self, CronError};
+use jobqueue_spec::duration::{self, Millis};
+use jobqueue_spec::queue::{self, QueueNameError, MAX_QUEUE_CHARS};
 
 /// Every option, with the example its error messages show.
 const OPTIONS: [(&str, &str); 11] = [
@@ -23,13 +26,8 @@ const OPTIONS: [(&str, &str); 11] = [
     ("crate", r#"crate = "jobqueue""#),
 ];
 
-const BACKOFF_FORMS: &str =
-    r#"write `"exponential(1s, 1h)"`, `"linear(10s, 10m)"` or `"constant(30s)"`"#;
-
 /// The longest kind name, in bytes (the `kind` column).
 const MAX_NAME_BYTES: usize = 128;
-/// The longest queue name, in characters (the `queue` column).
-const MAX_QUEUE_CHARS: usize = 64;
 
 /// The options as written; `None` means the runtime's default.
 #[derive(Default)]
@@ -60,14 +58,6 @@ pub(crate) enum Segment {
     Text(String),
     /// The `Display` of the argument of that name (`r#` already removed).
     Arg(String),
-}
-
-/// The `backoff` option.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum BackoffSpec {
-    Exponential { base: Millis, max: Millis },
-    Linear { step: Millis, max: Millis },
-    Constant(Millis),
 }
 
 /// Parses the attribute's arguments. Mistakes go to `errors`, and parsing goes on past each
@@ -215,7 +205,7 @@ impl JobArgs {
             }
             "backoff" => {
                 let lit = string(option, example, value)?;
-                let spec = parse_backoff(&lit.value()).map_err(|e| {
+                let spec = backoff::parse(&lit.value()).map_err(|e| {
                     syn::Error::new_spanned(&lit, format!("invalid `backoff`: {e}"))
                 })?;
                 self.backoff = Some(spec);
@@ -335,73 +325,29 @@ fn duration(option: &str, example: &str, value: &Expr) -> syn::Result<Millis> {
     }
 }
 
-fn check_queue(queue: &str) -> Result<(), String> {
-    let n = queue.chars().count();
-    if n == 0 || n > MAX_QUEUE_CHARS {
-        return Err(format!(
-            "`queue` must be 1 to {MAX_QUEUE_CHARS} characters long, not {n}"
-        ));
-    }
-    if let Some(c) = queue
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')))
-    {
-        return Err(format!(
+/// The grammar's verdict on a queue name, phrased for the `queue` option.
+fn check_queue(name: &str) -> Result<(), String> {
+    queue::check(name).map_err(|e| match e {
+        QueueNameError::NotAllowed(c) => format!(
             "{c:?} is not allowed in a queue name; use letters, digits, `_`, `-`, `.` and `:`"
-        ));
-    }
-    Ok(())
+        ),
+        QueueNameError::Empty | QueueNameError::TooLong { .. } => format!(
+            "`queue` must be 1 to {MAX_QUEUE_CHARS} characters long, not {}",
+            name.chars().count()
+        ),
+        other => other.to_string(),
+    })
 }
 
+/// The grammar's verdict on a schedule, phrased for the `cron` option. The zone's name is
+/// checked when the worker starts, against the time zone database.
 fn check_cron(expr: &str) -> Result<(), String> {
-    const FORMS: &str = "write six fields `sec min hour day month weekday`, such as `\"0 */5 * * * *\"`, or five without the seconds";
-    // A leading `CRON_TZ=<zone>` (or `TZ=<zone>`) names the time zone; the zone's name is
-    // checked when the worker starts, against the time zone database.
-    let trimmed = expr.trim_start();
-    let expr = match ["CRON_TZ=", "TZ="]
-        .iter()
-        .find_map(|p| trimmed.strip_prefix(p))
-    {
-        Some(rest) => {
-            let (zone, fields) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
-            if zone.is_empty()
-                || !zone
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '-' | '+'))
-            {
-                return Err(format!(
-                    "invalid `cron` time zone {zone:?}; write an IANA name such as `CRON_TZ=Europe/Berlin` before the fields"
-                ));
-            }
-            fields
-        }
-        None => trimmed,
-    };
-    let fields = expr.split_whitespace().count();
-    if !(5..=6).contains(&fields) {
-        return Err(format!(
-            "invalid `cron` schedule: it has {fields} fields; {FORMS}"
-        ));
-    }
-    croner::Cron::new(expr)
-        .with_seconds_optional()
-        .parse()
-        .map(drop)
-        .map_err(|e| {
-            // croner's messages start with its error kind ("Component error: ..."); keep
-            // the reason and lowercase it to read as part of this sentence.
-            let message = e.to_string();
-            let reason = message
-                .split_once(": ")
-                .map_or(message.as_str(), |(_, reason)| reason)
-                .trim_end_matches('.');
-            let mut chars = reason.chars();
-            let reason: String = chars
-                .next()
-                .map(|c| c.to_lowercase().chain(chars).collect())
-                .unwrap_or_default();
-            format!("invalid `cron` schedule: {reason}; {FORMS}")
-        })
+    cron::parse(expr).map(drop).map_err(|e| match e {
+        CronError::TimeZone { zone } => format!(
+            "invalid `cron` time zone {zone:?}; write an IANA name such as `CRON_TZ=Europe/Berlin` before the fields"
+        ),
+        other => format!("invalid `cron` schedule: {other}"),
+    })
 }
 
 /// Splits a key template into text and `{argument}` placeholders; `{{` and `}}` are braces.
@@ -474,42 +420,6 @@ fn placeholder(inside: &str) -> Result<String, String> {
         ));
     }
     Ok(bare.to_owned())
-}
-
-fn parse_backoff(text: &str) -> Result<BackoffSpec, String> {
-    let wrong = || format!("`{text}` is not a backoff; {BACKOFF_FORMS}");
-    let (kind, rest) = text.trim().split_once('(').ok_or_else(wrong)?;
-    let inner = rest.strip_suffix(')').ok_or_else(wrong)?;
-    let parts: Vec<&str> = inner.split(',').map(str::trim).collect();
-    let parse = |part: &str| {
-        duration::parse(part)
-            .map_err(|e| format!("`{part}` is not a duration: {e}; {}", duration::FORMS))
-    };
-    let growing = |first: &str, first_value: Millis, max: Millis| {
-        if first_value == Millis(0) {
-            Err(format!("the {first} must be longer than 0s"))
-        } else if max < first_value {
-            Err(format!(
-                "the longest wait ({max}) is shorter than the {first} ({first_value})"
-            ))
-        } else {
-            Ok(())
-        }
-    };
-    match (kind.trim(), parts.as_slice()) {
-        ("exponential", [base, max]) => {
-            let (base, max) = (parse(base)?, parse(max)?);
-            growing("first wait", base, max)?;
-            Ok(BackoffSpec::Exponential { base, max })
-        }
-        ("linear", [step, max]) => {
-            let (step, max) = (parse(step)?, parse(max)?);
-            growing("step", step, max)?;
-            Ok(BackoffSpec::Linear { step, max })
-        }
-        ("constant", [wait]) => Ok(BackoffSpec::Constant(parse(wait)?)),
-        _ => Err(wrong()),
-    }
 }
 
 #[cfg(test)]
@@ -638,33 +548,6 @@ mod tests {
         );
         for bad in ["", "{", "}", "{}", "{a:?}", "{a-b}", "a}b"] {
             assert!(parse_template(bad).is_err(), "{bad:?} parsed");
-        }
-    }
-
-    #[test]
-    fn backoffs() {
-        assert_eq!(
-            parse_backoff("exponential(1s, 1h)"),
-            Ok(BackoffSpec::Exponential {
-                base: Millis(1_000),
-                max: Millis(3_600_000)
-            })
-        );
-        assert_eq!(
-            parse_backoff("constant(0s)"),
-            Ok(BackoffSpec::Constant(Millis(0)))
-        );
-        for bad in [
-            "exponential",
-            "exponential(1s)",
-            "exponential(0s, 1h)",
-            "exponential(1h, 1s)",
-            "linear(1s)",
-            "constant(1s, 2s)",
-            "fibonacci(1s, 1h)",
-            "constant(1 s)",
-        ] {
-            assert!(parse_backoff(bad).is_err(), "{bad:?} parsed");
         }
     }
 

@@ -7,10 +7,11 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Ident, ItemFn, LitStr, Pat, ReturnType, Type};
 
-use crate::args::{self, BackoffSpec, JobArgs, KeyTemplate, Segment};
+use crate::args::{self, JobArgs, KeyTemplate, Segment};
 use crate::diagnostics::Errors;
-use crate::duration::Millis;
 use crate::sig::{self, JobSignature, Param};
+use jobqueue_spec::backoff::BackoffSpec;
+use jobqueue_spec::duration::Millis;
 
 /// Expands `#[job(args)] item`. On `Err` the caller emits the item unchanged beside the errors.
 pub(crate) fn job(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {

@@ -3,7 +3,6 @@
 
 mod args;
 mod diagnostics;
-mod duration;
 mod expand;
 mod sig;
 

@@ -16,23 +16,13 @@ pub struct Schedule {
     tz: Option<chrono_tz::Tz>,
 }
 
-/// Splits a leading `CRON_TZ=<zone>` or `TZ=<zone>` off a cron expression.
-pub fn split_time_zone(expr: &str) -> (Option<&str>, &str) {
-    let trimmed = expr.trim_start();
-    for prefix in ["CRON_TZ=", "TZ="] {
-        if let Some(rest) = trimmed.strip_prefix(prefix) {
-            let (zone, fields) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
-            return (Some(zone), fields.trim_start());
-        }
-    }
-    (None, trimmed)
-}
-
 impl Schedule {
     /// Parses `expr`, with an error that quotes it and says what is wrong.
     pub fn parse(expr: &str) -> Result<Self> {
-        let (zone, fields) = split_time_zone(expr);
-        let tz = zone
+        let parsed = jobqueue_spec::cron::parse(expr)
+            .map_err(|e| Error::Config(format!("cron schedule {expr:?} does not parse: {e}")))?;
+        let tz = parsed
+            .zone
             .map(|z| {
                 z.parse::<chrono_tz::Tz>().map_err(|_| {
                     Error::Config(format!(
@@ -41,17 +31,9 @@ impl Schedule {
                 })
             })
             .transpose()?;
-        let cron = croner::Cron::new(fields)
-            .with_seconds_optional()
-            .parse()
-            .map_err(|e| {
-                Error::Config(format!(
-                    "cron schedule {expr:?} does not parse: {e}; write `sec min hour day month weekday`, e.g. \"0 */5 * * * *\""
-                ))
-            })?;
         Ok(Schedule {
             expr: expr.to_owned(),
-            cron,
+            cron: parsed.fields,
             tz,
         })
     }

@@ -179,10 +179,6 @@ pub enum Error {
     #[error("job registry: {0}")]
     Registry(String),
 
-    /// The throwaway test server (`jobqueue::testing`) could not be found, started or reached.
-    #[error("test database server: {0}")]
-    TestServer(String),
-
     /// No job with that id or key exists.
     #[error("no job {0}")]
     JobNotFound(JobRef),

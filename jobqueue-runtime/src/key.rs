@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 pub const MAX_KEY_CHARS: usize = 255;
 
 /// The longest queue name, in characters.
-pub const MAX_QUEUE_CHARS: usize = 64;
+pub const MAX_QUEUE_CHARS: usize = jobqueue_spec::queue::MAX_QUEUE_CHARS;
 
 /// The key of a job without a `key` template: `"{kind}:{hash}"`.
 ///
@@ -67,28 +67,10 @@ pub(crate) fn validate_key(key: &str) -> Result<()> {
 
 /// Checks a queue name: 1 to 64 characters of `[A-Za-z0-9_.:-]`.
 pub(crate) fn validate_queue(queue: &str) -> Result<()> {
-    let invalid = |reason: String| Error::InvalidQueue {
+    jobqueue_spec::queue::check(queue).map_err(|e| Error::InvalidQueue {
         queue: queue.chars().take(80).collect(),
-        reason,
-    };
-    if queue.is_empty() {
-        return Err(invalid("a queue name must not be empty".into()));
-    }
-    if queue.len() > MAX_QUEUE_CHARS {
-        return Err(invalid(format!(
-            "it is {} bytes long, over the limit of {MAX_QUEUE_CHARS}",
-            queue.len()
-        )));
-    }
-    if let Some(c) = queue
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')))
-    {
-        return Err(invalid(format!(
-            "{c:?} is not allowed; use letters, digits, `_`, `-`, `.` and `:`"
-        )));
-    }
-    Ok(())
+        reason: e.to_string(),
+    })
 }
 
 fn write_canonical(value: &Value, out: &mut String) {

@@ -16,8 +16,6 @@ mod queue;
 pub mod registry;
 mod retry;
 mod store;
-#[cfg(feature = "testing")]
-pub mod testing;
 mod worker;
 
 pub use data::{Data, DataNeed};

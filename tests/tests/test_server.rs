@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use jobqueue::testing::{find_server_binary, TestServer};
+use jobqueue::testing::TestServer;
+use jobqueue_testserver::find_server_binary;
 use sqlx::{Connection as _, MySqlConnection, Row as _};
 
 /// Set in the environment of the child process that `killed_process_leaves_no_server` starts.

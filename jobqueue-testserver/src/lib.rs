@@ -1,6 +1,6 @@
 //! A throwaway MariaDB/MySQL server for tests and examples.
 //!
-//! Tests of code that uses the queue need a real server. [`TestServer::shared`] gives every
+//! Tests of code that uses a database need a real server. [`TestServer::shared`] gives every
 //! test of a process the same one:
 //!
 //! * when `JOBQUEUE_TEST_DATABASE_URL` is set (`mysql://user:pass@host:port`), that server,
@@ -12,24 +12,24 @@
 //!   that started it, however that process ends (see below).
 //!
 //! Each test then takes a database of its own with [`TestServer::create_database`], so that
-//! tests run in parallel without seeing each other's jobs. Tests that stop and restart the
+//! tests run in parallel without seeing each other's rows. Tests that stop and restart the
 //! server start a private one with [`TestServer::start`], so that they disturb no other test.
 //!
-//! ```no_run
-//! # extern crate jobqueue_runtime as jobqueue;
-//! use jobqueue::testing::TestServer;
+//! Users of `jobqueue` reach this crate as `jobqueue::testing` (the `testing` feature).
 //!
-//! # async fn demo() -> jobqueue::Result<()> {
+//! ```no_run
+//! use jobqueue_testserver::TestServer;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! // A database of its own for this test, on the server all tests of the process share.
 //! let url = TestServer::shared()?.create_database("enqueue_twice").await?;
-//! let queue = jobqueue::Queue::connect(&url).await?;
-//! queue.migrate().await?;
+//! let pool = sqlx::MySqlPool::connect(&url).await?;
 //!
-//! // A private server, to see what the queue does while the server is down.
+//! // A private server, to see what the code under test does while the server is down.
 //! let server = TestServer::start()?;
 //! let url = server.create_database("outage").await?;
 //! server.stop()?;
-//! // ... the queue fails and retries ...
+//! // ... the code under test fails and retries ...
 //! server.restart()?;
 //! # Ok(()) }
 //! ```
@@ -37,15 +37,15 @@
 //! # A missing server
 //!
 //! When no server binary can be found and `JOBQUEUE_TEST_DATABASE_URL` is not set, both
-//! constructors return an error saying how to install one (`apt-get install mariadb-server`,
-//! `brew install mariadb`) or how to point the tests at an existing server. Tests fail with it:
-//! they are never skipped silently.
+//! constructors return [`Error::NotInstalled`], saying how to install one
+//! (`apt-get install mariadb-server`, `brew install mariadb`) or how to point the tests at an
+//! existing server. Tests fail with it: they are never skipped silently.
 //!
 //! # Cleanup
 //!
 //! The shared server lives in a `static`, which is never dropped, and a test process may end
 //! without running destructors at all (`std::process::exit`, a panic that aborts, `SIGKILL`).
-//! So each server this module starts comes with a small watchdog process (`sh`) that holds the
+//! So each server this crate starts comes with a small watchdog process (`sh`) that holds the
 //! reading end of a pipe whose writing end only the starting process has. When that process is
 //! gone, however it ended, the pipe closes; the watchdog then stops the server (`SIGTERM`,
 //! `SIGKILL` after 30 seconds) and deletes its temporary folder. A private server is also
@@ -59,7 +59,7 @@
 //! * `JOBQUEUE_TEST_DATABASE_URL`: use this server instead of starting one.
 //! * `JOBQUEUE_TEST_SERVER_BINARY`: the server binary to start (for example a `mysqld` when a
 //!   `mariadbd` is installed as well), instead of searching for one.
-//! * `JOBQUEUE_TEST_SERVER_ARGS`: more options for the servers this module starts, separated
+//! * `JOBQUEUE_TEST_SERVER_ARGS`: more options for the servers this crate starts, separated
 //!   by spaces (for example `--innodb-lock-wait-timeout=5`); they come last and so win over
 //!   the defaults.
 
@@ -77,7 +77,9 @@ use std::time::{Duration, Instant};
 
 use sqlx::{Connection as _, MySqlConnection};
 
-use crate::{Error, Result};
+mod error;
+
+pub use error::{Error, Result};
 
 /// Environment variable naming an existing server to use instead of starting one.
 const URL_VAR: &str = "JOBQUEUE_TEST_DATABASE_URL";
@@ -99,7 +101,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL_INTERVAL: Duration = Duration::from_millis(25);
 /// How many ports to try when the one picked was taken before the server could bind it.
 const PORT_ATTEMPTS: usize = 5;
-/// The fixed start of every database name this module creates, to find them on a shared server.
+/// The fixed start of every database name this crate creates, to find them on a shared server.
 const DATABASE_MARKER: &str = "jqtest";
 
 /// The watchdog. Its standard input is a pipe from the process that started the server;
@@ -140,7 +142,7 @@ rm -rf "$dir"
 
 /// A MariaDB/MySQL server for tests: an external one, or one this process started.
 ///
-/// See the [module documentation](self) for how to use it and how it is cleaned up.
+/// See the [crate documentation](crate) for how to use it and how it is cleaned up.
 #[derive(Debug)]
 pub struct TestServer {
     /// `mysql://root@127.0.0.1:PORT`, or the external URL as given.
@@ -233,7 +235,6 @@ fn detach_from_terminal(command: &mut Command) {
 
 /// Which server a binary is: they are initialised differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[doc(hidden)]
 pub enum Flavor {
     /// `mariadbd`, or a `mysqld` that says `MariaDB` in its `--version`.
     MariaDb,
@@ -243,7 +244,6 @@ pub enum Flavor {
 
 /// A server binary found on this machine.
 #[derive(Debug, Clone)]
-#[doc(hidden)]
 pub struct ServerBinary {
     /// Its path.
     pub path: PathBuf,
@@ -253,7 +253,6 @@ pub struct ServerBinary {
 
 /// The folders searched for a server binary: those on `PATH`, then the usual places servers
 /// are installed that are often not on a user's `PATH`.
-#[doc(hidden)]
 pub fn server_search_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|path| std::env::split_paths(&path).collect())
@@ -263,8 +262,7 @@ pub fn server_search_dirs() -> Vec<PathBuf> {
 }
 
 /// Finds a server binary in `dirs`: the first `mariadbd` in any of them, else the first
-/// `mysqld`. The error says how to install one.
-#[doc(hidden)]
+/// `mysqld`. When there is none, [`Error::NotInstalled`] says how to install one.
 pub fn find_server_binary(dirs: &[PathBuf]) -> Result<ServerBinary> {
     for name in ["mariadbd", "mysqld"] {
         if let Some(path) = dirs
@@ -283,7 +281,7 @@ pub fn find_server_binary(dirs: &[PathBuf]) -> Result<ServerBinary> {
         .map(|d| d.display().to_string())
         .collect::<Vec<_>>()
         .join(":");
-    Err(failure(format!(
+    Err(Error::NotInstalled(format!(
         "no MariaDB or MySQL server binary (`mariadbd` or `mysqld`) found in {searched}. \
          The tests need one to start a throwaway server of their own. Install one:\n\
          \x20 Debian/Ubuntu: sudo apt-get install mariadb-server\n\
@@ -359,14 +357,14 @@ impl TestServer {
     /// [`stop`](Self::stop) and [`restart`](Self::restart) work on it too, but every test of
     /// the process sees the outage: use a private server from [`start`](Self::start) for that.
     pub fn shared() -> Result<&'static TestServer> {
-        static SHARED: OnceLock<std::result::Result<TestServer, String>> = OnceLock::new();
+        static SHARED: OnceLock<Result<TestServer>> = OnceLock::new();
         SHARED
             .get_or_init(|| match external_url() {
                 Some(url) => Ok(TestServer { url, local: None }),
-                None => TestServer::start().map_err(|e| e.to_string()),
+                None => TestServer::start(),
             })
             .as_ref()
-            .map_err(|e| failure(format!("the shared test server could not be started: {e}")))
+            .map_err(|e| e.repeat("the shared test server could not be started"))
     }
 
     /// Starts a new private server: its own data directory in a temporary folder and its own
@@ -381,7 +379,6 @@ impl TestServer {
     }
 
     /// [`start`](Self::start) with a given server binary.
-    #[doc(hidden)]
     pub fn start_with(binary: ServerBinary) -> Result<TestServer> {
         let began = Instant::now();
         let dir = tempfile::Builder::new()
@@ -448,7 +445,6 @@ impl TestServer {
     }
 
     /// The process id of the server while it runs, if this process started it.
-    #[doc(hidden)]
     pub fn server_pid(&self) -> Option<u32> {
         self.local
             .as_ref()
@@ -829,7 +825,7 @@ fn find_install_db(server: &Path) -> Result<PathBuf> {
             return Ok(path);
         }
     }
-    Err(failure(format!(
+    Err(Error::NotInstalled(format!(
         "found the MariaDB server {} but not `mariadb-install-db` (or `mysql_install_db`), \
          which creates a new data directory; it comes with the server package \
          (Debian/Ubuntu: apt-get install mariadb-server; macOS: brew install mariadb)",
@@ -938,9 +934,9 @@ fn last_lines(text: &str, n: usize) -> String {
     out
 }
 
-/// The error for everything that goes wrong here.
+/// The error for a server that could not be set up, run or stopped.
 fn failure(message: String) -> Error {
-    Error::TestServer(message)
+    Error::Server(message)
 }
 
 fn io_failure(context: &'static str) -> impl FnOnce(std::io::Error) -> Error {
@@ -995,7 +991,9 @@ mod tests {
 
     #[test]
     fn missing_binary_gives_install_advice() {
-        let err = find_server_binary(&[]).unwrap_err().to_string();
+        let err = find_server_binary(&[]).unwrap_err();
+        assert!(matches!(err, Error::NotInstalled(_)), "{err:?}");
+        let err = err.to_string();
         assert!(err.contains("apt-get install mariadb-server"), "{err}");
         assert!(err.contains("brew install mariadb"), "{err}");
         assert!(err.contains(URL_VAR), "{err}");
