@@ -196,6 +196,19 @@ impl JobFilter {
     }
 }
 
+/// One queue's gauges: the figures maintenance publishes as `jobqueue_queue_jobs` and
+/// `jobqueue_queue_oldest_ready_age_seconds`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct QueueGauges {
+    pub(crate) queue: String,
+    pub(crate) scheduled: u64,
+    pub(crate) ready: u64,
+    pub(crate) running: u64,
+    pub(crate) failed: u64,
+    /// Age of the oldest ready job; `None` when none is ready.
+    pub(crate) oldest_ready_secs: Option<f64>,
+}
+
 /// One queue's figures, as `jobqueue status` shows them.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 #[non_exhaustive]

@@ -1,0 +1,46 @@
+//! Queue gauges: jobs per queue and status, and the queue lag, read in one statement and
+//! published to the `metrics` facade at most once per [`GAUGE_INTERVAL`].
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use super::Maintenance;
+use crate::error::Result;
+
+/// How often a worker refreshes the queue gauges.
+pub(crate) const GAUGE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// What the gauges remember between passes: when they were last read, and every queue seen
+/// so far, whose gauges drop to zero (not vanish) once its jobs are gone.
+#[derive(Debug, Default)]
+pub(crate) struct Gauges {
+    last: Option<Instant>,
+    queues: BTreeSet<String>,
+}
+
+pub(super) async fn refresh_gauges(m: &mut Maintenance) -> Result<()> {
+    if m.gauges.last.is_some_and(|t| t.elapsed() < GAUGE_INTERVAL) {
+        return Ok(());
+    }
+    m.gauges.last = Some(Instant::now());
+    let read = m.store.queue_gauges().await?;
+    let seen = &mut m.gauges.queues;
+    seen.extend(read.iter().map(|g| g.queue.clone()));
+    for queue in seen.iter() {
+        let g = read.iter().find(|g| &g.queue == queue);
+        let count = |f: fn(&crate::model::QueueGauges) -> u64| g.map_or(0, f) as f64;
+        for (status, n) in [
+            ("waiting", count(|g| g.ready)),
+            ("running", count(|g| g.running)),
+            ("scheduled", count(|g| g.scheduled)),
+            ("failed", count(|g| g.failed)),
+        ] {
+            metrics::gauge!("jobqueue_queue_jobs", "queue" => queue.clone(), "status" => status)
+                .set(n);
+        }
+        let lag = g.and_then(|g| g.oldest_ready_secs).unwrap_or(0.0);
+        metrics::gauge!("jobqueue_queue_oldest_ready_age_seconds", "queue" => queue.clone())
+            .set(lag);
+    }
+    Ok(())
+}
