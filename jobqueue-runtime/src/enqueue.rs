@@ -254,6 +254,7 @@ impl Queue {
             lease_ms: lease_ms(J::KIND, o.lease)?,
             run_at: options.run_at.map(|t| t.naive_utc()),
             delay_us,
+            traceparent: crate::trace::current_traceparent(),
         })
     }
 

@@ -18,6 +18,7 @@ mod retry;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod trace;
 mod worker;
 
 pub use data::{Data, DataNeed};

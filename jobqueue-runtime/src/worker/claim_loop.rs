@@ -183,6 +183,7 @@ impl Worker {
             attempt = c.attempt,
             queue = %c.queue
         );
+        crate::trace::continue_trace(&span, c.traceparent.as_deref(), c.attempt);
         let descriptor = self.registry.get(&c.kind);
         let registry = self.registry.clone();
         let reports = reports.clone();
