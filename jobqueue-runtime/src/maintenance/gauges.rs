@@ -1,5 +1,7 @@
-//! Queue gauges: jobs per queue and status, and the queue lag, read in one statement and
-//! published to the `metrics` facade at most once per [`GAUGE_INTERVAL`].
+//! Queue gauges: jobs per queue and status, and the queue lag, published to the `metrics`
+//! facade every [`GAUGE_INTERVAL`]. Counting them costs a read of every active row, so at
+//! most one worker of the fleet counts per interval (it takes the turn in the database) and
+//! writes the counts to a small table, which every worker then reads and publishes.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -23,6 +25,11 @@ pub(super) async fn refresh_gauges(m: &mut Maintenance) -> Result<()> {
         return Ok(());
     }
     m.gauges.last = Some(Instant::now());
+    // One worker of the fleet counts per interval; the others read what it wrote. The
+    // small margin keeps a worker whose timer runs a little early from losing every turn.
+    if m.store.take_gauge_turn(GAUGE_INTERVAL.mul_f64(0.9)).await? {
+        m.store.count_gauges().await?;
+    }
     let read = m.store.queue_gauges().await?;
     let seen = &mut m.gauges.queues;
     seen.extend(read.iter().map(|g| g.queue.clone()));
