@@ -119,3 +119,91 @@ async fn many_workers_share_the_jobs() {
     );
     assert_eq!(statuses(&url).await, vec![("done".to_owned(), 300)]);
 }
+
+/// One HTTP/1.1 request with `Connection: close`; returns the response body.
+async fn http(addr: &str, method: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "{method} {path}: {response}"
+    );
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
+}
+
+/// The value of the sample `series` (name and labels exactly as exported) in a scrape.
+fn sample(scrape: &str, series: &str) -> Option<f64> {
+    scrape.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        value.trim().parse().ok()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_service_exposes_labelled_counters_and_queue_gauges() {
+    use tokio::io::AsyncBufReadExt;
+    let server = TestServer::shared().unwrap_or_else(|e| panic!("{e}"));
+    let url = server
+        .create_database("metrics_service")
+        .await
+        .expect("database");
+    let mut child = tokio::process::Command::new(example("metrics_service"))
+        .env("DATABASE_URL", &url)
+        .env("PORT", "0")
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start metrics_service");
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = stdout.next_line().await.expect("read").expect("a line");
+    let addr = first
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .to_owned();
+
+    // 100 jobs of 200 ms on two slots: about ten seconds of work, two gauge refreshes at least.
+    http(&addr, "POST", "/images/100").await;
+    let labels = r#"{queue="images",kind="make_thumbnail"}"#;
+    let succeeded = format!("jobqueue_jobs_succeeded_total{labels}");
+    let failed = format!("jobqueue_jobs_failed_total{labels}");
+    let enqueued = format!("jobqueue_enqueued_total{labels}");
+    let running = r#"jobqueue_queue_jobs{queue="images",status="running"}"#;
+    let waiting = r#"jobqueue_queue_jobs{queue="images",status="waiting"}"#;
+    let lag = r#"jobqueue_queue_oldest_ready_age_seconds{queue="images"}"#;
+    let duration = format!("jobqueue_job_duration_seconds_count{labels}");
+    let (mut seen_running, mut seen_waiting, mut seen_lag) = (0.0f64, 0.0f64, 0.0f64);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let scrape = loop {
+        let scrape = http(&addr, "GET", "/metrics").await;
+        seen_running = seen_running.max(sample(&scrape, running).unwrap_or(0.0));
+        seen_waiting = seen_waiting.max(sample(&scrape, waiting).unwrap_or(0.0));
+        seen_lag = seen_lag.max(sample(&scrape, lag).unwrap_or(0.0));
+        let moving = sample(&scrape, &succeeded).unwrap_or(0.0) >= 1.0
+            && sample(&scrape, &failed).unwrap_or(0.0) >= 1.0;
+        if moving && seen_running >= 1.0 && seen_waiting >= 1.0 && seen_lag > 0.0 {
+            break scrape;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the scrape never showed jobs succeeding, failing, running and waiting \
+             (max running {seen_running}, waiting {seen_waiting}, lag {seen_lag}):\n{scrape}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(sample(&scrape, &enqueued), Some(100.0), "{scrape}");
+    assert!(sample(&scrape, &duration).unwrap_or(0.0) >= 2.0, "{scrape}");
+    assert!(
+        scrape.contains("# TYPE jobqueue_queue_jobs gauge"),
+        "{scrape}"
+    );
+    child.kill().await.expect("stop metrics_service");
+}

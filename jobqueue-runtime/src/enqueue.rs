@@ -254,6 +254,7 @@ impl Queue {
             lease_ms: lease_ms(J::KIND, o.lease)?,
             run_at: options.run_at.map(|t| t.naive_utc()),
             delay_us,
+            traceparent: crate::trace::current_traceparent(),
         })
     }
 
@@ -261,11 +262,23 @@ impl Queue {
         let m = &self.inner.metrics;
         match outcome {
             Enqueued::New(id) => {
-                m.add(&m.enqueued, "jobqueue_enqueued_total", 1);
+                m.add_job(
+                    &m.enqueued,
+                    "jobqueue_enqueued_total",
+                    &job.queue,
+                    &job.kind,
+                    1,
+                );
                 tracing::debug!(job.id = id, job.kind = %job.kind, task_key = %job.key, queue = %job.queue, "job enqueued");
             }
             Enqueued::Duplicate(id) => {
-                m.add(&m.duplicates, "jobqueue_enqueue_duplicates_total", 1);
+                m.add_job(
+                    &m.duplicates,
+                    "jobqueue_enqueue_duplicates_total",
+                    &job.queue,
+                    &job.kind,
+                    1,
+                );
                 tracing::info!(
                     job.kind = %job.kind,
                     task_key = %job.key,

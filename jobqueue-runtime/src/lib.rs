@@ -16,6 +16,7 @@ mod queue;
 pub mod registry;
 mod retry;
 mod store;
+mod trace;
 mod worker;
 
 pub use data::{Data, DataNeed};

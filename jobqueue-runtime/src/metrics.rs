@@ -1,15 +1,20 @@
 //! Counters a program can read ([`MetricsSnapshot`]) and the same figures sent to the
 //! `metrics` facade, so any exporter (Prometheus, OpenTelemetry...) sees them with no glue.
 //!
-//! Facade names: `jobqueue_jobs_claimed_total`, `jobqueue_jobs_succeeded_total`,
-//! `jobqueue_jobs_retried_total`, `jobqueue_jobs_failed_total`,
+//! Facade names, labelled `{queue, kind}`: `jobqueue_jobs_claimed_total`,
+//! `jobqueue_jobs_succeeded_total`, `jobqueue_jobs_retried_total`, `jobqueue_jobs_failed_total`,
 //! `jobqueue_jobs_cancelled_total`, `jobqueue_jobs_handed_back_total`,
-//! `jobqueue_jobs_deferred_total`,
-//! `jobqueue_leases_lost_total`, `jobqueue_lease_renewals_total`, `jobqueue_leases_reclaimed_total`,
-//! `jobqueue_jobs_promoted_total`, `jobqueue_claims_empty_total{reason}`,
-//! `jobqueue_conflict_retries_total{code}`, `jobqueue_database_errors_total`,
-//! `jobqueue_enqueued_total`, `jobqueue_enqueue_duplicates_total`,
-//! `jobqueue_job_duration_seconds{kind}` (histogram).
+//! `jobqueue_jobs_deferred_total`, `jobqueue_leases_lost_total`, `jobqueue_enqueued_total`,
+//! `jobqueue_enqueue_duplicates_total`, `jobqueue_job_duration_seconds` (histogram).
+//! Unlabelled or with other labels: `jobqueue_lease_renewals_total`,
+//! `jobqueue_leases_reclaimed_total`, `jobqueue_jobs_promoted_total`,
+//! `jobqueue_claims_empty_total{reason}`, `jobqueue_conflict_retries_total{code}`,
+//! `jobqueue_database_errors_total`. Gauges, labelled `{queue, status}` and `{queue}`:
+//! `jobqueue_queue_jobs`, `jobqueue_queue_oldest_ready_age_seconds`.
+//!
+//! Label values come from finite sets: the queues a program enqueues to or serves and the
+//! kinds linked into it. A job's queue and kind are never derived from its arguments, so the
+//! number of series is bounded by queues × kinds.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -66,8 +71,24 @@ impl Metrics {
         metrics::counter!(name).increment(n);
     }
 
-    pub(crate) fn claimed(&self, n: u64) {
-        self.add(&self.claimed, "jobqueue_jobs_claimed_total", n);
+    /// Counts `n` on `field` and on the facade counter `name` labelled with the job's queue
+    /// and kind. Both sets are finite (the queues a program names, the kinds linked into
+    /// it), so the label cardinality is bounded by queues × kinds.
+    pub(crate) fn add_job(
+        &self,
+        field: &AtomicU64,
+        name: &'static str,
+        queue: &str,
+        kind: &str,
+        n: u64,
+    ) {
+        field.fetch_add(n, Relaxed);
+        metrics::counter!(name, "queue" => queue.to_owned(), "kind" => kind.to_owned())
+            .increment(n);
+    }
+
+    pub(crate) fn claimed(&self, queue: &str, kind: &str) {
+        self.add_job(&self.claimed, "jobqueue_jobs_claimed_total", queue, kind, 1);
     }
 
     pub(crate) fn empty(&self, reason: crate::model::EmptyClaim) {
@@ -98,6 +119,16 @@ pub(crate) fn describe() {
     metrics::describe_histogram!(
         "jobqueue_job_duration_seconds",
         metrics::Unit::Seconds,
-        "Time one attempt ran, by kind."
+        "Time one attempt ran, by queue and kind."
+    );
+    metrics::describe_gauge!(
+        "jobqueue_queue_jobs",
+        metrics::Unit::Count,
+        "Jobs per queue and status (waiting, running, scheduled, failed), read every 5 s."
+    );
+    metrics::describe_gauge!(
+        "jobqueue_queue_oldest_ready_age_seconds",
+        metrics::Unit::Seconds,
+        "Age of the queue's oldest ready job (0 when none is ready): how far behind the queue is."
     );
 }

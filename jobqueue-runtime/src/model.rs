@@ -196,6 +196,19 @@ impl JobFilter {
     }
 }
 
+/// One queue's gauges: the figures maintenance publishes as `jobqueue_queue_jobs` and
+/// `jobqueue_queue_oldest_ready_age_seconds`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct QueueGauges {
+    pub(crate) queue: String,
+    pub(crate) scheduled: u64,
+    pub(crate) ready: u64,
+    pub(crate) running: u64,
+    pub(crate) failed: u64,
+    /// Age of the oldest ready job; `None` when none is ready.
+    pub(crate) oldest_ready_secs: Option<f64>,
+}
+
 /// One queue's figures, as `jobqueue status` shows them.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 #[non_exhaustive]
@@ -261,6 +274,8 @@ pub(crate) struct NewJob {
     /// An absolute start time (UTC); `None` means now plus `delay_us`.
     pub(crate) run_at: Option<NaiveDateTime>,
     pub(crate) delay_us: i64,
+    /// The W3C `traceparent` of the code that enqueued it, if it was traced.
+    pub(crate) traceparent: Option<String>,
 }
 
 /// What one [`Store::schedule_ticks`](crate::store::Store::schedule_ticks) pass did for a periodic kind.
@@ -302,6 +317,8 @@ pub struct Claimed {
     /// A local instant taken just before the claim's `UPDATE`: the lease runs out no earlier
     /// than `claimed_at + lease` by this process's monotonic clock.
     pub claimed_at: std::time::Instant,
+    /// The W3C `traceparent` stored by the enqueue, if it was traced.
+    pub traceparent: Option<String>,
 }
 
 /// Why a claim found nothing. None of these is an error.

@@ -78,6 +78,9 @@
 //!
 //! - `testing`: `jobqueue::testing::TestServer`, a throwaway MariaDB/MySQL server for your own
 //!   tests, started from the server binaries on `PATH`.
+//! - `opentelemetry`: an enqueue stores the W3C `traceparent` of the current span with the
+//!   job, and the job's span continues it (the first attempt as a child, retries linked);
+//!   needs a `tracing-opentelemetry` layer. See the README's "Traces".
 
 #[doc(inline)]
 pub use jobqueue_macros::job;

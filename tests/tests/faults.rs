@@ -482,7 +482,7 @@ async fn an_idle_worker_is_quiet_and_survives_a_revoked_privilege() {
         .fetch_one(pool)
         .await
         .unwrap();
-    // A user of its own with DML rights on the three tables, as a deployment would give a
+    // A user of its own with DML rights on the tables it uses, as a deployment would give a
     // worker. Table-level grants: a change to them applies to open sessions at their next
     // statement (a database-level one only at their next `USE`).
     // (On a server given by JOBQUEUE_TEST_DATABASE_URL, its user needs CREATE USER and GRANT
@@ -492,6 +492,8 @@ async fn an_idle_worker_is_quiet_and_survives_a_revoked_privilege() {
     let grants = format!(
         "GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.`job_queue` TO {{u}}; \
          GRANT SELECT ON `{db}`.`job_queue_pause` TO {{u}}; \
+         GRANT SELECT, INSERT, DELETE ON `{db}`.`job_queue_gauges` TO {{u}}; \
+         GRANT SELECT, UPDATE ON `{db}`.`job_queue_gauge_refresh` TO {{u}}; \
          GRANT SELECT, INSERT ON `{db}`.`effects` TO {{u}}"
     );
     for_each_host(pool, &user, &grants).await;

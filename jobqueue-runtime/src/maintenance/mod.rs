@@ -1,5 +1,6 @@
 //! Maintenance: the work every worker shares with no leader, once per maintenance interval:
-//! enqueue periodic ticks, promote due jobs, reclaim expired leases, prune finished jobs.
+//! enqueue periodic ticks, promote due jobs, reclaim expired leases, prune finished jobs,
+//! refresh the queue gauges.
 //! SKIP LOCKED keeps the passes of many workers apart.
 
 use std::sync::Arc;
@@ -14,11 +15,14 @@ use crate::queue::Queue;
 use crate::retry::jitter;
 use crate::store::Store;
 
+mod gauges;
 mod periodic;
 mod promote;
 mod prune;
 mod reclaim;
 
+use gauges::refresh_gauges;
+pub(crate) use gauges::Gauges;
 use periodic::enqueue_ticks;
 pub(crate) use periodic::Scheduler;
 use promote::promote_due;
@@ -34,6 +38,7 @@ pub(crate) struct Maintenance {
     pub(crate) retention: Retention,
     pub(crate) max_lease_expiries: u32,
     pub(crate) last_prune: Option<Instant>,
+    pub(crate) gauges: Gauges,
 }
 
 /// Promotes due scheduled jobs, reclaims expired leases, enqueues periodic jobs' ticks and
@@ -73,6 +78,7 @@ async fn maintain(m: &mut Maintenance) -> Result<()> {
         ("promotion", promote_due(m).await),
         ("reclaim", reclaim_expired(m).await),
         ("pruning", prune_finished(m).await),
+        ("queue gauges", refresh_gauges(m).await),
     ];
     let mut first = None;
     for (step, result) in steps {

@@ -134,6 +134,8 @@ impl Scheduler {
                 lease_ms,
                 run_at: Some(tick),
                 delay_us: 0,
+                // A tick is started by the schedule, not by traced code.
+                traceparent: None,
             };
             let (schedule, window) = (&e.schedule, self.window);
             let due = |last: chrono::NaiveDateTime| {

@@ -132,7 +132,7 @@ impl Store {
     ) -> Result<Vec<Claimed>> {
         let ids: Vec<u64> = taken.iter().map(|t| t.0).collect();
         let sql = format!(
-            "SELECT id, attempts, status = 'running' AND lease_owner <=> ?, queue, kind, task_key, payload \
+            "SELECT id, attempts, status = 'running' AND lease_owner <=> ?, queue, kind, task_key, payload, traceparent \
              FROM job_queue WHERE id IN ({})",
             placeholders(padded_len(ids.len()))
         );
@@ -181,6 +181,8 @@ impl Store {
                 max_attempts,
                 lease: Duration::from_millis(lease_ms.into()),
                 claimed_at,
+                // A context that cannot be read only costs the job its trace.
+                traceparent: super::decode::opt_text(r, "traceparent").ok().flatten(),
             });
         }
         Ok(claimed)

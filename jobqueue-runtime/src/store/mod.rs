@@ -189,6 +189,7 @@ mod claim;
 pub(crate) mod connect;
 mod decode;
 mod enqueue;
+mod gauges;
 mod lease;
 mod maintenance;
 pub(crate) mod migrate;

@@ -119,7 +119,9 @@ impl Worker {
             let batch = self.store.claim(queue, &self.config.owner, want).await?;
             claimed += batch.len();
             if !batch.is_empty() {
-                self.metrics.claimed(batch.len() as u64);
+                for c in &batch {
+                    self.metrics.claimed(&c.queue, &c.kind);
+                }
                 tracing::debug!(queue = %queue, jobs = batch.len(), "claimed");
             }
             for c in batch {
@@ -161,8 +163,13 @@ impl Worker {
             },
         );
         if displaced {
-            self.metrics
-                .add(&self.metrics.lease_lost, "jobqueue_leases_lost_total", 1);
+            self.metrics.add_job(
+                &self.metrics.lease_lost,
+                "jobqueue_leases_lost_total",
+                &c.queue,
+                &c.kind,
+                1,
+            );
             tracing::warn!(
                 job.id = c.id,
                 attempt = c.attempt,
@@ -176,6 +183,7 @@ impl Worker {
             attempt = c.attempt,
             queue = %c.queue
         );
+        crate::trace::continue_trace(&span, c.traceparent.as_deref(), c.attempt);
         let descriptor = self.registry.get(&c.kind);
         let registry = self.registry.clone();
         let reports = reports.clone();
@@ -203,6 +211,7 @@ impl Worker {
                 id: c.id,
                 attempt: c.attempt,
                 kind: c.kind,
+                queue: c.queue,
                 outcome,
             };
             if reports.send(report).await.is_err() {

@@ -155,7 +155,13 @@ fn stop_expired(leases: &Leases, metrics: &Metrics) {
     for id in expired {
         if let Some(h) = map.remove(&id) {
             h.ctx.cancel(CancelReason::LeaseLost);
-            metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
+            metrics.add_job(
+                &metrics.lease_lost,
+                "jobqueue_leases_lost_total",
+                &h.ctx.queue,
+                &h.ctx.kind,
+                1,
+            );
             tracing::error!(
                 job.id = id,
                 attempt = h.attempt,

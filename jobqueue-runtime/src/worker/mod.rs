@@ -228,6 +228,7 @@ impl Worker {
                     retention: cfg.retention,
                     max_lease_expiries: cfg.max_lease_expiries,
                     last_prune: None,
+                    gauges: Default::default(),
                 },
                 cfg.maintenance_interval,
                 background.clone(),

@@ -20,6 +20,7 @@ pub(super) struct Report {
     pub(super) id: u64,
     pub(super) attempt: u32,
     pub(super) kind: String,
+    pub(super) queue: String,
     pub(super) outcome: Outcome,
 }
 

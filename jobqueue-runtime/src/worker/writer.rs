@@ -91,13 +91,26 @@ async fn write_batch(
         .collect();
     if !done.is_empty() {
         let lost = store.complete(owner, &done).await?;
-        for &(id, attempt) in &done {
+        for r in batch.iter().filter(|r| matches!(r.outcome, Outcome::Done)) {
+            let (id, attempt) = (r.id, r.attempt);
             leases.release(id, attempt);
             if lost.contains(&id) {
-                metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
+                metrics.add_job(
+                    &metrics.lease_lost,
+                    "jobqueue_leases_lost_total",
+                    &r.queue,
+                    &r.kind,
+                    1,
+                );
                 tracing::warn!(job.id = id, attempt, "lease lost before completion was recorded; another worker owns the job now, nothing was written");
             } else {
-                metrics.add(&metrics.succeeded, "jobqueue_jobs_succeeded_total", 1);
+                metrics.add_job(
+                    &metrics.succeeded,
+                    "jobqueue_jobs_succeeded_total",
+                    &r.queue,
+                    &r.kind,
+                    1,
+                );
                 tracing::debug!(job.id = id, attempt, "job done");
             }
         }
@@ -110,10 +123,16 @@ async fn write_batch(
         };
         let written = store.finish(owner, r.id, r.attempt, how).await?;
         leases.release(r.id, r.attempt);
-        let (id, attempt, kind) = (r.id, r.attempt, r.kind.as_str());
+        let (id, attempt, kind, queue) = (r.id, r.attempt, r.kind.as_str(), r.queue.as_str());
         match (written, how) {
             (None, _) => {
-                metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
+                metrics.add_job(
+                    &metrics.lease_lost,
+                    "jobqueue_leases_lost_total",
+                    queue,
+                    kind,
+                    1,
+                );
                 tracing::warn!(
                     job.id = id,
                     attempt,
@@ -121,15 +140,33 @@ async fn write_batch(
                 );
             }
             (Some(JobStatus::Scheduled), Finish::Retry { delay, error }) => {
-                metrics.add(&metrics.retried, "jobqueue_jobs_retried_total", 1);
+                metrics.add_job(
+                    &metrics.retried,
+                    "jobqueue_jobs_retried_total",
+                    queue,
+                    kind,
+                    1,
+                );
                 tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; retrying in {delay:.1?}");
             }
             (Some(JobStatus::Failed), Finish::Fail { error }) => {
-                metrics.add(&metrics.failed, "jobqueue_jobs_failed_total", 1);
+                metrics.add_job(
+                    &metrics.failed,
+                    "jobqueue_jobs_failed_total",
+                    queue,
+                    kind,
+                    1,
+                );
                 tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; not retrying");
             }
             (Some(JobStatus::Scheduled), Finish::Defer { delay, error, .. }) => {
-                metrics.add(&metrics.deferred, "jobqueue_jobs_deferred_total", 1);
+                metrics.add_job(
+                    &metrics.deferred,
+                    "jobqueue_jobs_deferred_total",
+                    queue,
+                    kind,
+                    1,
+                );
                 tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "this worker cannot run the job; left for a worker that can, back in {delay:.1?} (not counted as an attempt)");
             }
             (
@@ -140,11 +177,23 @@ async fn write_batch(
                     ..
                 },
             ) => {
-                metrics.add(&metrics.failed, "jobqueue_jobs_failed_total", 1);
+                metrics.add_job(
+                    &metrics.failed,
+                    "jobqueue_jobs_failed_total",
+                    queue,
+                    kind,
+                    1,
+                );
                 tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "no worker could run the job within {give_up_after:?}; job failed");
             }
             (Some(JobStatus::Failed), _) => {
-                metrics.add(&metrics.failed, "jobqueue_jobs_failed_total", 1);
+                metrics.add_job(
+                    &metrics.failed,
+                    "jobqueue_jobs_failed_total",
+                    queue,
+                    kind,
+                    1,
+                );
                 tracing::error!(
                     job.id = id,
                     job.kind = kind,
@@ -153,7 +202,13 @@ async fn write_batch(
                 );
             }
             (Some(JobStatus::Ready), _) => {
-                metrics.add(&metrics.handed_back, "jobqueue_jobs_handed_back_total", 1);
+                metrics.add_job(
+                    &metrics.handed_back,
+                    "jobqueue_jobs_handed_back_total",
+                    queue,
+                    kind,
+                    1,
+                );
                 tracing::info!(
                     job.id = id,
                     job.kind = kind,
@@ -162,7 +217,13 @@ async fn write_batch(
                 );
             }
             (Some(_), _) => {
-                metrics.add(&metrics.cancelled, "jobqueue_jobs_cancelled_total", 1);
+                metrics.add_job(
+                    &metrics.cancelled,
+                    "jobqueue_jobs_cancelled_total",
+                    queue,
+                    kind,
+                    1,
+                );
                 tracing::info!(
                     job.id = id,
                     job.kind = kind,

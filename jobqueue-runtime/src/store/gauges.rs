@@ -1,0 +1,112 @@
+//! The queue gauges: how many jobs wait, run, are scheduled or failed, per queue, and how
+//! old the oldest ready job is. One worker of the fleet counts them per interval and writes
+//! them to `job_queue_gauges`; every worker reads that small table.
+
+use std::time::Duration;
+
+use sqlx::Row;
+
+use super::decode::text;
+use super::*;
+use crate::model::{JobStatus, QueueGauges};
+
+/// Counts per queue and status, with the oldest `run_at` of the ready jobs. It reads every
+/// active and failed row (over the `(status, finished_at, id)` index, then the rows): about
+/// 0.1-0.2 s for 80,000 such rows, which is why one worker per interval runs it.
+const COUNT_GAUGES: &str = "SELECT queue, CAST(status AS CHAR), COUNT(*), MIN(run_at) \
+     FROM job_queue WHERE status IN ('scheduled', 'ready', 'running', 'failed') \
+     GROUP BY queue, status";
+
+impl Store {
+    /// Takes the turn to count the gauges if nobody has within `every`: moves the one
+    /// `refreshed_at` forward, which only one of many workers racing for it can do.
+    pub async fn take_gauge_turn(&self, every: Duration) -> Result<bool> {
+        let us = i64::try_from(every.as_micros()).unwrap_or(i64::MAX);
+        let taken = sqlx::query(
+            "UPDATE job_queue_gauge_refresh SET refreshed_at = UTC_TIMESTAMP(6) \
+             WHERE id = 1 AND refreshed_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND",
+        )
+        .bind(us)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(taken == 1)
+    }
+
+    /// Counts the gauges over `job_queue` and replaces the contents of `job_queue_gauges`
+    /// with them, in one transaction: readers see the old counts or the new ones.
+    pub(crate) async fn count_gauges(&self) -> Result<()> {
+        let rows = sqlx::query(COUNT_GAUGES).fetch_all(&self.pool).await?;
+        let mut counted = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let queue = text(r, 0)?;
+            let status = text(r, 1)?;
+            let jobs = r.try_get::<i64, _>(2)?.max(0);
+            let oldest: Option<chrono::NaiveDateTime> = r.try_get(3)?;
+            let oldest = if status == JobStatus::Ready.as_str() {
+                oldest
+            } else {
+                None
+            };
+            counted.push((queue, status, jobs, oldest));
+        }
+        transaction!(self, |conn| {
+            sqlx::query("DELETE FROM job_queue_gauges")
+                .execute(&mut *conn)
+                .await?;
+            if !counted.is_empty() {
+                let sql = format!(
+                    "INSERT INTO job_queue_gauges (queue, status, jobs, oldest_run_at) VALUES {}",
+                    vec!["(?, ?, ?, ?)"; counted.len()].join(", ")
+                );
+                // One arity per number of queues: not kept prepared, so that arities cannot
+                // pile up on the server.
+                let mut q = sqlx::query(&sql).persistent(false);
+                for (queue, status, jobs, oldest) in &counted {
+                    q = q.bind(queue).bind(status).bind(jobs).bind(oldest);
+                }
+                q.execute(&mut *conn).await?;
+            }
+            Ok(((), true))
+        })
+    }
+
+    /// The gauges last counted, with each queue's lag measured now.
+    pub(crate) async fn queue_gauges(&self) -> Result<Vec<QueueGauges>> {
+        let rows = sqlx::query(
+            "SELECT queue, CAST(status AS CHAR), jobs, \
+             TIMESTAMPDIFF(MICROSECOND, oldest_run_at, UTC_TIMESTAMP(6)) FROM job_queue_gauges",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out: Vec<QueueGauges> = Vec::new();
+        for r in &rows {
+            let queue = text(r, 0)?;
+            let status: JobStatus = text(r, 1)?.parse()?;
+            let n = r.try_get::<u64, _>(2)?;
+            let i = match out.iter().position(|g| g.queue == queue) {
+                Some(i) => i,
+                None => {
+                    out.push(QueueGauges {
+                        queue,
+                        ..Default::default()
+                    });
+                    out.len() - 1
+                }
+            };
+            let g = &mut out[i];
+            match status {
+                JobStatus::Scheduled => g.scheduled = n,
+                JobStatus::Ready => {
+                    g.ready = n;
+                    let age: Option<i64> = r.try_get(3)?;
+                    g.oldest_ready_secs = age.map(|us| us.max(0) as f64 / 1e6);
+                }
+                JobStatus::Running => g.running = n,
+                JobStatus::Failed => g.failed = n,
+                JobStatus::Done | JobStatus::Cancelled => {}
+            }
+        }
+        Ok(out)
+    }
+}
