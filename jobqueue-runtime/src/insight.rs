@@ -236,7 +236,7 @@ const OVERVIEW_SQL: &str = "\
 
 const THROUGHPUT_SQL: &str = "\
     SELECT TIMESTAMPDIFF(MINUTE, finished_at, UTC_TIMESTAMP(6)) AS ago, queue, \
-      SUM(status = 'done'), SUM(status = 'failed') \
+      CAST(SUM(status = 'done') AS SIGNED), CAST(SUM(status = 'failed') AS SIGNED) \
     FROM job_queue WHERE status IN ('done', 'failed') AND finished_at >= UTC_TIMESTAMP(6) - INTERVAL ? MINUTE \
     GROUP BY ago, queue";
 
@@ -390,8 +390,8 @@ impl Queue {
                 Ok(ThroughputMinute {
                     minutes_ago: r.try_get::<i64, _>(0)?.max(0) as u32,
                     queue: text(r, 1)?,
-                    done: decimal(r, 2)?,
-                    failed: decimal(r, 3)?,
+                    done: r.try_get::<i64, _>(2)?.max(0) as u64,
+                    failed: r.try_get::<i64, _>(3)?.max(0) as u64,
                 })
             })
             .collect()
@@ -510,20 +510,14 @@ fn list_statement(query: &JobQuery, before: Option<u64>, limit: u32) -> (String,
 }
 
 fn periodic_from_row(r: &MySqlRow) -> Result<PeriodicJob> {
-    let schedule: Option<String> = r.try_get::<Option<String>, _>(1).or_else(|_| {
-        r.try_get::<Option<Vec<u8>>, _>(1)
-            .map(|b| b.map(|b| String::from_utf8_lossy(&b).into_owned()))
-    })?;
+    let schedule = opt_text(r, 1)?;
     let last_tick: NaiveDateTime = r.try_get(2)?;
     let next_tick = schedule.as_deref().and_then(|expr| {
         let s = crate::cron::Schedule::parse(expr).ok()?;
         let t = s.next_after(DateTime::<Utc>::from_naive_utc_and_offset(last_tick, Utc))?;
         Some(t.naive_utc())
     });
-    let status: Option<String> = r.try_get::<Option<String>, _>(4).or_else(|_| {
-        r.try_get::<Option<Vec<u8>>, _>(4)
-            .map(|b| b.map(|b| String::from_utf8_lossy(&b).into_owned()))
-    })?;
+    let status = opt_text(r, 4)?;
     Ok(PeriodicJob {
         kind: text(r, 0)?,
         schedule,
@@ -531,21 +525,14 @@ fn periodic_from_row(r: &MySqlRow) -> Result<PeriodicJob> {
         next_tick,
         last_job_id: r.try_get(3)?,
         last_job_status: status.map(|s| s.parse()).transpose()?,
-        last_job_error: r.try_get(5)?,
+        last_job_error: opt_text(r, 5)?,
     })
 }
 
-/// A SUM over integers, which the server returns as DECIMAL.
-fn decimal(r: &MySqlRow, i: usize) -> Result<u64> {
-    if let Ok(n) = r.try_get::<Option<i64>, _>(i) {
-        return Ok(n.unwrap_or(0).max(0) as u64);
-    }
-    let s: Option<String> = r.try_get(i).or_else(|_| {
+/// A nullable text column, which the driver may report as bytes (binary collations).
+fn opt_text(r: &MySqlRow, i: usize) -> sqlx::Result<Option<String>> {
+    r.try_get::<Option<String>, _>(i).or_else(|_| {
         r.try_get::<Option<Vec<u8>>, _>(i)
             .map(|b| b.map(|b| String::from_utf8_lossy(&b).into_owned()))
-    })?;
-    Ok(
-        s.and_then(|s| s.split('.').next().and_then(|n| n.parse().ok()))
-            .unwrap_or(0),
-    )
+    })
 }

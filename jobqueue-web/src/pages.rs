@@ -103,11 +103,7 @@ pub(crate) async fn overview(
 
 /// The overview's changing part, which the page's script fetches every 2 seconds.
 pub(crate) async fn overview_live(State(s): St, orig: OriginalUri, uri: Uri) -> Page {
-    let mut base = base(&orig, &uri);
-    // Mounted, this handler's own path is `/live`: its base is the dashboard's.
-    if let Some(b) = base.strip_suffix("/live") {
-        base = b.to_owned();
-    }
+    let base = base(&orig, &uri);
     Ok(Html(overview_body(&s, &base).await?).into_response())
 }
 
@@ -356,7 +352,6 @@ pub(crate) async fn jobs(
     Query(f): Query<Filter>,
 ) -> Page {
     let base = base(&orig, &uri);
-    let base = base.strip_suffix("/jobs").unwrap_or(&base).to_owned();
     let query = f.query()?;
     let page_ = s.queue.list_page(&query, f.before, PAGE_SIZE).await?;
     let b = esc(&base);
@@ -456,8 +451,6 @@ pub(crate) async fn job(
     Query(n): Query<Notice>,
 ) -> Page {
     let base = base(&orig, &uri);
-    let suffix = format!("/jobs/{id}");
-    let base = base.strip_suffix(&suffix).unwrap_or(&base).to_owned();
     let Some(j) = s.queue.job(id).await? else {
         return Err(Failure(
             StatusCode::NOT_FOUND,
@@ -585,7 +578,6 @@ pub(crate) async fn job(
 
 pub(crate) async fn workers(State(s): St, orig: OriginalUri, uri: Uri) -> Page {
     let base = base(&orig, &uri);
-    let base = base.strip_suffix("/workers").unwrap_or(&base).to_owned();
     let workers = s.queue.workers().await?;
     let running = s.queue.running(None, 500).await?;
     let mut by_owner: BTreeMap<&str, Vec<&jobqueue::RunningJob>> = BTreeMap::new();
@@ -651,7 +643,6 @@ pub(crate) async fn workers(State(s): St, orig: OriginalUri, uri: Uri) -> Page {
 
 pub(crate) async fn periodic(State(s): St, orig: OriginalUri, uri: Uri) -> Page {
     let base = base(&orig, &uri);
-    let base = base.strip_suffix("/periodic").unwrap_or(&base).to_owned();
     let list = s.queue.periodic_jobs().await?;
     let mut rows = String::new();
     for p in &list {
@@ -874,7 +865,6 @@ pub(crate) async fn bulk_confirm(
     Query(f): Query<Filter>,
 ) -> Page {
     let base = base(&orig, &uri);
-    let base = base.strip_suffix("/bulk").unwrap_or(&base).to_owned();
     if s.read_only {
         return Err(Failure(
             StatusCode::FORBIDDEN,
