@@ -14,6 +14,9 @@ use jobqueue_web::{Auth, Dashboard};
 use tests::{fresh_queue, quick_worker, row, start, stop, wait_for};
 use web_support::{csrf_of, get, insert_job, post, send};
 
+/// A seeded job: id, queue, kind, status, key.
+type Seeded = (u64, &'static str, &'static str, &'static str, String);
+
 const HOSTILE: &str = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>";
 
 #[tokio::test]
@@ -203,7 +206,7 @@ async fn hidden_payloads_keep_everything_else() {
 #[tokio::test]
 async fn the_job_list_filters_and_pages_newest_first() {
     let queue = fresh_queue("web_list").await;
-    let mut ids = Vec::new();
+    let mut ids: Vec<Seeded> = Vec::new();
     for i in 0..130u32 {
         let (q, kind, status) = match i % 3 {
             0 => ("alpha", "export", "failed"),
@@ -237,7 +240,7 @@ async fn the_job_list_filters_and_pages_newest_first() {
             assert_eq!(got, expect, "{query:?}");
         }
     };
-    let newest_first = |f: &dyn Fn(&(u64, &str, &str, &str, String)) -> bool| {
+    let newest_first = |f: &dyn Fn(&Seeded) -> bool| {
         let mut v: Vec<u64> = ids.iter().filter(|j| f(j)).map(|j| j.0).collect();
         v.reverse();
         v
