@@ -112,8 +112,10 @@ async fn jobqueue_then_app_migrator_then_jobqueue_again() {
         [
             "_sqlx_migrations",
             "job_queue",
+            "job_queue_cron",
             "job_queue_migrations",
             "job_queue_pause",
+            "job_queue_worker",
             "orders"
         ]
     );
