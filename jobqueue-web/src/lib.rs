@@ -18,7 +18,7 @@
 //! server (every value from the database is HTML-escaped); the stylesheet and a small
 //! script that refreshes the overview every 2 seconds are served from the binary.
 //!
-//! Security: actions are POSTs that carry a per-process anti-forgery token and are refused
+//! Security: actions are POSTs that carry an anti-forgery token (double-submitted in a cookie) and are refused
 //! when the browser says they come from another site; [`Dashboard::read_only`] hides and
 //! refuses them; [`Dashboard::hide_payloads`] keeps job arguments (which may hold personal
 //! data) off the pages; [`Dashboard::auth`] requires a token or a user and password.
@@ -78,9 +78,19 @@ pub(crate) struct Shared {
     pub(crate) queue: Queue,
     pub(crate) read_only: bool,
     pub(crate) hide_payloads: bool,
-    /// The anti-forgery token every form carries: random per process, so a page of another
-    /// site cannot know it (the browser does not let it read ours).
-    pub(crate) csrf: String,
+}
+
+/// The name of the cookie that holds the browser's anti-forgery token.
+const CSRF_COOKIE: &str = "jobqueue_csrf";
+
+tokio::task_local! {
+    /// The anti-forgery token of the request being handled (see [`csrf_cookie`]).
+    static CSRF: String;
+}
+
+/// The anti-forgery token forms carry and actions must send back.
+pub(crate) fn csrf() -> String {
+    CSRF.try_with(Clone::clone).unwrap_or_default()
 }
 
 impl Dashboard {
@@ -118,13 +128,10 @@ impl Dashboard {
 
     /// The router: mount it with `Router::nest("/jobs", ...)`, or serve it as it is.
     pub fn router(self) -> Router {
-        let mut token = [0u8; 24];
-        rand::Rng::fill(&mut rand::thread_rng(), &mut token);
         let shared = Arc::new(Shared {
             queue: self.queue,
             read_only: self.read_only,
             hide_payloads: self.hide_payloads,
-            csrf: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token),
         });
         let router = Router::new()
             .route("/", get(pages::overview))
@@ -141,6 +148,7 @@ impl Dashboard {
             .route("/purge", post(pages::purge))
             .route("/assets/style.css", get(style))
             .route("/assets/dashboard.js", get(script))
+            .layer(middleware::from_fn(csrf_cookie))
             .layer(middleware::from_fn(security_headers))
             .with_state(shared);
         match self.auth {
@@ -212,6 +220,49 @@ pub(crate) fn same(a: &str, b: &str) -> bool {
         return false;
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Double-submit anti-forgery token: each browser gets a random token in a `SameSite=Strict`,
+/// `HttpOnly` cookie, every form carries it, and an action is taken only when the form's
+/// token equals the cookie's. A page of another site can neither read the token nor set the
+/// cookie. Unlike a per-process secret, it holds across restarts and across replicas of an
+/// application behind a load balancer.
+async fn csrf_cookie(req: Request, next: Next) -> Response {
+    let existing = req
+        .headers()
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(name, value)| {
+            *name == CSRF_COOKIE
+                && value.len() == 32
+                && value
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+        .map(|(_, value)| value.to_owned());
+    let (token, fresh) = match existing {
+        Some(t) => (t, false),
+        None => {
+            let mut bytes = [0u8; 24];
+            rand::Rng::fill(&mut rand::thread_rng(), &mut bytes);
+            (
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes),
+                true,
+            )
+        }
+    };
+    let mut res = CSRF.scope(token.clone(), next.run(req)).await;
+    if fresh {
+        if let Ok(v) = header::HeaderValue::from_str(&format!(
+            "{CSRF_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
+        )) {
+            res.headers_mut().append(header::SET_COOKIE, v);
+        }
+    }
+    res
 }
 
 async fn security_headers(req: Request, next: Next) -> Response {

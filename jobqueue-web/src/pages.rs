@@ -84,7 +84,7 @@ pub(crate) async fn overview(
              <label>finished more than <input type=\"number\" name=\"older_than_hours\" value=\"24\" min=\"0\" step=\"any\"> hours ago</label>\
              <button type=\"submit\" class=\"danger\">Purge</button></form></section>",
             b = esc(&base),
-            csrf = esc(&s.csrf)
+            csrf = esc(&crate::csrf())
         )
     };
     let body = format!(
@@ -165,7 +165,7 @@ fn queue_row(s: &Shared, base: &str, q: &QueueStats, (done_h, failed_h): (u64, u
         action(
             base,
             &format!("/queues/{name}/resume"),
-            &s.csrf,
+            &crate::csrf(),
             "Resume",
             "",
             &[],
@@ -174,7 +174,7 @@ fn queue_row(s: &Shared, base: &str, q: &QueueStats, (done_h, failed_h): (u64, u
         action(
             base,
             &format!("/queues/{name}/pause"),
-            &s.csrf,
+            &crate::csrf(),
             "Pause",
             "",
             &[],
@@ -538,7 +538,7 @@ pub(crate) async fn job(
             actions.push_str(&action(
                 &base,
                 &format!("/jobs/{id}/retry"),
-                &s.csrf,
+                &crate::csrf(),
                 "Retry",
                 "primary",
                 &[],
@@ -552,7 +552,7 @@ pub(crate) async fn job(
             actions.push_str(&action(
                 &base,
                 &format!("/jobs/{id}/cancel"),
-                &s.csrf,
+                &crate::csrf(),
                 "Cancel",
                 "danger",
                 &[],
@@ -697,10 +697,11 @@ fn check_action(s: &Shared, headers: &HeaderMap, token: &str) -> Result<(), Fail
         .get("sec-fetch-site")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v == "cross-site" || v == "same-site");
-    if cross || !crate::same(token, &s.csrf) {
+    let expected = crate::csrf();
+    if cross || expected.is_empty() || !crate::same(token, &expected) {
         return Err(Failure(
             StatusCode::FORBIDDEN,
-            "the action was refused: its form did not come from this dashboard (or the dashboard restarted); reload the page and try again".into(),
+            "the action was refused: its form did not come from this dashboard in this browser (or cookies are blocked); reload the page and try again".into(),
         ));
     }
     Ok(())
@@ -900,7 +901,7 @@ pub(crate) async fn bulk_confirm(
     let button = action(
         &base,
         "/bulk",
-        &s.csrf,
+        &crate::csrf(),
         &format!("{verb} {}", plural(n, "job")),
         if verb == "Retry" { "primary" } else { "danger" },
         &fields,

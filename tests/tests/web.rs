@@ -12,7 +12,7 @@ use base64::Engine;
 use jobqueue::{job, JobError, JobQuery, JobStatus, Queue};
 use jobqueue_web::{Auth, Dashboard};
 use tests::{fresh_queue, quick_worker, row, start, stop, wait_for};
-use web_support::{csrf_of, get, insert_job, post, send};
+use web_support::{csrf_of, get, insert_job, post, post_with_cookie, send};
 
 /// A seeded job: id, queue, kind, status, key.
 type Seeded = (u64, &'static str, &'static str, &'static str, String);
@@ -95,14 +95,30 @@ async fn actions_need_the_pages_token_and_a_same_site_request() {
     let token = csrf_of(&get(&router, &format!("/jobs/{id}")).await.body);
     let path = format!("/jobs/{id}/retry");
 
-    let none = post(&router, &path, "").await;
+    // The browser's cookie holds the token; a forged form cannot know it.
+    let none = post_with_cookie(&router, &path, "", Some(&token)).await;
     assert_eq!(none.status, StatusCode::FORBIDDEN, "{}", none.body);
-    let wrong = post(&router, &path, "csrf=not-the-token").await;
+    let wrong = post_with_cookie(
+        &router,
+        &path,
+        "csrf=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        Some(&token),
+    )
+    .await;
     assert_eq!(wrong.status, StatusCode::FORBIDDEN, "{}", wrong.body);
+    // Nor can it set the cookie: a form without the matching cookie is refused.
+    let no_cookie = post_with_cookie(&router, &path, &format!("csrf={token}"), None).await;
+    assert_eq!(
+        no_cookie.status,
+        StatusCode::FORBIDDEN,
+        "{}",
+        no_cookie.body
+    );
     let cross = send(
         &router,
         Request::post(&path)
             .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::COOKIE, format!("jobqueue_csrf={token}"))
             .header("sec-fetch-site", "cross-site")
             .body(Body::from(format!("csrf={token}")))
             .unwrap(),
@@ -120,6 +136,18 @@ async fn actions_need_the_pages_token_and_a_same_site_request() {
         "refused requests changed nothing"
     );
 
+    // The token is the cookie's: a page loaded with the cookie carries the same token, and
+    // a dashboard restarted (or another replica) accepts it.
+    let page = send(
+        &router,
+        Request::get(format!("/jobs/{id}"))
+            .header(header::COOKIE, format!("jobqueue_csrf={token}"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(csrf_of(&page.body), token);
+    let router = Dashboard::new(queue.clone()).router();
     let ok = post(&router, &path, &format!("csrf={token}")).await;
     assert_eq!(ok.status, StatusCode::SEE_OTHER, "{}", ok.body);
     assert_eq!(row(&queue, id).await.status, JobStatus::Ready);

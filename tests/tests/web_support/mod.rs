@@ -72,17 +72,30 @@ pub async fn get(router: &Router, path: &str) -> Reply {
     send(router, Request::get(path).body(Body::empty()).unwrap()).await
 }
 
-/// POST a form to `path`, as a browser on the same origin would.
+/// POST a form to `path`, as a browser on the same origin would: with the anti-forgery
+/// cookie the dashboard gave it, here the token the form carries.
 pub async fn post(router: &Router, path: &str, form: &str) -> Reply {
-    send(
-        router,
-        Request::post(path)
-            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .header("sec-fetch-site", "same-origin")
-            .body(Body::from(form.to_owned()))
-            .unwrap(),
-    )
-    .await
+    let token = form
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("csrf="))
+        .map(str::to_owned);
+    post_with_cookie(router, path, form, token.as_deref()).await
+}
+
+/// POST a form to `path` with `cookie` as the anti-forgery cookie (none if `None`).
+pub async fn post_with_cookie(
+    router: &Router,
+    path: &str,
+    form: &str,
+    cookie: Option<&str>,
+) -> Reply {
+    let mut req = Request::post(path)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header("sec-fetch-site", "same-origin");
+    if let Some(c) = cookie {
+        req = req.header(header::COOKIE, format!("theme=dark; jobqueue_csrf={c}"));
+    }
+    send(router, req.body(Body::from(form.to_owned())).unwrap()).await
 }
 
 /// The anti-forgery token of a page's forms.
