@@ -78,6 +78,9 @@ pub(crate) struct Shared {
     pub(crate) queue: Queue,
     pub(crate) read_only: bool,
     pub(crate) hide_payloads: bool,
+    /// The overview's figures and when they were read: every viewer's refresh within
+    /// [`pages::OVERVIEW_MAX_AGE`] shares one read (the counts read a whole index).
+    pub(crate) overview: tokio::sync::Mutex<Option<pages::OverviewFigures>>,
 }
 
 /// The name of the cookie that holds the browser's anti-forgery token.
@@ -132,6 +135,7 @@ impl Dashboard {
             queue: self.queue,
             read_only: self.read_only,
             hide_payloads: self.hide_payloads,
+            overview: tokio::sync::Mutex::new(None),
         });
         let router = Router::new()
             .route("/", get(pages::overview))

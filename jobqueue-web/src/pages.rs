@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Form, OriginalUri, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
@@ -108,8 +108,7 @@ pub(crate) async fn overview_live(State(s): St, orig: OriginalUri, uri: Uri) -> 
 }
 
 async fn overview_body(s: &Shared, base: &str) -> Result<String, Failure> {
-    let stats = s.queue.queue_overview().await?;
-    let minutes = s.queue.throughput(60).await?;
+    let (stats, minutes) = overview_figures(s).await?;
     let mut per_queue: HashMap<&str, (u64, u64)> = HashMap::new();
     for m in &minutes {
         let e = per_queue.entry(m.queue.as_str()).or_default();
@@ -140,6 +139,38 @@ async fn overview_body(s: &Shared, base: &str) -> Result<String, Failure> {
          <th class=\"n\">Done/h</th><th class=\"n\">Failed/h</th><th></th></tr></thead><tbody>{rows}</tbody></table></section>",
         chart = chart(&minutes),
     ))
+}
+
+/// How long the overview's figures are shared between viewers. The page refreshes every
+/// 2 s; an action of this dashboard drops them at once.
+pub(crate) const OVERVIEW_MAX_AGE: Duration = Duration::from_secs(1);
+
+/// The overview's figures, read at a time.
+#[derive(Debug)]
+pub(crate) struct OverviewFigures {
+    read_at: Instant,
+    stats: Vec<QueueStats>,
+    minutes: Vec<ThroughputMinute>,
+}
+
+/// The overview's figures: fresh ones, or those another viewer read less than
+/// [`OVERVIEW_MAX_AGE`] ago. Viewers that come while they are read wait for that read.
+async fn overview_figures(s: &Shared) -> Result<(Vec<QueueStats>, Vec<ThroughputMinute>), Failure> {
+    let mut cached = s.overview.lock().await;
+    if let Some(f) = cached
+        .as_ref()
+        .filter(|f| f.read_at.elapsed() < OVERVIEW_MAX_AGE)
+    {
+        return Ok((f.stats.clone(), f.minutes.clone()));
+    }
+    let stats = s.queue.queue_overview().await?;
+    let minutes = s.queue.throughput(60).await?;
+    *cached = Some(OverviewFigures {
+        read_at: Instant::now(),
+        stats: stats.clone(),
+        minutes: minutes.clone(),
+    });
+    Ok((stats, minutes))
 }
 
 fn queue_row(s: &Shared, base: &str, q: &QueueStats, (done_h, failed_h): (u64, u64)) -> String {
@@ -686,7 +717,7 @@ pub(crate) struct Csrf {
 }
 
 /// Refuses an action in read-only mode, from another site, or without the page's token.
-fn check_action(s: &Shared, headers: &HeaderMap, token: &str) -> Result<(), Failure> {
+async fn check_action(s: &Shared, headers: &HeaderMap, token: &str) -> Result<(), Failure> {
     if s.read_only {
         return Err(Failure(
             StatusCode::FORBIDDEN,
@@ -739,13 +770,15 @@ pub(crate) async fn retry(
     Path(id): Path<u64>,
     Form(c): Form<Csrf>,
 ) -> Page {
-    check_action(&s, &headers, &c.csrf)?;
+    check_action(&s, &headers, &c.csrf).await?;
     let changed = s.queue.retry(id).await?;
     let msg = if changed {
         format!("Job {id} retried: 1 job changed, it is ready to run.")
     } else {
         format!("Job {id} was not retried (only failed or cancelled jobs can be): 0 jobs changed.")
     };
+    // What the action changed shows on the next page, not a second later.
+    s.overview.lock().await.take();
     Ok(back(
         format!("{}/jobs/{id}", action_base(&orig, &uri)),
         &msg,
@@ -760,13 +793,15 @@ pub(crate) async fn cancel(
     Path(id): Path<u64>,
     Form(c): Form<Csrf>,
 ) -> Page {
-    check_action(&s, &headers, &c.csrf)?;
+    check_action(&s, &headers, &c.csrf).await?;
     let msg = match s.queue.cancel(id).await? {
         CancelOutcome::Cancelled => format!("Job {id} cancelled: 1 job changed."),
         CancelOutcome::Requested => format!("Job {id} is running: cancellation requested (1 job changed); its worker stops it within a third of its lease."),
         CancelOutcome::AlreadyFinished(st) => format!("Job {id} had already ended ({st}): 0 jobs changed."),
         other => format!("Job {id}: {other:?}."),
     };
+    // What the action changed shows on the next page, not a second later.
+    s.overview.lock().await.take();
     Ok(back(
         format!("{}/jobs/{id}", action_base(&orig, &uri)),
         &msg,
@@ -781,7 +816,7 @@ pub(crate) async fn pause(
     Path(q): Path<String>,
     Form(c): Form<Csrf>,
 ) -> Page {
-    check_action(&s, &headers, &c.csrf)?;
+    check_action(&s, &headers, &c.csrf).await?;
     let was = s.queue.paused_queues().await?.contains(&q);
     s.queue.pause(&q).await?;
     let msg = if was {
@@ -790,6 +825,8 @@ pub(crate) async fn pause(
         format!("Queue {q} paused: 1 queue changed.")
     };
     let b = action_base(&orig, &uri);
+    // What the action changed shows on the next page, not a second later.
+    s.overview.lock().await.take();
     Ok(back(if b.is_empty() { "/".into() } else { b }, &msg))
 }
 
@@ -801,7 +838,7 @@ pub(crate) async fn resume(
     Path(q): Path<String>,
     Form(c): Form<Csrf>,
 ) -> Page {
-    check_action(&s, &headers, &c.csrf)?;
+    check_action(&s, &headers, &c.csrf).await?;
     let was = s.queue.paused_queues().await?.contains(&q);
     s.queue.resume(&q).await?;
     let msg = if was {
@@ -810,6 +847,8 @@ pub(crate) async fn resume(
         format!("Queue {q} was not paused: 0 queues changed.")
     };
     let b = action_base(&orig, &uri);
+    // What the action changed shows on the next page, not a second later.
+    s.overview.lock().await.take();
     Ok(back(if b.is_empty() { "/".into() } else { b }, &msg))
 }
 
@@ -828,7 +867,7 @@ pub(crate) async fn purge(
     headers: HeaderMap,
     Form(f): Form<PurgeForm>,
 ) -> Page {
-    check_action(&s, &headers, &f.csrf)?;
+    check_action(&s, &headers, &f.csrf).await?;
     let status: JobStatus = f.status.parse().map_err(|_| {
         Failure(
             StatusCode::BAD_REQUEST,
@@ -849,6 +888,8 @@ pub(crate) async fn purge(
         .prune(status, Duration::from_secs_f64(f.older_than_hours * 3600.0))
         .await?;
     let b = action_base(&orig, &uri);
+    // What the action changed shows on the next page, not a second later.
+    s.overview.lock().await.take();
     Ok(back(
         if b.is_empty() { "/".into() } else { b },
         &format!(
@@ -932,7 +973,7 @@ pub(crate) async fn bulk(
     headers: HeaderMap,
     Form(form): Form<BulkForm>,
 ) -> Page {
-    check_action(&s, &headers, &form.csrf)?;
+    check_action(&s, &headers, &form.csrf).await?;
     let query = form.filter.query()?;
     let n = match form.filter.action.as_str() {
         "retry" => s.queue.retry_matching(&query).await?,
@@ -950,6 +991,8 @@ pub(crate) async fn bulk(
         "Cancelled"
     };
     let qs = form.filter.to_query();
+    // What the action changed shows on the next page, not a second later.
+    s.overview.lock().await.take();
     Ok(back(
         format!("{}/jobs?{qs}", action_base(&orig, &uri)),
         &format!("{verb} {}.", plural(n, "job")),

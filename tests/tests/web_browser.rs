@@ -276,16 +276,15 @@ async fn the_dashboard_works_in_a_real_browser() {
         .click()
         .await
         .unwrap();
-    b.wait()
-        .for_element(Locator::Css("table.jobs"))
-        .await
-        .unwrap();
-    assert!(b
-        .current_url()
-        .await
-        .unwrap()
-        .as_str()
-        .contains("status=failed"));
+    wait_for("the filtered list to load", Duration::from_secs(10), || {
+        let b = b.clone();
+        async move {
+            let url = b.current_url().await.ok()?;
+            let ready = b.execute("return document.readyState", vec![]).await.ok()?;
+            (url.as_str().contains("status=failed") && ready == json!("complete")).then_some(())
+        }
+    })
+    .await;
     let statuses = js(
         &b,
         "return [...document.querySelectorAll('table.jobs tbody .badge')].map(e => e.textContent)",
