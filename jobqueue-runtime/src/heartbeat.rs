@@ -47,6 +47,12 @@ impl Heartbeat {
                     beats += 1;
                     failing = false;
                 }
+                // A user granted rights on the job tables of an older release only: the
+                // worker runs, it is just not listed among the live workers.
+                Err(e) if crate::error::server_code(&e) == Some(1142) => {
+                    tracing::info!(owner = %self.owner, error = %e, "this user may not write `job_queue_worker`, so this worker is not listed by `jobqueue workers` or the dashboard; grant it SELECT, INSERT, UPDATE, DELETE on that table");
+                    return;
+                }
                 Err(e) => {
                     if !failing {
                         tracing::warn!(owner = %self.owner, error = %e, "worker heartbeat failed; trying again in {HEARTBEAT_INTERVAL:?}");
