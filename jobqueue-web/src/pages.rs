@@ -390,7 +390,7 @@ pub(crate) async fn jobs(
     for j in &page_.jobs {
         rows.push_str(&format!(
             "<tr><td class=\"n\"><a href=\"{b}/jobs/{id}\">{id}</a></td><td>{}</td><td>{}</td><td class=\"key\">{}</td>\
-             <td>{}</td><td class=\"n\">{}/{}</td><td>{}</td><td>{}</td><td class=\"error\">{}</td></tr>",
+             <td>{}</td><td class=\"n\">{}/{}</td><td>{}</td><td class=\"error\">{}</td></tr>",
             esc(&j.queue),
             esc(&j.kind),
             esc(&j.task_key),
@@ -398,13 +398,12 @@ pub(crate) async fn jobs(
             j.attempts,
             j.max_attempts,
             time(&j.created_at),
-            time(&j.updated_at),
             esc(&j.last_error.as_deref().map(first_line).unwrap_or_default()),
             id = j.id,
         ));
     }
     if page_.jobs.is_empty() {
-        rows.push_str("<tr><td colspan=\"9\" class=\"empty\">No job matches.</td></tr>");
+        rows.push_str("<tr><td colspan=\"8\" class=\"empty\">No job matches.</td></tr>");
     }
     let qs = f.to_query();
     let mut pager = String::new();
@@ -454,7 +453,7 @@ pub(crate) async fn jobs(
          <label>to <input type=\"datetime-local\" name=\"to\" value=\"{}\"></label>\
          <button type=\"submit\">Filter</button></form>{bulk}\
          <section class=\"card\"><table class=\"jobs\"><thead><tr><th class=\"n\">Id</th><th>Queue</th><th>Kind</th><th>Key</th>\
-         <th>Status</th><th class=\"n\">Attempts</th><th>Enqueued (UTC)</th><th>Updated (UTC)</th><th>Last error</th></tr></thead>\
+         <th>Status</th><th class=\"n\">Attempts</th><th>Enqueued (UTC)</th><th>Last error</th></tr></thead>\
          <tbody>{rows}</tbody></table><nav class=\"pager\">{pager}</nav></section>",
         esc(&f.queue),
         esc(&f.kind),

@@ -146,10 +146,11 @@ async fn seed(queue: &Queue) -> (u64, u64) {
         ("billing", "charge_card"),
     ] {
         sqlx::query(
-            "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, finished_at, created_at) \
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, finished_at, created_at, last_error) \
              SELECT ?, ?, CONCAT(?, ':', seq), JSON_OBJECT('n', seq), IF(seq % 23 = 0, 'failed', 'done'), 1, \
                UTC_TIMESTAMP(6) - INTERVAL (seq % 60) MINUTE - INTERVAL (seq % 7) SECOND, \
-               UTC_TIMESTAMP(6) - INTERVAL (seq % 60) MINUTE - INTERVAL 10 SECOND \
+               UTC_TIMESTAMP(6) - INTERVAL (seq % 60) MINUTE - INTERVAL 10 SECOND, \
+               IF(seq % 23 = 0, CONCAT('upstream returned 503 Service Unavailable (order ', seq, ')'), NULL) \
              FROM seq_1_to_400 WHERE seq % (CHAR_LENGTH(?) - 2) < 3",
         )
         .bind(q)
