@@ -96,7 +96,7 @@ async fn dashboard_queries_use_indexes_on_a_million_jobs() {
     }
     assert!(problems.is_empty(), "{problems:#?}");
 
-    // Page times through the router, each page loaded once warm.
+    // Page times through the router, each page loaded once warm (the server's caches).
     let router = Dashboard::new(queue.clone()).router();
     let id = queue
         .list_page(&JobQuery::default().status(JobStatus::Failed), None, 1)
@@ -118,8 +118,10 @@ async fn dashboard_queries_use_indexes_on_a_million_jobs() {
         "/bulk?queue=q3&status=failed&action=retry".into(),
     ] {
         let _ = get(&router, &path).await;
+        // A dashboard of its own, so the overview is read, not taken from the viewers' share.
+        let fresh = Dashboard::new(queue.clone()).router();
         let started = Instant::now();
-        let r = get(&router, &path).await;
+        let r = get(&fresh, &path).await;
         let took = started.elapsed();
         assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.body);
         println!("page {path}: {took:?}");
