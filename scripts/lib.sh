@@ -4,6 +4,8 @@
 #   ensure_cargo            exits 1 with advice when `cargo` is missing
 #   ensure_server_binaries  installs MariaDB's server binaries when no `mariadbd`/`mysqld`
 #                           exists (the tests start throwaway servers from them)
+#   ensure_browser          installs Debian's `chromium` and `chromium-driver` when either is
+#                           missing (the dashboard's browser tests drive them)
 set -euo pipefail
 
 # Where a server binary may be besides PATH (distributions put it in sbin, which is often
@@ -93,6 +95,32 @@ ensure_server_binaries() {
     exit 1
   fi
   jq_say "Using $found."
+}
+
+# Headless Chromium and its WebDriver, for the dashboard's browser tests.
+ensure_browser() {
+  if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+    return 0
+  fi
+  jq_say "No chromium or chromedriver on PATH: the dashboard's browser tests need both."
+  local -a as_root=()
+  if [[ $(id -u) != 0 ]]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+      jq_say "Install them: sudo apt-get install chromium chromium-driver"
+      exit 1
+    fi
+    if [[ -t 0 ]]; then as_root=(sudo); else as_root=(sudo -n); fi
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    jq_say "This is not a Debian/Ubuntu system (no apt-get): install Chromium and its chromedriver."
+    exit 1
+  fi
+  jq_say "Installing chromium and chromium-driver with apt-get${as_root[0]+ through sudo}..."
+  if ! { ${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+    ${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver; }; then
+    jq_say "Installing chromium and chromium-driver failed; install them by hand."
+    exit 1
+  fi
 }
 
 ensure_cargo() {

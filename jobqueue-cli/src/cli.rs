@@ -146,6 +146,45 @@ pub(crate) enum Command {
         dry_run: DryRun,
     },
 
+    /// Live workers (from their heartbeats): queues, concurrency, running jobs and leases.
+    Workers {
+        #[command(flatten)]
+        format: Format,
+    },
+
+    /// Serve the web dashboard until Ctrl-C.
+    ///
+    /// It listens on the loopback interface unless told otherwise; on any other address it
+    /// requires a token or a user and password.
+    Web {
+        /// Address and port to listen on.
+        #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR:PORT")]
+        listen: std::net::SocketAddr,
+        /// Require this token: `Authorization: Bearer <token>`, or the password of the
+        /// browser's login prompt (any user name).
+        #[arg(
+            long,
+            env = "JOBQUEUE_WEB_TOKEN",
+            hide_env_values = true,
+            conflicts_with = "basic_auth"
+        )]
+        token: Option<String>,
+        /// Require this user and password (HTTP basic authentication), as user:password.
+        #[arg(
+            long,
+            env = "JOBQUEUE_WEB_BASIC_AUTH",
+            hide_env_values = true,
+            value_name = "USER:PASSWORD"
+        )]
+        basic_auth: Option<String>,
+        /// Show no actions and refuse them: a dashboard to look at only.
+        #[arg(long)]
+        read_only: bool,
+        /// Never show job payloads (they may hold personal data), only their size.
+        #[arg(long)]
+        hide_payloads: bool,
+    },
+
     /// Delete finished jobs older than a given age (their task keys can be used again).
     Purge {
         /// Which finished jobs.

@@ -43,6 +43,8 @@ mod progress;
 mod render;
 mod status;
 mod target;
+mod web;
+mod workers;
 
 use cli::{Cli, Command};
 use failure::Failure;
@@ -90,9 +92,26 @@ fn main() -> ExitCode {
 
 /// Runs one command against the database.
 async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
+    // A dashboard that would be open to the network is refused before connecting.
+    let web_auth = match &command {
+        Command::Web {
+            listen,
+            token,
+            basic_auth,
+            ..
+        } => Some(web::auth(*listen, token.as_deref(), basic_auth.as_deref())?),
+        _ => None,
+    };
     let changes_jobs = !matches!(
         command,
-        Command::Status { .. } | Command::List { .. } | Command::Show { .. }
+        Command::Status { .. }
+            | Command::List { .. }
+            | Command::Show { .. }
+            | Command::Workers { .. }
+            | Command::Web {
+                read_only: true,
+                ..
+            }
     ) && !matches!(command, Command::Migrate { check: true, .. });
     let queue = target.connect(changes_jobs).await?;
     match command {
@@ -184,6 +203,13 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
             queue: name,
             dry_run,
         } => actions::resume(&queue, &name, dry_run.dry_run).await?,
+        Command::Workers { format } => workers::run(&queue, format.json).await?,
+        Command::Web {
+            listen,
+            read_only,
+            hide_payloads,
+            ..
+        } => web::serve(queue, listen, web_auth.flatten(), read_only, hide_payloads).await?,
         Command::Purge {
             status,
             older_than,

@@ -7,6 +7,8 @@ pub mod cron;
 mod data;
 mod enqueue;
 mod error;
+mod heartbeat;
+mod insight;
 mod job;
 pub mod key;
 mod maintenance;
@@ -22,6 +24,10 @@ mod worker;
 pub use data::{Data, DataNeed};
 pub use enqueue::EnqueueOptions;
 pub use error::{BoxError, Error, JobError, JobRef, Result};
+pub use heartbeat::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
+#[doc(hidden)]
+pub use insight::Arg as InsightArg;
+pub use insight::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use job::{CancelReason, FromJobContext, IntoJobResult, Job, JobContext, JobOptions};
 pub use metrics::MetricsSnapshot;
 pub use model::{

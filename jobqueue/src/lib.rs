@@ -103,8 +103,12 @@ pub use jobqueue_runtime::{shutdown_signal, Retention, Worker, WorkerBuilder, Wo
 // Looking at and acting on jobs.
 #[doc(inline)]
 pub use jobqueue_runtime::{
-    CancelOutcome, JobFilter, JobRecord, JobStatus, MetricsSnapshot, QueueStats, RunningJob,
+    CancelOutcome, JobFilter, JobPage, JobQuery, JobRecord, JobStatus, MetricsSnapshot,
+    PeriodicJob, QueueStats, RunningJob, ThroughputMinute, WorkerInfo,
 };
+// Live workers: how often each writes its heartbeat, and when it counts as gone.
+#[doc(inline)]
+pub use jobqueue_runtime::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
 // Errors.
 #[doc(inline)]
 pub use jobqueue_runtime::{Error, JobRef, Result};

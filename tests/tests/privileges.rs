@@ -23,6 +23,7 @@ async fn create_worker_user(root: &Queue, db: &str, user: &str, password: &str) 
             format!("GRANT SELECT, INSERT, UPDATE ON `{db}`.job_queue_cron TO '{user}'@'{host}'"),
             format!("GRANT SELECT, INSERT, DELETE ON `{db}`.job_queue_gauges TO '{user}'@'{host}'"),
             format!("GRANT SELECT, UPDATE ON `{db}`.job_queue_gauge_refresh TO '{user}'@'{host}'"),
+            format!("GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.job_queue_worker TO '{user}'@'{host}'"),
         ] {
             sqlx::query(&stmt).execute(root.pool()).await.expect(&stmt);
         }
@@ -60,6 +61,11 @@ async fn a_dml_only_user_runs_jobs_but_cannot_migrate() {
     })
     .await;
     assert_eq!(status, JobStatus::Done);
+    let workers = root.workers().await.unwrap();
+    assert!(
+        workers.iter().any(|w| w.queues == ["privileges"]),
+        "the worker user writes its heartbeat: {workers:?}"
+    );
     queue.pause("privileges").await.unwrap();
     queue.resume("privileges").await.unwrap();
     handle.shutdown();

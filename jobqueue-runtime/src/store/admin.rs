@@ -9,7 +9,8 @@ use crate::model::{CancelOutcome, JobFilter, JobRecord, JobStatus, QueueStats, R
 
 // An operator's retry is a fresh start: one more attempt, and the bounds on expired leases
 // and on waiting for a worker that can run the job count again from zero.
-const RETRY_SET: &str = "UPDATE job_queue SET status = 'ready', run_at = UTC_TIMESTAMP(6), \
+pub(crate) const RETRY_SET: &str =
+    "UPDATE job_queue SET status = 'ready', run_at = UTC_TIMESTAMP(6), \
      max_attempts = GREATEST(max_attempts, attempts + 1), cancel_requested = 0, \
      lease_expiries = 0, unrunnable_since = NULL, \
      lease_owner = NULL, lease_until = NULL, finished_at = NULL, updated_at = UTC_TIMESTAMP(6)";

@@ -184,7 +184,7 @@ pub(crate) fn timed_out(limit: Duration) -> sqlx::Error {
 }
 
 // The steps of the protocol, one file each. Declared after the macros above, which they use.
-mod admin;
+pub(crate) mod admin;
 mod claim;
 pub(crate) mod connect;
 mod decode;

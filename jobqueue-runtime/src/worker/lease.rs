@@ -56,6 +56,11 @@ impl Leases {
         }
     }
 
+    /// How many claims this worker holds now (its running jobs, for the heartbeat).
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
     /// Removes the claim if it is still this attempt's. Returns whether it was.
     pub(crate) fn release(&self, id: u64, attempt: u32) -> bool {
         let mut map = self.lock();

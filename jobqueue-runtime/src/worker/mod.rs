@@ -235,6 +235,28 @@ impl Worker {
             ))
         });
 
+        let heartbeat = tokio::spawn(
+            crate::heartbeat::Heartbeat {
+                queue: self.queue.clone(),
+                owner: cfg.owner.clone(),
+                queues: cfg.queues.clone(),
+                concurrency: cfg.concurrency,
+                schedules: if cfg.periodic {
+                    self.registry
+                        .kinds()
+                        .iter()
+                        .filter_map(|d| Some((d.kind().to_owned(), d.options().cron?.to_owned())))
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+                running: Box::new({
+                    let leases = leases.clone();
+                    move || leases.len()
+                }),
+            }
+            .run(background.clone()),
+        );
         // If this future is dropped instead of shut down, stop the background tasks and the
         // jobs: their leases then expire and other workers take them, as after a crash.
         let _guard = StopOnDrop {
@@ -275,6 +297,7 @@ impl Worker {
         if let Some(m) = maintenance {
             let _ = m.await;
         }
+        let _ = heartbeat.await;
         tracing::info!(owner = %cfg.owner, metrics = ?self.metrics.snapshot(), "worker stopped");
         Ok(())
     }

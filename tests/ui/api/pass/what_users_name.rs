@@ -9,7 +9,8 @@ use jobqueue::testing::{Error as TestServerError, TestServer};
 use jobqueue::{
     job, redact_url, register, shutdown_signal, Backoff, BoxError, CancelOutcome, CancelReason,
     Data, DataNeed, EnqueueOptions, FromJobContext, Enqueued, Error, IntoJobResult, Job, JobContext, JobError,
-    JobFilter, JobOptions, JobRecord, JobRef, JobStatus, MetricsSnapshot, Queue, QueueConfig,
+    JobFilter, JobOptions, JobPage, JobQuery, JobRecord, JobRef, PeriodicJob, ThroughputMinute,
+    WorkerInfo, HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER, JobStatus, MetricsSnapshot, Queue, QueueConfig,
     QueueStats, Result, Retention, RunningJob, ServerInfo, Worker, WorkerBuilder, WorkerHandle,
 };
 

@@ -1,0 +1,452 @@
+//! The dashboard in a real browser: headless Chromium driven over WebDriver (`chromedriver`),
+//! against a dashboard served on a loopback port over a throwaway database. It loads the
+//! overview and watches it refresh by itself, filters failed jobs, opens one, retries it,
+//! pauses a queue, and checks that hostile values show as text. A screenshot of each page
+//! is written to `target/screenshots/`.
+//!
+//! Needs `chromium` and `chromedriver` (Debian: `apt-get install chromium chromium-driver`;
+//! `scripts/test` installs them when missing).
+
+mod web_support;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use jobqueue::{JobStatus, Queue};
+use jobqueue_web::Dashboard;
+use serde_json::json;
+use tests::{fresh_queue, row, wait_for};
+use tokio::process::{Child, Command};
+use web_support::insert_job;
+
+const HOSTILE_KEY: &str =
+    "key<script>window.__xss=1</script>\"><img src=x onerror=\"window.__xss=2\">";
+const HOSTILE_ERROR: &str =
+    "boom <script>window.__xss=3</script>\"><img src=x onerror=\"window.__xss=4\">";
+
+/// A binary the browser tests need, or a failure that says how to install it.
+fn binary(names: &[&str], package: &str) -> PathBuf {
+    for name in names {
+        for dir in std::env::var("PATH")
+            .unwrap_or_default()
+            .split(':')
+            .chain(["/usr/bin", "/usr/lib/chromium"])
+        {
+            let p = PathBuf::from(dir).join(name);
+            if p.is_file() {
+                return p;
+            }
+        }
+    }
+    panic!(
+        "the browser tests need {names:?}, which is not installed: on Debian/Ubuntu run \
+         `apt-get install {package}` (scripts/test installs it when missing)"
+    );
+}
+
+fn screenshots_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let dir = target.join("screenshots");
+    std::fs::create_dir_all(&dir).expect("create target/screenshots");
+    dir
+}
+
+/// chromedriver on a free loopback port, killed when dropped.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Driver {
+    async fn start() -> Driver {
+        let exe = binary(&["chromedriver"], "chromium-driver");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(exe)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start chromedriver");
+        wait_for(
+            "chromedriver to listen",
+            Duration::from_secs(20),
+            || async move {
+                tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .ok()
+                    .map(|_| ())
+            },
+        )
+        .await;
+        Driver { child, port }
+    }
+
+    async fn browser(&self) -> Client {
+        let chromium = binary(&["chromium", "chromium-browser"], "chromium");
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({
+                "binary": chromium,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--window-size=1280,860", "--hide-scrollbars", "--force-device-scale-factor=1"]
+            }),
+        );
+        ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{}", self.port))
+            .await
+            .expect("chromedriver starts a headless chromium")
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+async fn serve(queue: &Queue) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().nest("/jobs", Dashboard::new(queue.clone()).router());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/jobs")
+}
+
+async fn shot(browser: &Client, name: &str) {
+    let png = browser.screenshot().await.expect("screenshot");
+    std::fs::write(screenshots_dir().join(format!("{name}.png")), png)
+        .expect("write the screenshot");
+}
+
+async fn js(browser: &Client, script: &str) -> serde_json::Value {
+    browser
+        .execute(script, vec![])
+        .await
+        .expect("run a script in the page")
+}
+
+/// A believable database: three queues, an hour of finished jobs, failures, a worker, a
+/// periodic kind.
+async fn seed(queue: &Queue) -> (u64, u64) {
+    let pool = queue.pool();
+    for (q, kind) in [
+        ("mail", "send_welcome"),
+        ("exports", "export_order"),
+        ("billing", "charge_card"),
+    ] {
+        sqlx::query(
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, finished_at, created_at, last_error) \
+             SELECT ?, ?, CONCAT(?, ':', seq), JSON_OBJECT('n', seq), IF(seq % 23 = 0, 'failed', 'done'), 1, \
+               UTC_TIMESTAMP(6) - INTERVAL (seq % 60) MINUTE - INTERVAL (seq % 7) SECOND, \
+               UTC_TIMESTAMP(6) - INTERVAL (seq % 60) MINUTE - INTERVAL 10 SECOND, \
+               IF(seq % 23 = 0, CONCAT('upstream returned 503 Service Unavailable (order ', seq, ')'), NULL) \
+             FROM seq_1_to_400 WHERE seq % (CHAR_LENGTH(?) - 2) < 3",
+        )
+        .bind(q)
+        .bind(kind)
+        .bind(kind)
+        .bind(q)
+        .execute(pool)
+        .await
+        .expect("seed finished jobs");
+        sqlx::query(
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, run_at) \
+             SELECT ?, ?, CONCAT(?, ':ready:', seq), JSON_OBJECT('n', seq), 'ready', UTC_TIMESTAMP(6) - INTERVAL seq SECOND \
+             FROM seq_1_to_40 WHERE seq <= CHAR_LENGTH(?) * 3",
+        )
+        .bind(q)
+        .bind(kind)
+        .bind(kind)
+        .bind(q)
+        .execute(pool)
+        .await
+        .expect("seed ready jobs");
+    }
+    let failed = insert_job(
+        queue,
+        "mail",
+        "send_welcome",
+        "welcome:ada",
+        r#"{"user_id": 42, "template": "welcome", "locale": "en"}"#,
+        "failed",
+        Some("smtp: 550 mailbox unavailable\n  at send_welcome (mail.rs:42)"),
+    )
+    .await;
+    let hostile = insert_job(
+        queue,
+        "mail",
+        "send_welcome",
+        HOSTILE_KEY,
+        &json!({ "name": "<script>window.__xss=5</script>\"><img src=x onerror=\"window.__xss=6\">" }).to_string(),
+        "failed",
+        Some(HOSTILE_ERROR),
+    )
+    .await;
+    sqlx::query(
+        "INSERT INTO job_queue_worker (owner, host, pid, version, queues, concurrency, running, started_at, last_seen) VALUES \
+         ('app-1:4211:9f3a11c2', 'app-1', 4211, '0.1.0', 'mail,exports', 16, 3, UTC_TIMESTAMP(6) - INTERVAL 2 HOUR, UTC_TIMESTAMP(6)), \
+         ('app-2:977:0b6d2e4f', 'app-2', 977, '0.1.0', 'billing', 4, 0, UTC_TIMESTAMP(6) - INTERVAL 5 HOUR, UTC_TIMESTAMP(6) - INTERVAL 2 MINUTE)",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO job_queue_cron (kind, last_tick, last_job_id, updated_at, schedule) VALUES \
+         ('nightly_report', UTC_TIMESTAMP() - INTERVAL 1 HOUR, ?, UTC_TIMESTAMP(6), '0 0 * * * *')",
+    )
+    .bind(failed)
+    .execute(pool)
+    .await
+    .unwrap();
+    (failed, hostile)
+}
+
+#[tokio::test]
+async fn the_dashboard_works_in_a_real_browser() {
+    let queue = fresh_queue("web_browser").await;
+    let (_failed, hostile) = seed(&queue).await;
+    let base = serve(&queue).await;
+    let driver = Driver::start().await;
+    let b = driver.browser().await;
+
+    // Overview: every queue, the chart, and a refresh without reloading the page.
+    b.goto(&base).await.unwrap();
+    let queues = b
+        .find(Locator::Css("table.queues"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for q in ["billing", "exports", "mail"] {
+        assert!(queues.contains(q), "{queues}");
+    }
+    assert!(
+        b.find(Locator::Css("svg.chart rect.done")).await.is_ok(),
+        "the chart has bars"
+    );
+    js(&b, "window.__same_page = true").await;
+    insert_job(&queue, "late", "k", "late-1", "{}", "ready", None).await;
+    wait_for(
+        "the overview to show a new queue by itself",
+        Duration::from_secs(10),
+        || {
+            let b = b.clone();
+            async move {
+                let text = b
+                    .find(Locator::Css("#live"))
+                    .await
+                    .ok()?
+                    .text()
+                    .await
+                    .ok()?;
+                text.contains("late").then_some(())
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        js(&b, "return window.__same_page === true").await,
+        json!(true),
+        "the page was not reloaded"
+    );
+    shot(&b, "overview").await;
+
+    // Jobs: filter failed ones.
+    b.goto(&format!("{base}/jobs")).await.unwrap();
+    b.find(Locator::Css("select[name=status]"))
+        .await
+        .unwrap()
+        .select_by_value("failed")
+        .await
+        .unwrap();
+    b.find(Locator::Css("form.filters button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for("the filtered list to load", Duration::from_secs(10), || {
+        let b = b.clone();
+        async move {
+            let url = b.current_url().await.ok()?;
+            let ready = b.execute("return document.readyState", vec![]).await.ok()?;
+            (url.as_str().contains("status=failed") && ready == json!("complete")).then_some(())
+        }
+    })
+    .await;
+    let statuses = js(
+        &b,
+        "return [...document.querySelectorAll('table.jobs tbody .badge')].map(e => e.textContent)",
+    )
+    .await;
+    let statuses: Vec<String> = serde_json::from_value(statuses).unwrap();
+    assert!(
+        !statuses.is_empty() && statuses.iter().all(|s| s == "failed"),
+        "{statuses:?}"
+    );
+    shot(&b, "jobs").await;
+
+    // Open the newest failed job that is not the hostile one, and retry it.
+    let link = js(
+        &b,
+        "return [...document.querySelectorAll('table.jobs tbody a')].map(a => a.href)",
+    )
+    .await;
+    let links: Vec<String> = serde_json::from_value(link).unwrap();
+    let target = links
+        .iter()
+        .find(|l| !l.ends_with(&format!("/jobs/{hostile}")))
+        .expect("a failed job")
+        .clone();
+    b.goto(&target).await.unwrap();
+    let id: u64 = target.rsplit('/').next().unwrap().parse().unwrap();
+    assert_eq!(
+        b.find(Locator::Css("dd .badge"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        "failed"
+    );
+    shot(&b, "job").await;
+    b.find(Locator::Css("button.primary"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let notice = b
+        .wait()
+        .for_element(Locator::Css(".notice"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(notice.contains("1 job changed"), "{notice}");
+    assert_eq!(
+        b.find(Locator::Css("dd .badge"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        "ready"
+    );
+    assert_eq!(row(&queue, id).await.status, JobStatus::Ready);
+
+    // Pause a queue from the overview.
+    b.goto(&base).await.unwrap();
+    b.find(Locator::Css("form[action$='/queues/mail/pause'] button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let notice = b
+        .wait()
+        .for_element(Locator::Css(".notice"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        notice.contains("Queue mail paused: 1 queue changed."),
+        "{notice}"
+    );
+    b.wait()
+        .for_element(Locator::Css("form[action$='/queues/mail/resume']"))
+        .await
+        .unwrap();
+    assert_eq!(queue.paused_queues().await.unwrap(), ["mail"]);
+
+    // Hostile values show as text: no element made of them, no script of theirs ran.
+    b.goto(&format!("{base}/jobs/{hostile}")).await.unwrap();
+    let key = b
+        .find(Locator::Css("dd code"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(key, HOSTILE_KEY);
+    let error = b
+        .find(Locator::Css("pre.error"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(error.contains("window.__xss=3"), "{error}");
+    let payload = b
+        .find(Locator::Css("pre.payload"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        payload.contains("<script>window.__xss=5</script>"),
+        "{payload}"
+    );
+    let dom = js(&b, "return [document.querySelectorAll('main img').length, document.querySelectorAll('script').length, window.__xss === undefined]").await;
+    assert_eq!(
+        dom,
+        json!([0, 1, true]),
+        "no injected element, no injected script ran"
+    );
+    shot(&b, "escaping").await;
+    b.goto(&format!("{base}/jobs?queue=mail&status=failed"))
+        .await
+        .unwrap();
+    let dom = js(
+        &b,
+        "return [document.querySelectorAll('main img').length, window.__xss === undefined]",
+    )
+    .await;
+    assert_eq!(dom, json!([0, true]));
+
+    // Workers and periodic jobs.
+    b.goto(&format!("{base}/workers")).await.unwrap();
+    let text = b
+        .find(Locator::Css("main"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("app-1:4211:9f3a11c2") && text.contains("gone"),
+        "{text}"
+    );
+    shot(&b, "workers").await;
+    b.goto(&format!("{base}/periodic")).await.unwrap();
+    let text = b
+        .find(Locator::Css("main"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("nightly_report") && text.contains("0 0 * * * *"),
+        "{text}"
+    );
+    shot(&b, "periodic").await;
+
+    b.close().await.unwrap();
+}

@@ -1,0 +1,108 @@
+//! What the dashboard tests share: jobs written with plain SQL in any status, and requests
+//! to the dashboard's router.
+#![allow(dead_code, unreachable_pub)]
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use axum::Router;
+use jobqueue::Queue;
+use tower::ServiceExt;
+
+/// Inserts a job in `status` (finished ones get `finished_at` now) and returns its id.
+pub async fn insert_job(
+    queue: &Queue,
+    queue_name: &str,
+    kind: &str,
+    key: &str,
+    payload: &str,
+    status: &str,
+    error: Option<&str>,
+) -> u64 {
+    let finished = matches!(status, "done" | "failed" | "cancelled");
+    sqlx::query(
+        "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, last_error, finished_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, IF(?, UTC_TIMESTAMP(6), NULL))",
+    )
+    .bind(queue_name)
+    .bind(kind)
+    .bind(key)
+    .bind(payload)
+    .bind(status)
+    .bind(if finished { 1 } else { 0 })
+    .bind(error)
+    .bind(finished)
+    .execute(queue.pool())
+    .await
+    .expect("insert a job")
+    .last_insert_id()
+}
+
+/// A response: status, the `Location` header, the body.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub location: Option<String>,
+    pub body: String,
+}
+
+/// Sends one request to the router.
+pub async fn send(router: &Router, req: Request<Body>) -> Reply {
+    let res = router
+        .clone()
+        .oneshot(req)
+        .await
+        .expect("the router answers");
+    let status = res.status();
+    let location = res
+        .headers()
+        .get(header::LOCATION)
+        .map(|v| v.to_str().expect("ascii location").to_owned());
+    let bytes = axum::body::to_bytes(res.into_body(), 16 << 20)
+        .await
+        .expect("read the body");
+    Reply {
+        status,
+        location,
+        body: String::from_utf8(bytes.to_vec()).expect("utf-8 body"),
+    }
+}
+
+/// GET `path`.
+pub async fn get(router: &Router, path: &str) -> Reply {
+    send(router, Request::get(path).body(Body::empty()).unwrap()).await
+}
+
+/// POST a form to `path`, as a browser on the same origin would: with the anti-forgery
+/// cookie the dashboard gave it, here the token the form carries.
+pub async fn post(router: &Router, path: &str, form: &str) -> Reply {
+    let token = form
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("csrf="))
+        .map(str::to_owned);
+    post_with_cookie(router, path, form, token.as_deref()).await
+}
+
+/// POST a form to `path` with `cookie` as the anti-forgery cookie (none if `None`).
+pub async fn post_with_cookie(
+    router: &Router,
+    path: &str,
+    form: &str,
+    cookie: Option<&str>,
+) -> Reply {
+    let mut req = Request::post(path)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header("sec-fetch-site", "same-origin");
+    if let Some(c) = cookie {
+        req = req.header(header::COOKIE, format!("theme=dark; jobqueue_csrf={c}"));
+    }
+    send(router, req.body(Body::from(form.to_owned())).unwrap()).await
+}
+
+/// The anti-forgery token of a page's forms.
+pub fn csrf_of(html: &str) -> String {
+    let at = html
+        .find("name=\"csrf\" value=\"")
+        .unwrap_or_else(|| panic!("the page has a form with a token: {html}"));
+    let rest = &html[at + "name=\"csrf\" value=\"".len()..];
+    rest[..rest.find('"').unwrap()].to_owned()
+}
