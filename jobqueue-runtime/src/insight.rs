@@ -7,7 +7,7 @@ use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
 use crate::error::Result;
-use crate::heartbeat::WORKER_GONE_AFTER;
+use crate::worker::WORKER_GONE_AFTER;
 use crate::model::{JobRecord, JobStatus, QueueStats};
 use crate::queue::Queue;
 use crate::store::admin::RETRY_SET;

@@ -7,7 +7,6 @@ pub mod cron;
 mod data;
 mod enqueue;
 mod error;
-mod heartbeat;
 mod insight;
 mod job;
 pub mod key;
@@ -24,7 +23,7 @@ mod worker;
 pub use data::{Data, DataNeed};
 pub use enqueue::EnqueueOptions;
 pub use error::{BoxError, Error, JobError, JobRef, Result};
-pub use heartbeat::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
+pub use worker::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
 #[doc(hidden)]
 pub use insight::Arg as InsightArg;
 pub use insight::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};

@@ -21,6 +21,7 @@ use crate::store::Store;
 mod builder;
 mod claim_loop;
 mod execute;
+mod heartbeat;
 mod lease;
 mod lease_thread;
 mod outcome;
@@ -30,6 +31,7 @@ mod writer;
 use crate::maintenance::{maintenance_loop, Maintenance, Scheduler};
 use builder::Config;
 pub use builder::WorkerBuilder;
+pub use heartbeat::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
 use claim_loop::{drain, Running};
 use lease::Leases;
 use lease_thread::LeaseThread;
@@ -236,7 +238,7 @@ impl Worker {
         });
 
         let heartbeat = tokio::spawn(
-            crate::heartbeat::Heartbeat {
+            heartbeat::Heartbeat {
                 queue: self.queue.clone(),
                 owner: cfg.owner.clone(),
                 queues: cfg.queues.clone(),
