@@ -7,11 +7,11 @@ use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
 use crate::error::Result;
-use crate::worker::WORKER_GONE_AFTER;
 use crate::model::{JobRecord, JobStatus, QueueStats};
 use crate::queue::Queue;
 use crate::store::admin::RETRY_SET;
 use crate::store::{self, text};
+use crate::worker::WORKER_GONE_AFTER;
 
 /// A filter over jobs for [`Queue::list_page`] and the bulk actions
 /// ([`Queue::count_matching`], [`Queue::retry_matching`], [`Queue::cancel_matching`]).

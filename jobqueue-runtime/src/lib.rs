@@ -23,7 +23,6 @@ mod worker;
 pub use data::{Data, DataNeed};
 pub use enqueue::EnqueueOptions;
 pub use error::{BoxError, Error, JobError, JobRef, Result};
-pub use worker::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
 #[doc(hidden)]
 pub use insight::Arg as InsightArg;
 pub use insight::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};
@@ -36,6 +35,7 @@ pub use queue::{redact_url, Queue, QueueConfig};
 pub use retry::Backoff;
 pub use store::ServerInfo;
 pub use worker::{shutdown_signal, Worker, WorkerBuilder, WorkerHandle};
+pub use worker::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
 
 /// The steps of the claim protocol (claim, renew, complete, finish, reclaim, promote) and
 /// the statements whose query plans the protocol relies on, for this workspace's own

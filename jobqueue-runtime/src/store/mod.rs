@@ -195,6 +195,7 @@ mod maintenance;
 pub(crate) mod migrate;
 mod outcome;
 pub(crate) mod server;
+mod workers;
 
 pub use claim::CLAIM_SELECT;
 pub(crate) use connect::LeaseConnect;
@@ -204,6 +205,7 @@ pub(crate) use enqueue::{insert, insert_many};
 pub use maintenance::DEFAULT_MAX_LEASE_EXPIRIES;
 pub use maintenance::{PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
 pub use server::ServerInfo;
+pub(crate) use workers::WorkerRow;
 
 /// The low-level queue operations, with their conflict retries counted. Get one with
 /// [`Queue::store`](crate::Queue::store).

@@ -1,12 +1,13 @@
 //! The worker heartbeat: each running worker keeps a row in `job_queue_worker` up to date,
 //! so operators (the dashboard, `jobqueue workers`) see which workers are alive, what they
-//! claim from and how busy they are.
+//! claim from and how busy they are. Its SQL is in the store (`store/workers.rs`).
 
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::queue::Queue;
+use crate::store::WorkerRow;
 
 /// How often a worker writes its heartbeat.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
@@ -65,41 +66,28 @@ impl Heartbeat {
                 _ = tokio::time::sleep(HEARTBEAT_INTERVAL) => {}
             }
         }
-        let deleted = sqlx::query("DELETE FROM job_queue_worker WHERE owner = ?")
-            .bind(&self.owner)
-            .execute(&self.queue.inner.pool)
-            .await;
+        let deleted = self.queue.store().delete_worker(&self.owner).await;
         if let Err(e) = deleted {
             tracing::warn!(owner = %self.owner, error = %e, "could not delete the worker's heartbeat row; it shows as gone once it is old");
         }
     }
 
     async fn beat(&mut self, forget_old: bool) -> sqlx::Result<()> {
-        let pool = &self.queue.inner.pool;
+        let store = self.queue.store();
         let running = (self.running)() as u64;
-        let updated = sqlx::query(
-            "UPDATE job_queue_worker SET running = ?, last_seen = UTC_TIMESTAMP(6) WHERE owner = ?",
-        )
-        .bind(running)
-        .bind(&self.owner)
-        .execute(pool)
-        .await?
-        .rows_affected();
+        let updated = store.beat_worker(&self.owner, running).await?;
         if updated == 0 {
             let (host, pid) = host_and_pid(&self.owner);
-            let inserted = sqlx::query(
-                "INSERT INTO job_queue_worker (owner, host, pid, version, queues, concurrency, running, started_at, last_seen) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-            )
-            .bind(&self.owner)
-            .bind(host)
-            .bind(pid)
-            .bind(env!("CARGO_PKG_VERSION"))
-            .bind(self.queues.join(","))
-            .bind(self.concurrency as u64)
-            .bind(running)
-            .execute(pool)
-            .await;
+            let inserted = store
+                .insert_worker(&WorkerRow {
+                    owner: &self.owner,
+                    host: &host,
+                    pid,
+                    queues: &self.queues.join(","),
+                    concurrency: self.concurrency as u64,
+                    running,
+                })
+                .await;
             match inserted {
                 // Another process with this owner name: the unique key keeps one row.
                 Err(e) if crate::error::server_code(&e) == Some(1062) => {}
@@ -112,13 +100,7 @@ impl Heartbeat {
         // beat: a schedule is written at each beat until its row took it.
         let mut written = Vec::new();
         for (i, (kind, expr)) in self.schedules.iter().enumerate() {
-            let matched = sqlx::query("UPDATE job_queue_cron SET schedule = ? WHERE kind = ?")
-                .bind(expr)
-                .bind(kind)
-                .execute(pool)
-                .await?
-                .rows_affected();
-            if matched == 1 {
+            if store.write_schedule(kind, expr).await? == 1 {
                 written.push(i);
             }
         }
@@ -126,12 +108,9 @@ impl Heartbeat {
             self.schedules.swap_remove(i);
         }
         if forget_old {
-            sqlx::query(
-                "DELETE FROM job_queue_worker WHERE last_seen < UTC_TIMESTAMP(6) - INTERVAL ? SECOND",
-            )
-            .bind(WORKER_FORGOTTEN_AFTER.as_secs())
-            .execute(pool)
-            .await?;
+            store
+                .forget_workers(WORKER_FORGOTTEN_AFTER.as_secs())
+                .await?;
         }
         Ok(())
     }
