@@ -1,6 +1,7 @@
 //! The operator API: read jobs and figures, cancel, retry, pause, resume and prune. The
 //! `jobqueue` command-line tool is built on it, and a dashboard can be: every record it
-//! returns is serialisable. The SQL behind it lives in the store (`store/admin.rs`).
+//! returns is serialisable; the dashboard's pages, figures and bulk actions are here too. The
+//! SQL behind it lives in the store (`store/admin.rs`, `store/dashboard.rs`).
 
 use std::time::Duration;
 
@@ -8,9 +9,13 @@ use chrono::NaiveDateTime;
 
 use crate::error::{Error, JobRef, Result};
 use crate::key::validate_queue;
-use crate::model::{CancelOutcome, JobFilter, JobRecord, JobStatus, QueueStats, RunningJob};
+use crate::model::{
+    CancelOutcome, JobFilter, JobPage, JobQuery, JobRecord, JobStatus, PeriodicJob, QueueStats,
+    RunningJob, ThroughputMinute, WorkerInfo,
+};
 use crate::queue::Queue;
 use crate::store::JobLookup;
+use crate::worker::WORKER_GONE_AFTER;
 
 impl Queue {
     /// One job, by id.
@@ -136,6 +141,72 @@ impl Queue {
     pub async fn prunable(&self, status: JobStatus, older_than: Duration) -> Result<u64> {
         check_prunable(status)?;
         self.store().prunable(status, micros(older_than)).await
+    }
+}
+
+// The dashboard's reads and bulk actions.
+impl Queue {
+    /// A page of jobs matching `query`, newest first: those with an id below `before` (all,
+    /// if `None`), at most `limit`. Keyset pagination: each page costs the same however deep
+    /// it is (no OFFSET), and a job enqueued meanwhile does not shift the pages.
+    pub async fn list_page(
+        &self,
+        query: &JobQuery,
+        before: Option<u64>,
+        limit: u32,
+    ) -> Result<JobPage> {
+        self.store().list_page(query, before, limit).await
+    }
+
+    /// How many jobs match `query` (what a bulk action would consider).
+    pub async fn count_matching(&self, query: &JobQuery) -> Result<u64> {
+        self.store().count_matching(query).await
+    }
+
+    /// [`Queue::retry`] for every `failed` or `cancelled` job matching `query` (jobs in other
+    /// statuses are left alone). Returns how many jobs changed.
+    pub async fn retry_matching(&self, query: &JobQuery) -> Result<u64> {
+        let n = self.store().retry_query(query).await?;
+        if n > 0 {
+            self.wake_workers();
+        }
+        tracing::info!(rows = n, filter = ?query, "retried matching jobs");
+        Ok(n)
+    }
+
+    /// Cancels every `scheduled` or `ready` job matching `query`: they will never run.
+    /// Running jobs are left alone (cancel them one by one with [`Queue::cancel`]). Returns
+    /// how many jobs changed.
+    pub async fn cancel_matching(&self, query: &JobQuery) -> Result<u64> {
+        let n = self.store().cancel_matching(query).await?;
+        tracing::info!(rows = n, filter = ?query, "cancelled matching jobs");
+        Ok(n)
+    }
+
+    /// Every queue's counts by status, whether it is paused, the age of its oldest ready job
+    /// and its expired leases, read with one statement. Fields of [`QueueStats`] this does
+    /// not fill (`failed_last_hour`, `done_last_minute`, `unrunnable`) are zero: take them
+    /// from [`Queue::throughput`] or [`Queue::stats`].
+    pub async fn queue_overview(&self) -> Result<Vec<QueueStats>> {
+        self.store().queue_overview().await
+    }
+
+    /// Jobs that ended `done` or `failed` per minute and queue over the last `minutes`
+    /// minutes (only minutes with any). Pruned jobs are not counted.
+    pub async fn throughput(&self, minutes: u32) -> Result<Vec<ThroughputMinute>> {
+        self.store().throughput(minutes).await
+    }
+
+    /// The workers that wrote a heartbeat, including those that stopped writing it without
+    /// shutting down (shown as [`WorkerInfo::gone`] until they are forgotten).
+    pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        self.store().workers(WORKER_GONE_AFTER).await
+    }
+
+    /// Every periodic kind the schedulers have recorded, with its next tick and the outcome
+    /// of its latest enqueued tick.
+    pub async fn periodic_jobs(&self) -> Result<Vec<PeriodicJob>> {
+        self.store().periodic_jobs().await
     }
 }
 

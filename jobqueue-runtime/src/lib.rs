@@ -7,7 +7,6 @@ pub mod cron;
 mod data;
 mod enqueue;
 mod error;
-mod insight;
 mod job;
 pub mod key;
 mod maintenance;
@@ -24,13 +23,12 @@ pub use data::{Data, DataNeed};
 pub use enqueue::EnqueueOptions;
 pub use error::{BoxError, Error, JobError, JobRef, Result};
 #[doc(hidden)]
-pub use insight::Arg as InsightArg;
-pub use insight::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use job::{CancelReason, FromJobContext, IntoJobResult, Job, JobContext, JobOptions};
 pub use metrics::MetricsSnapshot;
 pub use model::{
     CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats, Retention, RunningJob,
 };
+pub use model::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use queue::{redact_url, Queue, QueueConfig};
 pub use retry::Backoff;
 pub use store::ServerInfo;
@@ -49,6 +47,9 @@ pub mod __store {
     /// EXPLAIN tests.
     pub mod statements {
         pub use crate::store::{CLAIM_SELECT, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
+        // The operator dashboard's statements for a filter, with their arguments; run one
+        // with `Store::explain`.
+        pub use crate::store::{dashboard_statements, Arg};
     }
 }
 

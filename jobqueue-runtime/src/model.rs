@@ -11,6 +11,9 @@ use chrono::NaiveDateTime;
 
 use crate::error::{Error, Result};
 
+mod dashboard;
+pub use dashboard::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};
+
 /// A job's state. See the README's state diagram.
 /// Serialised as the lowercase name stored in the `status` column (`"ready"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]

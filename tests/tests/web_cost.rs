@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use axum::http::StatusCode;
 use jobqueue::{JobQuery, JobStatus, Queue};
+use jobqueue_runtime::__store::statements::dashboard_statements;
 use jobqueue_web::Dashboard;
 use tests::fresh_queue;
 use web_support::get;
@@ -64,7 +65,7 @@ async fn dashboard_queries_use_indexes_on_a_million_jobs() {
     let mut problems = Vec::new();
     for (i, filter) in filters.iter().enumerate() {
         for before in [None, Some(500_000)] {
-            let statements = Queue::insight_statements(filter, before);
+            let statements = dashboard_statements(filter, before);
             // Only the first filter's run checks the statements that do not depend on it.
             let checked = if i == 0 && before.is_none() {
                 statements.len()
@@ -72,7 +73,7 @@ async fn dashboard_queries_use_indexes_on_a_million_jobs() {
                 2
             };
             for (n, (sql, args)) in statements.iter().take(checked).enumerate() {
-                let plan = queue.explain_statement(sql, args).await.expect("EXPLAIN");
+                let plan = queue.store().explain(sql, args).await.expect("EXPLAIN");
                 for (table, kind, key, rows, extra) in &plan {
                     println!("{filter:?} before={before:?} #{n}: {table} {kind} {key:?} rows={rows:?} {extra}");
                     let big = table == "job_queue" || table == "j";

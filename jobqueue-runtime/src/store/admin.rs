@@ -5,12 +5,13 @@
 use sqlx::Row;
 
 use super::*;
-use crate::model::{CancelOutcome, JobFilter, JobRecord, JobStatus, QueueStats, RunningJob};
+use crate::model::{
+    CancelOutcome, JobFilter, JobQuery, JobRecord, JobStatus, QueueStats, RunningJob,
+};
 
 // An operator's retry is a fresh start: one more attempt, and the bounds on expired leases
 // and on waiting for a worker that can run the job count again from zero.
-pub(crate) const RETRY_SET: &str =
-    "UPDATE job_queue SET status = 'ready', run_at = UTC_TIMESTAMP(6), \
+const RETRY_SET: &str = "UPDATE job_queue SET status = 'ready', run_at = UTC_TIMESTAMP(6), \
      max_attempts = GREATEST(max_attempts, attempts + 1), cancel_requested = 0, \
      lease_expiries = 0, unrunnable_since = NULL, \
      lease_owner = NULL, lease_until = NULL, finished_at = NULL, updated_at = UTC_TIMESTAMP(6)";
@@ -68,6 +69,13 @@ impl Store {
         .execute(&self.pool)
         .await?
         .rows_affected())
+    }
+
+    /// Puts every `failed` or `cancelled` job matching `query` back to `ready`, a batch at a
+    /// time (the dashboard's bulk retry). Returns how many.
+    pub(crate) async fn retry_query(&self, query: &JobQuery) -> Result<u64> {
+        self.bulk(RETRY_SET, query, "status IN ('failed', 'cancelled')")
+            .await
     }
 
     /// Puts every job matching `filter` back to `ready`, a batch at a time. Returns how many.

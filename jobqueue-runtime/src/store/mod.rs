@@ -184,9 +184,10 @@ pub(crate) fn timed_out(limit: Duration) -> sqlx::Error {
 }
 
 // The steps of the protocol, one file each. Declared after the macros above, which they use.
-pub(crate) mod admin;
+mod admin;
 mod claim;
 pub(crate) mod connect;
+mod dashboard;
 mod decode;
 mod enqueue;
 mod gauges;
@@ -199,6 +200,7 @@ mod workers;
 
 pub use claim::CLAIM_SELECT;
 pub(crate) use connect::LeaseConnect;
+pub use dashboard::{dashboard_statements, Arg};
 pub(crate) use decode::{fetch_job, record_from_row, text, JobLookup, JOB_COLUMNS};
 use enqueue::is_key_conflict;
 pub(crate) use enqueue::{insert, insert_many};

@@ -1,0 +1,135 @@
+//! What an operator's dashboard reads and filters by: the filter over jobs, a page of jobs,
+//! throughput per minute, live workers and periodic schedules. The statements behind them
+//! are in the store (`store/dashboard.rs`).
+
+use chrono::NaiveDateTime;
+
+use super::{JobRecord, JobStatus};
+
+/// A filter over jobs for [`Queue::list_page`](crate::Queue::list_page) and the bulk actions
+/// ([`Queue::count_matching`](crate::Queue::count_matching), [`Queue::retry_matching`](crate::Queue::retry_matching), [`Queue::cancel_matching`](crate::Queue::cancel_matching)).
+/// Every field is optional; set ones must all match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobQuery {
+    /// Only this status.
+    pub status: Option<JobStatus>,
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only task keys starting with this text.
+    pub key_prefix: Option<String>,
+    /// Only jobs enqueued at or after this time (UTC, the server's clock).
+    pub created_from: Option<NaiveDateTime>,
+    /// Only jobs enqueued before this time (UTC, the server's clock).
+    pub created_to: Option<NaiveDateTime>,
+}
+
+impl JobQuery {
+    /// Only jobs with this status.
+    pub fn status(mut self, status: JobStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Only jobs of this queue.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// Only jobs of this kind.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Only jobs whose task key starts with `prefix`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Only jobs enqueued in `[from, to)`; either end may be open.
+    pub fn created(mut self, from: Option<NaiveDateTime>, to: Option<NaiveDateTime>) -> Self {
+        self.created_from = from;
+        self.created_to = to;
+        self
+    }
+}
+
+/// One page of [`Queue::list_page`](crate::Queue::list_page).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct JobPage {
+    /// The jobs, newest (highest id) first.
+    pub jobs: Vec<JobRecord>,
+    /// Pass this as `before` for the next (older) page; `None` on the last page.
+    pub next_before: Option<u64>,
+}
+
+/// Jobs that finished in one minute, for the throughput chart ([`Queue::throughput`](crate::Queue::throughput)).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct ThroughputMinute {
+    /// How many whole minutes ago (0: the current minute).
+    pub minutes_ago: u32,
+    /// The queue.
+    pub queue: String,
+    /// Jobs that ended `done` in that minute (and are not yet pruned).
+    pub done: u64,
+    /// Jobs that ended `failed` in that minute.
+    pub failed: u64,
+}
+
+/// A worker as its heartbeat row describes it ([`Queue::workers`](crate::Queue::workers)).
+#[derive(Debug, Clone, serde::Serialize)]
+#[non_exhaustive]
+pub struct WorkerInfo {
+    /// Its `lease_owner` name: the running jobs it holds carry it.
+    pub owner: String,
+    /// The host it runs on.
+    pub host: String,
+    /// Its process id.
+    pub pid: u32,
+    /// The jobqueue version it runs.
+    pub version: String,
+    /// The queues it claims from.
+    pub queues: Vec<String>,
+    /// How many jobs it runs at most at once.
+    pub concurrency: u32,
+    /// How many it ran at its last heartbeat.
+    pub running: u32,
+    /// When it started (UTC, the server's clock).
+    pub started_at: NaiveDateTime,
+    /// Its last heartbeat (UTC, the server's clock).
+    pub last_seen: NaiveDateTime,
+    /// Seconds since its last heartbeat.
+    pub seen_secs_ago: f64,
+    /// True when it missed heartbeats for [`WORKER_GONE_AFTER`](crate::WORKER_GONE_AFTER):
+    /// it was killed or lost its host without stopping, and its jobs come back when their
+    /// leases expire.
+    pub gone: bool,
+}
+
+/// A periodic kind as the schedulers recorded it ([`Queue::periodic_jobs`](crate::Queue::periodic_jobs)).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PeriodicJob {
+    /// The job kind.
+    pub kind: String,
+    /// Its cron expression, as the workers that schedule it last wrote it (`None` until a
+    /// worker of this release ran it).
+    pub schedule: Option<String>,
+    /// The latest tick dealt with (enqueued or skipped), UTC.
+    pub last_tick: NaiveDateTime,
+    /// The next tick after `last_tick`, UTC, if the schedule is known and parses.
+    pub next_tick: Option<NaiveDateTime>,
+    /// The job of the latest tick enqueued, if any.
+    pub last_job_id: Option<u64>,
+    /// That job's status, if it is still in the table.
+    pub last_job_status: Option<JobStatus>,
+    /// That job's last error, if it has one.
+    pub last_job_error: Option<String>,
+}
