@@ -150,7 +150,7 @@ pub(crate) enum Rows {
 
 /// Numbers `base..base + count` as a derived table `nums(n)`, from a cross join of digits
 /// (MySQL 8.0 and MariaDB alike, no recursion limit to raise).
-fn numbers(base: u64, count: u64) -> String {
+pub(crate) fn numbers(base: u64, count: u64) -> String {
     let places = count.max(2).saturating_sub(1).to_string().len();
     let digit = "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
                  UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \

@@ -12,6 +12,7 @@
 
 mod baseline;
 mod child;
+mod dashboard;
 mod env;
 mod jobs;
 mod report;
@@ -38,7 +39,8 @@ struct Cli {
 
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct RunArgs {
-    /// Fewer and smaller runs: about two minutes instead of about ten.
+    /// Fewer and smaller runs: about two minutes instead of about ten (the dashboard
+    /// scenario: 100,000 finished rows instead of 1,000,000, 10 requests per page instead of 30).
     #[arg(long)]
     pub(crate) quick: bool,
     /// Runs of each scenario in each mode; the median is reported. Default 3 (1 with --quick).
@@ -65,6 +67,8 @@ pub(crate) enum Scenario {
     Scale,
     /// Peak memory of a worker process, and the queries an idle worker sends.
     Resources,
+    /// Time of each operator dashboard page on a large table, through its router in-process.
+    Dashboard,
 }
 
 #[derive(Subcommand, Debug)]

@@ -14,6 +14,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::baseline;
 use crate::child::Group;
+use crate::dashboard::DashboardSizes;
 use crate::env::{self, Env, Rows};
 use crate::jobs::{self, Noop, Probe, QUEUE};
 use crate::report::{Figure, Report, Row, TargetOn};
@@ -36,6 +37,7 @@ struct Sizes {
     rss_jobs: u64,
     idle_warmup: Duration,
     idle_window: Duration,
+    dashboard: DashboardSizes,
 }
 
 impl Sizes {
@@ -56,6 +58,11 @@ impl Sizes {
                 rss_jobs: 5_000,
                 idle_warmup: Duration::from_secs(4),
                 idle_window: Duration::from_secs(5),
+                dashboard: DashboardSizes {
+                    finished: 100_000,
+                    waiting: 10_000,
+                    requests: 10,
+                },
             }
         } else {
             Sizes {
@@ -73,6 +80,11 @@ impl Sizes {
                 rss_jobs: 20_000,
                 idle_warmup: Duration::from_secs(5),
                 idle_window: Duration::from_secs(10),
+                dashboard: DashboardSizes {
+                    finished: 1_000_000,
+                    waiting: 100_000,
+                    requests: 30,
+                },
             }
         }
     }
@@ -106,12 +118,13 @@ pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
     }
     let want = |s: Scenario| args.only.is_empty() || args.only.contains(&s);
     let mut rows = Vec::new();
-    let all: [(Scenario, &str); 5] = [
+    let all: [(Scenario, &str); 6] = [
         (Scenario::Drain, "drain"),
         (Scenario::Enqueue, "enqueue"),
         (Scenario::Latency, "latency"),
         (Scenario::Scale, "scale"),
         (Scenario::Resources, "resources"),
+        (Scenario::Dashboard, "dashboard"),
     ];
     for (scenario, name) in all {
         if !want(scenario) {
@@ -128,6 +141,7 @@ pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
             Scenario::Latency => latency(&mut cx).await,
             Scenario::Scale => scale(&mut cx).await,
             Scenario::Resources => resources(&mut cx).await,
+            Scenario::Dashboard => dashboard(&mut cx).await,
         }
         .with_context(|| format!("scenario `{name}` failed"))?;
         eprintln!("   ({name}: {:.0} s)", began.elapsed().as_secs_f64());
@@ -232,7 +246,7 @@ fn load_average() -> String {
 }
 
 /// Prints one finished row as progress.
-fn progress(row: &Row) {
+pub(crate) fn progress(row: &Row) {
     let f = |x: &Option<Figure>| {
         x.as_ref()
             .map_or("-".into(), |f| crate::util::figure(f.value))
@@ -1035,6 +1049,17 @@ async fn claim_plan(pool: &MySqlPool) -> anyhow::Result<String> {
         }
     }
     Ok(parts.join(" "))
+}
+
+// ---------------------------------------------------------------------------------------
+// Dashboard
+
+async fn dashboard(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
+    let url = cx.env.database("dashboard").await?;
+    let admin = baseline::pool(&url, 2).await?;
+    let rows = crate::dashboard::run(&url, &admin, &cx.sizes.dashboard, cx.runs).await;
+    admin.close().await;
+    rows
 }
 
 // ---------------------------------------------------------------------------------------
