@@ -22,7 +22,6 @@ mod worker;
 pub use data::{Data, DataNeed};
 pub use enqueue::EnqueueOptions;
 pub use error::{BoxError, Error, JobError, JobRef, Result};
-#[doc(hidden)]
 pub use job::{CancelReason, FromJobContext, IntoJobResult, Job, JobContext, JobOptions};
 pub use metrics::MetricsSnapshot;
 pub use model::{
