@@ -39,33 +39,25 @@ pub(crate) struct Maintenance {
     pub(crate) max_lease_expiries: u32,
     pub(crate) last_prune: Option<Instant>,
     pub(crate) gauges: Gauges,
+    /// The steps failing now, with their last error (to log each failure once).
+    pub(crate) failing_steps: std::collections::HashMap<&'static str, String>,
 }
 
 /// Promotes due scheduled jobs, reclaims expired leases, enqueues periodic jobs' ticks and
 /// prunes old finished jobs, every `every` (jittered).
 pub(crate) async fn maintenance_loop(mut m: Maintenance, every: Duration, stop: CancellationToken) {
-    let mut failing = false;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(jitter(every, 0.2)) => {}
         }
-        match maintain(&mut m).await {
-            Ok(()) => {
-                if failing {
-                    tracing::info!("maintenance recovered");
-                    failing = false;
-                }
-            }
-            // Each failed step was logged by `maintain`; count the pass once.
-            Err(_) => {
-                failing = true;
-                m.metrics.add(
-                    &m.metrics.database_errors,
-                    "jobqueue_database_errors_total",
-                    1,
-                );
-            }
+        // Each failed step was logged by `maintain`; count the pass once.
+        if maintain(&mut m).await.is_err() {
+            m.metrics.add(
+                &m.metrics.database_errors,
+                "jobqueue_database_errors_total",
+                1,
+            );
         }
     }
 }
@@ -82,9 +74,24 @@ async fn maintain(m: &mut Maintenance) -> Result<()> {
     ];
     let mut first = None;
     for (step, result) in steps {
-        if let Err(e) = result {
-            tracing::error!(error = %e, step, "maintenance step failed; retrying at the next interval");
-            first.get_or_insert(e);
+        match result {
+            Err(e) => {
+                // A step that keeps failing the same way (a missing table or grant) is
+                // logged as an error once, then quietly until it changes or recovers.
+                let message = e.to_string();
+                if m.failing_steps.get(step) != Some(&message) {
+                    tracing::error!(error = %e, step, "maintenance step failed; retrying at the next interval");
+                    m.failing_steps.insert(step, message);
+                } else {
+                    tracing::debug!(error = %e, step, "maintenance step still failing");
+                }
+                first.get_or_insert(e);
+            }
+            Ok(()) => {
+                if m.failing_steps.remove(step).is_some() {
+                    tracing::info!(step, "maintenance step recovered");
+                }
+            }
         }
     }
     first.map_or(Ok(()), Err)

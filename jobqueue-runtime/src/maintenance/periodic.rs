@@ -101,6 +101,20 @@ impl Scheduler {
     pub(crate) async fn run(&mut self, store: &Store, now: DateTime<Utc>) -> Result<u64> {
         let mut new = 0;
         let mut paused: Option<Vec<String>> = None;
+        // One kind that cannot be scheduled must not hold up the others: its error is kept
+        // and returned after the pass over every kind.
+        let mut first_error: Option<Error> = None;
+        macro_rules! or_next_kind {
+            ($result:expr) => {
+                match $result {
+                    Ok(value) => value,
+                    Err(error) => {
+                        first_error.get_or_insert(error);
+                        continue;
+                    }
+                }
+            };
+        }
         for e in &mut self.entries {
             if let Some(last) = e.last {
                 if e.schedule.next_after(last).is_none_or(|t| t > now) {
@@ -120,10 +134,9 @@ impl Scheduler {
             let Some(make) = e.descriptor.cron_payload() else {
                 continue;
             };
-            let payload = make()
-                .map_err(|source| Error::Serialize { kind, source })?
+            let payload = or_next_kind!(make().map_err(|source| Error::Serialize { kind, source }))
                 .to_string();
-            let lease_ms = crate::enqueue::lease_ms(kind, o.lease)?;
+            let lease_ms = or_next_kind!(crate::enqueue::lease_ms(kind, o.lease));
             let job_of = |tick: chrono::NaiveDateTime| NewJob {
                 kind: kind.to_owned(),
                 queue: o.queue.to_owned(),
@@ -144,7 +157,7 @@ impl Scheduler {
                     .map(|t| t.naive_utc())
                     .collect()
             };
-            let pass = store
+            let pass = or_next_kind!(store
                 .schedule_ticks(kind, now.naive_utc(), o.overlap, due, job_of)
                 .await
                 .map_err(|e| match e.server_code() {
@@ -152,7 +165,7 @@ impl Scheduler {
                         "periodic jobs need the table `job_queue_cron`, which this database lacks ({e}); apply the migrations (`Queue::migrate`, or `jobqueue migrate`) with the migration user"
                     )),
                     _ => e,
-                })?;
+                }));
             match pass {
                 TickPass::Busy => {}
                 TickPass::Started(at) => {
@@ -179,7 +192,7 @@ impl Scheduler {
                 }
             }
         }
-        Ok(new)
+        first_error.map_or(Ok(new), Err)
     }
 }
 

@@ -141,7 +141,7 @@ impl Store {
             for id in padded(&ids) {
                 q = q.bind(id);
             }
-            q.fetch_all(&self.pool).await?
+            on_connection!(self, |conn| q.fetch_all(&mut *conn)).await?
         };
         let mut claimed = Vec::with_capacity(taken.len());
         for &(id, attempt, max_attempts, lease_ms) in taken {

@@ -22,12 +22,12 @@ impl Store {
     /// `refreshed_at` forward, which only one of many workers racing for it can do.
     pub async fn take_gauge_turn(&self, every: Duration) -> Result<bool> {
         let us = i64::try_from(every.as_micros()).unwrap_or(i64::MAX);
-        let taken = sqlx::query(
+        let taken = on_connection!(self, |conn| sqlx::query(
             "UPDATE job_queue_gauge_refresh SET refreshed_at = UTC_TIMESTAMP(6) \
              WHERE id = 1 AND refreshed_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND",
         )
         .bind(us)
-        .execute(&self.pool)
+        .execute(&mut *conn))
         .await?
         .rows_affected();
         Ok(taken == 1)
@@ -36,7 +36,8 @@ impl Store {
     /// Counts the gauges over `job_queue` and replaces the contents of `job_queue_gauges`
     /// with them, in one transaction: readers see the old counts or the new ones.
     pub(crate) async fn count_gauges(&self) -> Result<()> {
-        let rows = sqlx::query(COUNT_GAUGES).fetch_all(&self.pool).await?;
+        let rows =
+            on_connection!(self, |conn| sqlx::query(COUNT_GAUGES).fetch_all(&mut *conn)).await?;
         let mut counted = Vec::with_capacity(rows.len());
         for r in &rows {
             let queue = text(r, 0)?;
@@ -73,11 +74,11 @@ impl Store {
 
     /// The gauges last counted, with each queue's lag measured now.
     pub(crate) async fn queue_gauges(&self) -> Result<Vec<QueueGauges>> {
-        let rows = sqlx::query(
+        let rows = on_connection!(self, |conn| sqlx::query(
             "SELECT queue, CAST(status AS CHAR), jobs, \
              TIMESTAMPDIFF(MICROSECOND, oldest_run_at, UTC_TIMESTAMP(6)) FROM job_queue_gauges",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn))
         .await?;
         let mut out: Vec<QueueGauges> = Vec::new();
         for r in &rows {

@@ -1,25 +1,25 @@
 //! The worker heartbeat's rows: `job_queue_worker` (who is alive) and the schedules written
-//! into `job_queue_cron`. Single statements on the pool, no conflict retries: a failed beat
-//! is tried again at the next one.
+//! into `job_queue_cron`. Single statements, each within the store's call timeout, no
+//! conflict retries: a failed beat is tried again at the next one.
 
 use super::*;
 
 impl Store {
     /// Refreshes the heartbeat row of `owner`. Returns the rows matched (0: no row yet).
     pub(crate) async fn beat_worker(&self, owner: &str, running: u64) -> sqlx::Result<u64> {
-        Ok(sqlx::query(
+        Ok(on_connection!(self, |conn| sqlx::query(
             "UPDATE job_queue_worker SET running = ?, last_seen = UTC_TIMESTAMP(6) WHERE owner = ?",
         )
         .bind(running)
         .bind(owner)
-        .execute(&self.pool)
+        .execute(&mut *conn))
         .await?
         .rows_affected())
     }
 
     /// Writes the first heartbeat row of a worker.
     pub(crate) async fn insert_worker(&self, worker: &WorkerRow<'_>) -> sqlx::Result<()> {
-        sqlx::query(
+        on_connection!(self, |conn| sqlx::query(
             "INSERT INTO job_queue_worker (owner, host, pid, version, queues, concurrency, running, started_at, last_seen) \
              VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
         )
@@ -30,7 +30,7 @@ impl Store {
         .bind(worker.queues)
         .bind(worker.concurrency)
         .bind(worker.running)
-        .execute(&self.pool)
+        .execute(&mut *conn))
         .await?;
         Ok(())
     }
@@ -38,33 +38,35 @@ impl Store {
     /// Records the cron expression of a periodic kind. Returns the rows matched (0: the
     /// scheduler has not created the kind's row yet).
     pub(crate) async fn write_schedule(&self, kind: &str, expr: &str) -> sqlx::Result<u64> {
-        Ok(
-            sqlx::query("UPDATE job_queue_cron SET schedule = ? WHERE kind = ?")
-                .bind(expr)
-                .bind(kind)
-                .execute(&self.pool)
-                .await?
-                .rows_affected(),
+        Ok(on_connection!(self, |conn| sqlx::query(
+            "UPDATE job_queue_cron SET schedule = ? WHERE kind = ?"
         )
+        .bind(expr)
+        .bind(kind)
+        .execute(&mut *conn))
+        .await?
+        .rows_affected())
     }
 
     /// Deletes the rows of workers not seen for `older_than_secs` seconds.
     pub(crate) async fn forget_workers(&self, older_than_secs: u64) -> sqlx::Result<()> {
-        sqlx::query(
+        on_connection!(self, |conn| sqlx::query(
             "DELETE FROM job_queue_worker WHERE last_seen < UTC_TIMESTAMP(6) - INTERVAL ? SECOND",
         )
         .bind(older_than_secs)
-        .execute(&self.pool)
+        .execute(&mut *conn))
         .await?;
         Ok(())
     }
 
     /// Deletes the heartbeat row of `owner` (a worker that stops).
     pub(crate) async fn delete_worker(&self, owner: &str) -> sqlx::Result<()> {
-        sqlx::query("DELETE FROM job_queue_worker WHERE owner = ?")
-            .bind(owner)
-            .execute(&self.pool)
-            .await?;
+        on_connection!(self, |conn| sqlx::query(
+            "DELETE FROM job_queue_worker WHERE owner = ?"
+        )
+        .bind(owner)
+        .execute(&mut *conn))
+        .await?;
         Ok(())
     }
 }

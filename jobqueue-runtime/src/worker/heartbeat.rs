@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::queue::Queue;
-use crate::store::WorkerRow;
+use crate::store::{Store, WorkerRow};
 
 /// How often a worker writes its heartbeat.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
@@ -23,7 +22,8 @@ const FORGET_EVERY_BEATS: u64 = 60;
 
 /// What a worker writes about itself.
 pub(crate) struct Heartbeat {
-    pub(crate) queue: Queue,
+    /// The worker's store: every call within its call timeout.
+    pub(crate) store: Store,
     pub(crate) owner: String,
     pub(crate) queues: Vec<String>,
     pub(crate) concurrency: usize,
@@ -40,7 +40,11 @@ impl Heartbeat {
         let mut beats: u64 = 0;
         let mut failing = false;
         loop {
-            match self.beat(beats % FORGET_EVERY_BEATS == 0).await {
+            let beat = tokio::select! {
+                _ = stop.cancelled() => break,
+                beat = self.beat(beats % FORGET_EVERY_BEATS == 0) => beat,
+            };
+            match beat {
                 Ok(()) => {
                     if failing {
                         tracing::info!(owner = %self.owner, "worker heartbeat written again");
@@ -51,7 +55,10 @@ impl Heartbeat {
                 // A user granted rights on the job tables of an older release only: the
                 // worker runs, it is just not listed among the live workers.
                 Err(e) if crate::error::server_code(&e) == Some(1142) => {
-                    tracing::info!(owner = %self.owner, error = %e, "this user may not write `job_queue_worker`, so this worker is not listed by `jobqueue workers` or the dashboard; grant it SELECT, INSERT, UPDATE, DELETE on that table");
+                    tracing::info!(owner = %self.owner, error = %e, "this user may not write the heartbeat's tables (`job_queue_worker`, and `job_queue_cron` for periodic kinds), so this worker is not listed by `jobqueue workers` or the dashboard; grant them as the README's least-privilege section shows");
+                    // A row written before the refusal (the worker's own table may be granted
+                    // and the cron table not) goes too; a refused delete has nothing to undo.
+                    let _ = self.store.delete_worker(&self.owner).await;
                     return;
                 }
                 Err(e) => {
@@ -66,14 +73,13 @@ impl Heartbeat {
                 _ = tokio::time::sleep(HEARTBEAT_INTERVAL) => {}
             }
         }
-        let deleted = self.queue.store().delete_worker(&self.owner).await;
-        if let Err(e) = deleted {
+        if let Err(e) = self.store.delete_worker(&self.owner).await {
             tracing::warn!(owner = %self.owner, error = %e, "could not delete the worker's heartbeat row; it shows as gone once it is old");
         }
     }
 
     async fn beat(&mut self, forget_old: bool) -> sqlx::Result<()> {
-        let store = self.queue.store();
+        let store = &self.store;
         let running = (self.running)() as u64;
         let updated = store.beat_worker(&self.owner, running).await?;
         if updated == 0 {

@@ -231,6 +231,7 @@ impl Worker {
                     max_lease_expiries: cfg.max_lease_expiries,
                     last_prune: None,
                     gauges: Default::default(),
+                    failing_steps: Default::default(),
                 },
                 cfg.maintenance_interval,
                 background.clone(),
@@ -239,7 +240,7 @@ impl Worker {
 
         let heartbeat = tokio::spawn(
             heartbeat::Heartbeat {
-                queue: self.queue.clone(),
+                store: self.store.clone(),
                 owner: cfg.owner.clone(),
                 queues: cfg.queues.clone(),
                 concurrency: cfg.concurrency,
