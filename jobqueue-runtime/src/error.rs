@@ -182,6 +182,19 @@ pub enum Error {
     /// No job with that id or key exists.
     #[error("no job {0}")]
     JobNotFound(JobRef),
+
+    /// [`JobContext::complete_in`](crate::JobContext::complete_in) matched no row: this
+    /// attempt no longer holds the job (its lease ran out and it was taken back), or an
+    /// operator asked to cancel it. Nothing of the caller's transaction may commit.
+    #[error("job {id} was not completed by attempt {attempt}: {reason}; roll the transaction back (returning this error from the job does) so that none of its writes commit")]
+    NotCompleted {
+        /// The job.
+        id: u64,
+        /// The attempt that tried to complete it.
+        attempt: u32,
+        /// Why the completion matched no row.
+        reason: String,
+    },
 }
 
 /// How to fix a missing or old schema.

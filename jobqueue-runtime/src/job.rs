@@ -1,6 +1,8 @@
 //! What a job kind is: the [`Job`] trait, its [`JobOptions`], and the [`JobContext`] a run sees.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -174,6 +176,67 @@ pub struct JobContext {
     pub(crate) token: CancellationToken,
     pub(crate) reason: std::sync::Arc<std::sync::OnceLock<CancelReason>>,
     pub(crate) data: DataMap,
+    /// The claim this run holds, for the writes the job makes itself
+    /// ([`JobContext::complete_in`]); `None` for a [`JobContext::detached`] one.
+    pub(crate) claim: Option<Arc<ClaimFence>>,
+}
+
+/// What a job needs to write its own completion, fenced like the worker's writes: the
+/// worker's `lease_owner` (with the context's id and attempt), and how far the job got.
+#[derive(Debug)]
+pub(crate) struct ClaimFence {
+    pub(crate) owner: String,
+    completion: AtomicU8,
+}
+
+/// [`ClaimFence::completion`]: the job never called `complete_in`.
+const NOT_TRIED: u8 = 0;
+/// It called it, and the completion matched no row (lease lost, cancel requested).
+const REFUSED: u8 = 1;
+/// Its completion matched the row, in a transaction that may have committed since.
+const WRITTEN: u8 = 2;
+
+impl ClaimFence {
+    pub(crate) fn new(owner: impl Into<String>) -> Self {
+        ClaimFence {
+            owner: owner.into(),
+            completion: AtomicU8::new(NOT_TRIED),
+        }
+    }
+
+    /// Records that the job is about to write its completion; called before the statement,
+    /// so that a run dropped half-way through it is still checked.
+    pub(crate) fn completion_tried(&self) {
+        let _ = self.completion.compare_exchange(
+            NOT_TRIED,
+            REFUSED,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
+
+    /// Records that the job's completion matched its row.
+    pub(crate) fn completion_written(&self) {
+        self.completion.store(WRITTEN, Ordering::SeqCst);
+    }
+}
+
+impl JobContext {
+    /// Whether the job called [`JobContext::complete_in`] during this run: the worker then
+    /// reads whether that transaction committed instead of writing the outcome itself.
+    pub(crate) fn completion_tried(&self) -> bool {
+        self.claim
+            .as_ref()
+            .is_some_and(|c| c.completion.load(Ordering::SeqCst) != NOT_TRIED)
+    }
+
+    /// Whether a completion of this run matched its row, so that the row may be locked by
+    /// the job's transaction, or finished by its commit.
+    pub(crate) fn completion_written(&self) -> bool {
+        self.claim
+            .as_ref()
+            .is_some_and(|c| c.completion.load(Ordering::SeqCst) == WRITTEN)
+    }
 }
 
 impl JobContext {
@@ -263,6 +326,7 @@ impl JobContext {
             token: CancellationToken::new(),
             reason: Default::default(),
             data: DataMap::default(),
+            claim: None,
         }
     }
 

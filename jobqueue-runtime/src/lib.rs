@@ -3,6 +3,7 @@
 //! `#[job]` macro.
 
 mod admin;
+mod complete_in;
 pub mod cron;
 mod data;
 mod enqueue;
@@ -45,7 +46,9 @@ pub mod __store {
     /// Statements that must be served by their index (no filesort, no full scan), for the
     /// EXPLAIN tests.
     pub mod statements {
-        pub use crate::store::{CLAIM_SELECT, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
+        pub use crate::store::{
+            CLAIM_SELECT, COMPLETE_IN, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
+        };
         // The operator dashboard's statements for a filter, with their arguments; run one
         // with `Store::explain`.
         pub use crate::store::{dashboard_statements, Arg};

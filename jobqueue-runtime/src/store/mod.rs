@@ -186,6 +186,7 @@ pub(crate) fn timed_out(limit: Duration) -> sqlx::Error {
 // The steps of the protocol, one file each. Declared after the macros above, which they use.
 mod admin;
 mod claim;
+mod complete_in;
 pub(crate) mod connect;
 mod dashboard;
 mod decode;
@@ -199,6 +200,8 @@ pub(crate) mod server;
 mod workers;
 
 pub use claim::CLAIM_SELECT;
+pub(crate) use complete_in::complete_in;
+pub use complete_in::COMPLETE_IN;
 pub(crate) use connect::LeaseConnect;
 pub use dashboard::{dashboard_statements, Arg};
 pub(crate) use decode::{fetch_job, record_from_row, text, JobLookup, JOB_COLUMNS};

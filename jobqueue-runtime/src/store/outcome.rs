@@ -78,7 +78,8 @@ impl Store {
         Ok(lost)
     }
 
-    async fn ids_done_at(&self, claims: &[(u64, u32)]) -> Result<Vec<u64>> {
+    /// Which of `claims` (id, attempt) are `done` at that attempt: completed by that claim.
+    pub(crate) async fn ids_done_at(&self, claims: &[(u64, u32)]) -> Result<Vec<u64>> {
         let sql = format!(
             "SELECT id, attempts FROM job_queue WHERE id IN ({}) AND status = 'done'",
             placeholders(claims.len())

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use futures_util::FutureExt;
 use tokio::sync::mpsc;
@@ -17,7 +18,7 @@ use super::outcome::{decide, Report};
 use super::pacer::Pacer;
 use super::Worker;
 use crate::error::Result;
-use crate::job::{CancelReason, JobContext};
+use crate::job::{CancelReason, ClaimFence, JobContext};
 use crate::model::{Claimed, EmptyClaim};
 
 /// What the claim loop hands to each job it starts.
@@ -150,6 +151,7 @@ impl Worker {
             token: CancellationToken::new(),
             reason: Default::default(),
             data: self.data.clone(),
+            claim: Some(Arc::new(ClaimFence::new(self.config.owner.clone()))),
         };
         let displaced = leases.insert(
             c.id,

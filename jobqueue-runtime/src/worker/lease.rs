@@ -337,6 +337,14 @@ async fn sort_out(
                 // tells which.
                 continue;
             }
+            if h.ctx.completion_written() {
+                // The job completed itself in its own transaction: while that is open it
+                // holds the row (locked, so not renewed); once committed the row is done.
+                // The writer reads which when the job returns; a transaction that outlasts
+                // the lease is stopped by `stop_expired` like any unrenewed job.
+                locked |= s.held;
+                continue;
+            }
             if !s.held {
                 if let Some(h) = map.remove(&s.id) {
                     h.ctx.cancel(CancelReason::LeaseLost);
@@ -408,6 +416,7 @@ mod tests {
                 token: CancellationToken::new(),
                 reason: Default::default(),
                 data: Default::default(),
+                claim: None,
             },
             cancel_seen: false,
             finishing: false,

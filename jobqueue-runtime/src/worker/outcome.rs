@@ -14,7 +14,15 @@ use crate::retry::Backoff;
 pub(super) enum Outcome {
     Done,
     Finish(Finish),
+    /// The job wrote its own completion in its transaction ([`JobContext::complete_in`]):
+    /// done if that transaction committed, else `otherwise`.
+    DoneInTransaction {
+        otherwise: Finish,
+    },
 }
+
+/// Why an attempt that returned `Ok` after `complete_in` is not done.
+pub(super) const NOT_COMMITTED: &str = "the job returned Ok, but the transaction in which it called `complete_in` did not commit (it was rolled back, or its commit failed), so none of its writes happened";
 
 pub(super) struct Report {
     pub(super) id: u64,
@@ -48,19 +56,19 @@ pub(super) fn decide(
     let reason = ctx.cancel_reason();
     let failed_attempt = |error: String| {
         if reason == Some(CancelReason::Requested) {
-            Outcome::Finish(Finish::Cancelled { error })
+            Finish::Cancelled { error }
         } else if ctx.attempt < ctx.max_attempts {
-            Outcome::Finish(Finish::Retry {
+            Finish::Retry {
                 delay: backoff.delay(ctx.attempt),
                 error,
-            })
+            }
         } else {
-            Outcome::Finish(Finish::Fail {
+            Finish::Fail {
                 error: format!("{error} (attempt {} of {})", ctx.attempt, ctx.max_attempts),
-            })
+            }
         }
     };
-    Some(match ran {
+    let outcome = match ran {
         Ran::Finished(Ok(())) => Outcome::Done,
         Ran::Unreadable(msg) | Ran::Finished(Err(RunError::Payload(msg))) => {
             Outcome::Finish(Finish::Fail { error: msg })
@@ -78,13 +86,24 @@ pub(super) fn decide(
                     error: format!("{e} (permanent error, not retried)"),
                 })
             } else {
-                failed_attempt(e.to_string())
+                Outcome::Finish(failed_attempt(e.to_string()))
             }
         }
-        Ran::Panicked(msg) => failed_attempt(format!("job panicked: {msg}")),
-        Ran::TimedOut(t) => failed_attempt(format!("timed out after {t:?}")),
+        Ran::Panicked(msg) => Outcome::Finish(failed_attempt(format!("job panicked: {msg}"))),
+        Ran::TimedOut(t) => Outcome::Finish(failed_attempt(format!("timed out after {t:?}"))),
         Ran::Abandoned { hand_back: true } => Outcome::Finish(Finish::HandBack),
         Ran::Abandoned { hand_back: false } => return None,
+    };
+    if !ctx.completion_tried() {
+        return Some(outcome);
+    }
+    // The job's completion may have committed with its transaction: the writer reads which,
+    // and writes this only if it did not.
+    Some(Outcome::DoneInTransaction {
+        otherwise: match outcome {
+            Outcome::Done => failed_attempt(NOT_COMMITTED.into()),
+            Outcome::Finish(how) | Outcome::DoneInTransaction { otherwise: how } => how,
+        },
     })
 }
 
@@ -105,6 +124,7 @@ mod tests {
             token: CancellationToken::new(),
             reason: Default::default(),
             data: Default::default(),
+            claim: None,
         }
     }
 
@@ -126,6 +146,58 @@ mod tests {
         // The wait grows with each claim, up to five minutes.
         assert!(unrunnable_delay(3) >= Duration::from_millis(3200));
         assert!(unrunnable_delay(30) <= Duration::from_secs(360));
+    }
+
+    #[test]
+    fn a_job_that_completed_itself_is_done_only_if_its_transaction_committed() {
+        use crate::error::JobError;
+        use crate::job::ClaimFence;
+        let tried = |attempt: u32, reason: Option<CancelReason>| {
+            let mut c = ctx(attempt, 3);
+            let claim = std::sync::Arc::new(ClaimFence::new("worker-a"));
+            claim.completion_tried();
+            c.claim = Some(claim);
+            if let Some(r) = reason {
+                c.cancel(r);
+            }
+            c
+        };
+        let otherwise = |ran: Ran, c: &JobContext| match decide(ran, c, None, DAY) {
+            Some(Outcome::DoneInTransaction { otherwise }) => otherwise,
+            other => panic!("not left to the transaction: {other:?}"),
+        };
+        // Ok, but not committed: a failed attempt, retried, failed on the last one, or
+        // cancelled when an operator asked.
+        assert!(matches!(
+            otherwise(Ran::Finished(Ok(())), &tried(1, None)),
+            Finish::Retry { error, .. } if error == NOT_COMMITTED
+        ));
+        assert!(matches!(
+            otherwise(Ran::Finished(Ok(())), &tried(3, None)),
+            Finish::Fail { error } if error.starts_with(NOT_COMMITTED) && error.ends_with("(attempt 3 of 3)")
+        ));
+        assert!(matches!(
+            otherwise(Ran::Finished(Ok(())), &tried(1, Some(CancelReason::Requested))),
+            Finish::Cancelled { error } if error == NOT_COMMITTED
+        ));
+        // An error: what the error alone would have written.
+        let failed = Ran::Finished(Err(RunError::Job(JobError::permanent("refused"))));
+        assert!(matches!(
+            otherwise(failed, &tried(1, None)),
+            Finish::Fail { error } if error == "refused (permanent error, not retried)"
+        ));
+        // A job that never called it is done as ever; a lost lease writes nothing.
+        assert!(matches!(
+            decide(Ran::Finished(Ok(())), &ctx(1, 3), None, DAY),
+            Some(Outcome::Done)
+        ));
+        assert!(decide(
+            Ran::Abandoned { hand_back: false },
+            &tried(1, Some(CancelReason::LeaseLost)),
+            None,
+            DAY
+        )
+        .is_none());
     }
 
     #[test]
@@ -166,6 +238,7 @@ mod tests {
                 Some(Outcome::Finish(Finish::Cancelled { error })) => W::Cancelled(error),
                 Some(Outcome::Finish(Finish::HandBack)) => W::HandBack,
                 Some(Outcome::Finish(Finish::Defer { .. })) => W::Defer,
+                Some(Outcome::DoneInTransaction { .. }) => unreachable!("no `complete_in` here"),
             }
         }
         let retryable = || Ran::Finished(Err(RunError::Job(JobError::retryable("boom"))));

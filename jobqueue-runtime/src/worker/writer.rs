@@ -45,7 +45,10 @@ pub(super) async fn write_outcomes(
         loop {
             // Nothing is written for a claim the renewer has given up on.
             batch.retain(|r| {
-                let held = leases.holds(r.id, r.attempt);
+                // A job that completed itself may have committed that after its lease was
+                // given up on: the writer reads whether it did.
+                let held = leases.holds(r.id, r.attempt)
+                    || matches!(r.outcome, Outcome::DoneInTransaction { .. });
                 if !held {
                     tracing::warn!(
                         job.id = r.id,
@@ -89,6 +92,7 @@ async fn write_batch(
         .filter(|r| matches!(r.outcome, Outcome::Done))
         .map(|r| (r.id, r.attempt))
         .collect();
+    done_in_transaction(store, leases, metrics, batch).await?;
     if !done.is_empty() {
         let lost = store.complete(owner, &done).await?;
         for r in batch.iter().filter(|r| matches!(r.outcome, Outcome::Done)) {
@@ -104,26 +108,33 @@ async fn write_batch(
                 );
                 tracing::warn!(job.id = id, attempt, "lease lost before completion was recorded; another worker owns the job now, nothing was written");
             } else {
-                metrics.add_job(
-                    &metrics.succeeded,
-                    "jobqueue_jobs_succeeded_total",
-                    &r.queue,
-                    &r.kind,
-                    1,
-                );
-                tracing::debug!(job.id = id, attempt, "job done");
+                succeeded(metrics, r);
             }
         }
         batch.retain(|r| !matches!(r.outcome, Outcome::Done));
     }
     while let Some(r) = batch.last() {
-        let Outcome::Finish(how) = &r.outcome else {
-            batch.pop();
-            continue;
+        let (how, in_transaction) = match &r.outcome {
+            Outcome::Finish(how) => (how, false),
+            Outcome::DoneInTransaction { otherwise } => (otherwise, true),
+            Outcome::Done => {
+                batch.pop();
+                continue;
+            }
         };
         let written = store.finish(owner, r.id, r.attempt, how).await?;
         leases.release(r.id, r.attempt);
         let (id, attempt, kind, queue) = (r.id, r.attempt, r.kind.as_str(), r.queue.as_str());
+        // The job's own transaction may have committed its completion after it was read
+        // as not committed (a commit whose reply was lost, still under way on the server).
+        if written.is_none()
+            && in_transaction
+            && !store.ids_done_at(&[(id, attempt)]).await?.is_empty()
+        {
+            succeeded(metrics, r);
+            batch.pop();
+            continue;
+        }
         match (written, how) {
             (None, _) => {
                 metrics.add_job(
@@ -234,5 +245,48 @@ async fn write_batch(
         }
         batch.pop();
     }
+    Ok(())
+}
+
+/// Records a job as done, once: its row became `done` by this claim, written by the writer
+/// or committed with the job's own transaction.
+fn succeeded(metrics: &Metrics, r: &Report) {
+    metrics.add_job(
+        &metrics.succeeded,
+        "jobqueue_jobs_succeeded_total",
+        &r.queue,
+        &r.kind,
+        1,
+    );
+    tracing::debug!(job.id = r.id, attempt = r.attempt, "job done");
+}
+
+/// Settles the reports of jobs that called `complete_in`: a job whose row is `done` at its
+/// attempt committed its completion, and is recorded as done with nothing written; the others
+/// stay in `batch`, to be written as their fallback outcome.
+async fn done_in_transaction(
+    store: &Store,
+    leases: &Leases,
+    metrics: &Metrics,
+    batch: &mut Vec<Report>,
+) -> Result<()> {
+    let claims: Vec<(u64, u32)> = batch
+        .iter()
+        .filter(|r| matches!(r.outcome, Outcome::DoneInTransaction { .. }))
+        .map(|r| (r.id, r.attempt))
+        .collect();
+    let mut done = Vec::new();
+    for chunk in claims.chunks(128) {
+        done.extend(store.ids_done_at(chunk).await?);
+    }
+    batch.retain(|r| {
+        let committed =
+            matches!(r.outcome, Outcome::DoneInTransaction { .. }) && done.contains(&r.id);
+        if committed {
+            leases.release(r.id, r.attempt);
+            succeeded(metrics, r);
+        }
+        !committed
+    });
     Ok(())
 }

@@ -1,0 +1,98 @@
+//! [`JobContext::complete_in`]: a job's completion written in the job's own transaction, so
+//! that its database effects and its `done` commit together, or not at all.
+
+use sqlx::{MySql, Transaction};
+
+use crate::error::{Error, Result};
+use crate::job::JobContext;
+use crate::store;
+
+impl JobContext {
+    /// Marks this job `done` inside your transaction: the job's writes in `tx` and its
+    /// completion commit together, or neither does. Call it, commit `tx`, and return `Ok`:
+    /// the worker then finds the job done and writes nothing more.
+    ///
+    /// The completion is fenced like every write of the worker: it names this claim (the
+    /// worker's `lease_owner` and this attempt). If the lease was lost (the job was taken back
+    /// after its lease ran out, and perhaps claimed again), or an operator asked to cancel the
+    /// job, it matches no row and returns [`Error::NotCompleted`], saying which. Do not commit
+    /// then: returning the error with `?` drops `tx`, which rolls it back. So a job's database
+    /// effects happen once, across crashes and reclaims: a transaction that commits its
+    /// effects commits the job's completion, and an attempt that no longer holds the job
+    /// cannot commit.
+    ///
+    /// ```no_run
+    /// # extern crate jobqueue_runtime as jobqueue;
+    /// # use jobqueue::{JobContext, JobError};
+    /// # async fn transfer(ctx: JobContext, pool: sqlx::MySqlPool) -> Result<(), JobError> {
+    /// let mut tx = pool.begin().await?;
+    /// ctx.complete_in(&mut tx).await?; // first: a stale attempt stops here
+    /// sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 1")
+    ///     .execute(&mut *tx)
+    ///     .await?;
+    /// sqlx::query("UPDATE accounts SET balance = balance + 10 WHERE id = 2")
+    ///     .execute(&mut *tx)
+    ///     .await?;
+    /// tx.commit().await?;
+    /// Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Where to call it, and for how long
+    ///
+    /// Call it first in the transaction, as above. An attempt that no longer holds the job
+    /// then stops before doing any work, and once it returns `Ok` the job's row is locked by
+    /// `tx`: no other worker can take the job back until `tx` ends. Called last, it is just
+    /// as safe (nothing commits without it), but a stale attempt finds out only after its
+    /// work.
+    ///
+    /// From this call to the commit, the job's row is locked, so the worker cannot renew the
+    /// job's lease; and an operator's cancel of the job waits for the commit. Keep that part
+    /// of the transaction short: under a third of the kind's lease (10 s with the default
+    /// 30 s). A worker that cannot renew a lease for three quarters of it stops the job
+    /// (`CancelReason::LeaseLost`), which drops `tx` and rolls it back.
+    ///
+    /// # What the worker records
+    ///
+    /// After the job returns, the worker reads whether the completion committed. If it did,
+    /// the job is done and counted once as succeeded, whatever the job returned afterwards.
+    /// If it did not (you rolled back, or the commit failed), the attempt counts as failed:
+    /// the job is retried with its backoff (or fails on its last attempt), with the reason
+    /// in `last_error`; a job an operator asked to cancel ends `cancelled`. A job that
+    /// returns `Ok` without calling `complete_in` is completed by the worker as usual.
+    ///
+    /// # Limits
+    ///
+    /// - `tx` must be a transaction on the queue's database: the completion is a statement
+    ///   on `job_queue` inside it.
+    /// - Only what `tx` writes is exactly once. Effects outside the database (an e-mail, an
+    ///   HTTP call) still happen at least once: an attempt may do them and then lose its
+    ///   lease.
+    /// - A deadlock (1213) rolls back all of `tx`, as for any statement; run the transaction
+    ///   again from its start, or return the error and let the job be retried.
+    /// - On a [`JobContext::detached`] context (a job called outside a worker) there is no
+    ///   claim and no row to complete: nothing is written and it returns `Ok`, so that the
+    ///   rest of the transaction can be tested.
+    pub async fn complete_in(&self, tx: &mut Transaction<'_, MySql>) -> Result<()> {
+        let Some(claim) = &self.claim else {
+            return Ok(());
+        };
+        claim.completion_tried();
+        match store::complete_in(tx, self.id, &claim.owner, self.attempt).await? {
+            None => {
+                claim.completion_written();
+                tracing::debug!(
+                    job.id = self.id,
+                    attempt = self.attempt,
+                    "job completed inside its own transaction; done when that commits"
+                );
+                Ok(())
+            }
+            Some(reason) => Err(Error::NotCompleted {
+                id: self.id,
+                attempt: self.attempt,
+                reason,
+            }),
+        }
+    }
+}
