@@ -121,3 +121,39 @@ pub(crate) async fn crash(ctx: JobContext, name: String) -> Result<(), JobError>
     record(&ctx, "start").await?;
     std::process::abort()
 }
+
+/// A job whose database effect is exactly once: records a `start` effect (in autocommit, at
+/// least once, like any side effect), then, in one transaction, completes itself
+/// (`complete_in`), records a `done` effect and holds the transaction open for `ms` before
+/// it commits. A worker killed meanwhile dies with the transaction open: the server rolls it
+/// back, and the attempt leaves no `done` effect and no completion. Its lease is 2 s, so that
+/// the job of a killed worker comes back quickly.
+#[job(
+    name = "ledger",
+    key = "{name}",
+    lease = "2s",
+    max_attempts = 25,
+    backoff = "constant(100ms)"
+)]
+pub(crate) async fn ledger(ctx: JobContext, name: String, ms: u64) -> Result<(), JobError> {
+    let _ = name;
+    record(&ctx, "start").await?;
+    let pool = ctx
+        .data::<MySqlPool>()
+        .ok_or("the effects pool is not set; jobs run only in test-worker")?;
+    let mut tx = pool.begin().await?;
+    ctx.complete_in(&mut tx).await?;
+    sqlx::query(
+        "INSERT INTO effects (task_key, job_id, attempt, pid, phase, at) \
+         VALUES (?, ?, ?, ?, 'done', UTC_TIMESTAMP(6))",
+    )
+    .bind(ctx.task_key())
+    .bind(ctx.id())
+    .bind(ctx.attempt())
+    .bind(std::process::id())
+    .execute(&mut *tx)
+    .await?;
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    tx.commit().await?;
+    Ok(())
+}

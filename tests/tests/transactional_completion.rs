@@ -1,0 +1,507 @@
+//! Transactional completion: a job's writes and its `done` in one transaction
+//! (`JobContext::complete_in`), fenced like every outcome write.
+//!
+//! The in-process tests hold a job inside its transaction (it waits for the test's go) and
+//! look at the database from outside: the effect and the completion appear together; a
+//! stale attempt, a job an operator asked to cancel, and a transaction rolled back after
+//! `complete_in` commit nothing. The last test kills worker processes (`test-worker`) with
+//! SIGKILL while their jobs hold such transactions open, and counts the effects: one per
+//! job, from the attempt that completed it.
+//!
+//! ```text
+//! cargo test -p tests --test transactional_completion -- --nocapture
+//! ```
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jobqueue::{job, CancelOutcome, Data, JobContext, JobError, JobStatus, Queue};
+use serde_json::Value;
+use sqlx::mysql::MySqlPool;
+use tests::{
+    count_status, effects_of, fresh_database, fresh_queue_with_effects, migrated_queue,
+    quick_worker, receive, row, start, stop, wait_for, wait_status, Mailbox,
+};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::Notify;
+
+#[allow(dead_code)] // the fault test enqueues these kinds; only the worker processes run them
+#[path = "../src/bin/test-worker/jobs.rs"]
+mod jobs;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------------------
+// In-process jobs
+// ---------------------------------------------------------------------------------------
+
+/// How a held job and its test talk. Each test has its own, picked by the job's `n`, since
+/// the tests of this file run at the same time.
+struct Gate {
+    /// The job is inside its transaction, with its effect written: (id, attempt).
+    inside: Mailbox<(u64, u32)>,
+    /// What `complete_in` returned, as text (`"ok"` or the error).
+    completed: Mailbox<String>,
+    /// Lets the job go on.
+    go: Notify,
+}
+
+impl Gate {
+    const fn new() -> Gate {
+        Gate {
+            inside: Mailbox::new(),
+            completed: Mailbox::new(),
+            go: Notify::const_new(),
+        }
+    }
+}
+
+/// Gates 0 (effect and done together), 1 (stale attempt), 2 (cancel requested).
+static GATES: [Gate; 3] = [Gate::new(), Gate::new(), Gate::new()];
+
+/// Records `note` in `effects` on `tx` (the test's `effects` table of
+/// [`fresh_queue_with_effects`]).
+async fn effect_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::MySql>,
+    ctx: &JobContext,
+    note: &str,
+) -> Result<(), JobError> {
+    sqlx::query(
+        "INSERT INTO effects (task_key, attempt, note, started_at) \
+         VALUES (?, ?, ?, UTC_TIMESTAMP(6))",
+    )
+    .bind(ctx.task_key())
+    .bind(ctx.attempt())
+    .bind(note)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Completes itself first in its transaction, writes its effect, tells the test, and
+/// commits when the test says go.
+#[job(queue = "held_commit", key = "held:{n}")]
+async fn held_commit(ctx: JobContext, pool: Data<MySqlPool>, n: u32) -> Result<(), JobError> {
+    let mut tx = pool.begin().await?;
+    ctx.complete_in(&mut tx).await?;
+    effect_in(&mut tx, &ctx, "transfer").await?;
+    let gate = &GATES[n as usize];
+    gate.inside.send((ctx.id(), ctx.attempt()));
+    gate.go.notified().await;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Writes its effect, waits for the test's go, then completes itself last: the test makes
+/// the attempt stale (or cancels the job) meanwhile.
+#[job(queue = "held_late", key = "late:{n}")]
+async fn held_late(ctx: JobContext, pool: Data<MySqlPool>, n: u32) -> Result<(), JobError> {
+    let mut tx = pool.begin().await?;
+    effect_in(&mut tx, &ctx, "transfer").await?;
+    let gate = &GATES[n as usize];
+    gate.inside.send((ctx.id(), ctx.attempt()));
+    gate.go.notified().await;
+    let completed = ctx.complete_in(&mut tx).await;
+    gate.completed.send(match &completed {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => e.to_string(),
+    });
+    completed?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Completes itself and writes its effect, then rolls back on its first attempt and still
+/// returns `Ok`; commits on the second.
+#[job(
+    queue = "rolls_back",
+    key = "rollback:{n}",
+    backoff = "constant(100ms)"
+)]
+async fn rolls_back(ctx: JobContext, pool: Data<MySqlPool>, n: u32) -> Result<(), JobError> {
+    let _ = n;
+    let mut tx = pool.begin().await?;
+    ctx.complete_in(&mut tx).await?;
+    effect_in(&mut tx, &ctx, "transfer").await?;
+    if ctx.attempt() == 1 {
+        tx.rollback().await?;
+    } else {
+        tx.commit().await?;
+    }
+    Ok(())
+}
+
+/// Commits its completion with its effect, then fails anyway.
+#[job(queue = "fails_after", key = "after:{n}")]
+async fn fails_after(ctx: JobContext, pool: Data<MySqlPool>, n: u32) -> Result<(), JobError> {
+    let _ = n;
+    let mut tx = pool.begin().await?;
+    ctx.complete_in(&mut tx).await?;
+    effect_in(&mut tx, &ctx, "transfer").await?;
+    tx.commit().await?;
+    Err("a step after the commit failed".into())
+}
+
+/// A worker on `queue` with the effects pool as its data.
+fn worker(queue: &Queue, name: &str, effects: &MySqlPool) -> jobqueue::Worker {
+    quick_worker(queue)
+        .queues([name])
+        .concurrency(1)
+        .data(effects.clone())
+        .build()
+        .expect("build the worker")
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. The effect and `done` commit together.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_effect_and_done_commit_together() {
+    let (queue, effects) = fresh_queue_with_effects("txdone_together").await;
+    let gate = &GATES[0];
+    let mut inside = gate.inside.open();
+    let id = queue.enqueue(HeldCommit { n: 0 }).await.unwrap().id();
+    let (handle, task) = start(worker(&queue, "held_commit", &effects));
+
+    let (job, attempt) = receive(&mut inside, "the job inside its transaction", WAIT).await;
+    assert_eq!((job, attempt), (id, 1));
+    // Completed and written, not committed: neither shows outside.
+    let before = row(&queue, id).await;
+    assert_eq!(before.status, JobStatus::Running);
+    assert!(effects_of(&effects, "held:0").await.is_empty());
+
+    gate.go.notify_one();
+    let after = wait_status(&queue, id, JobStatus::Done, WAIT).await;
+    assert_eq!(after.attempts, 1);
+    assert_eq!(after.lease_owner, None);
+    assert!(after.finished_at.is_some());
+    assert_eq!(
+        effects_of(&effects, "held:0").await,
+        [(1, "transfer".to_owned())]
+    );
+    // Counted once, as a success; the worker wrote nothing more.
+    wait_for("the success to be counted", WAIT, || async {
+        (handle.metrics().succeeded == 1).then_some(())
+    })
+    .await;
+    stop(&handle, task).await;
+    let m = handle.metrics();
+    assert_eq!(
+        (m.succeeded, m.retried, m.failed, m.lease_lost),
+        (1, 0, 0, 0),
+        "{m:?}"
+    );
+    assert_eq!(row(&queue, id).await.updated_at, after.updated_at);
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. A stale attempt: its lease ran out, the job was taken back and claimed by another
+//    worker. Its completion matches nothing, and its effect is not committed.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_attempt_gets_an_error_and_commits_nothing() {
+    let (queue, effects) = fresh_queue_with_effects("txdone_stale").await;
+    let gate = &GATES[1];
+    let (mut inside, mut completed) = (gate.inside.open(), gate.completed.open());
+    let id = queue.enqueue(HeldLate { n: 1 }).await.unwrap().id();
+    // No maintenance in this worker: the test takes the job back itself.
+    let stale = quick_worker(&queue)
+        .queues(["held_late"])
+        .concurrency(1)
+        .maintenance(false)
+        .data(effects.clone())
+        .build()
+        .unwrap();
+    let (handle, task) = start(stale);
+    let (job, attempt) = receive(&mut inside, "the job inside its transaction", WAIT).await;
+    assert_eq!((job, attempt), (id, 1));
+
+    // As after a pause longer than the lease: expired, reclaimed, claimed by worker B.
+    let store = queue.store();
+    sqlx::query(
+        "UPDATE job_queue SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
+    )
+    .bind(id)
+    .execute(queue.pool())
+    .await
+    .unwrap();
+    let reclaimed = store.reclaim(10).await.unwrap();
+    assert_eq!(reclaimed.ready.len(), 1, "{reclaimed:?}");
+    let b = store.claim("held_late", "worker-b", 1).await.unwrap();
+    assert_eq!((b.len(), b[0].attempt), (1, 2));
+
+    gate.go.notify_one();
+    let error = receive(&mut completed, "what complete_in returned", WAIT).await;
+    assert_eq!(
+        error,
+        format!(
+            "job {id} was not completed by attempt 1: this attempt no longer holds the job's \
+             lease: its lease ran out and the job was taken back (it is now running at attempt \
+             2), so another attempt does its work; roll the transaction back (returning this \
+             error from the job does) so that none of its writes commit"
+        )
+    );
+    // The stale attempt's outcome is discarded (lease lost), and its effect never committed.
+    wait_for("the lost lease to be counted", WAIT, || async {
+        (handle.metrics().lease_lost == 1).then_some(())
+    })
+    .await;
+    assert!(effects_of(&effects, "late:1").await.is_empty());
+    let r = row(&queue, id).await;
+    assert_eq!(r.status, JobStatus::Running);
+    assert_eq!(r.lease_owner.as_deref(), Some("worker-b"));
+    assert_eq!(r.attempts, 2);
+    stop(&handle, task).await;
+    let m = handle.metrics();
+    assert_eq!((m.succeeded, m.retried, m.lease_lost), (0, 0, 1), "{m:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. An operator's cancel that lands before the completion: nothing commits, the job ends
+//    cancelled.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_requested_before_the_completion_commits_nothing() {
+    let (queue, effects) = fresh_queue_with_effects("txdone_cancel").await;
+    let gate = &GATES[2];
+    let (mut inside, mut completed) = (gate.inside.open(), gate.completed.open());
+    let id = queue.enqueue(HeldLate { n: 2 }).await.unwrap().id();
+    let (handle, task) = start(worker(&queue, "held_late", &effects));
+    receive(&mut inside, "the job inside its transaction", WAIT).await;
+
+    assert_eq!(queue.cancel(id).await.unwrap(), CancelOutcome::Requested);
+    gate.go.notify_one();
+    let error = receive(&mut completed, "what complete_in returned", WAIT).await;
+    assert!(
+        error.contains("an operator asked to cancel it, so none of its effects may commit"),
+        "{error}"
+    );
+    let r = wait_status(&queue, id, JobStatus::Cancelled, WAIT).await;
+    assert_eq!(r.attempts, 1);
+    assert!(effects_of(&effects, "late:2").await.is_empty());
+    stop(&handle, task).await;
+    let m = handle.metrics();
+    assert_eq!((m.succeeded, m.cancelled), (0, 1), "{m:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. A rollback after `complete_in`: the attempt counts as failed, the job is retried, and
+//    the effect is there once, from the attempt that committed.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_after_complete_in_retries_the_job() {
+    let (queue, effects) = fresh_queue_with_effects("txdone_rollback").await;
+    let id = queue.enqueue(RollsBack { n: 1 }).await.unwrap().id();
+    let (handle, task) = start(worker(&queue, "rolls_back", &effects));
+
+    let r = wait_status(&queue, id, JobStatus::Done, WAIT).await;
+    assert_eq!(r.attempts, 2, "the rolled-back attempt counts");
+    let error = r.last_error.unwrap_or_default();
+    assert!(
+        error.contains("the job returned Ok, but the transaction in which it called `complete_in` did not commit"),
+        "{error}"
+    );
+    assert_eq!(
+        effects_of(&effects, "rollback:1").await,
+        [(2, "transfer".to_owned())]
+    );
+    wait_for("the success to be counted", WAIT, || async {
+        (handle.metrics().succeeded == 1).then_some(())
+    })
+    .await;
+    stop(&handle, task).await;
+    let m = handle.metrics();
+    assert_eq!((m.succeeded, m.retried, m.lease_lost), (1, 1, 0), "{m:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. An error after the commit: the committed completion stands.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_after_the_commit_leaves_the_job_done() {
+    let (queue, effects) = fresh_queue_with_effects("txdone_after").await;
+    let id = queue.enqueue(FailsAfter { n: 1 }).await.unwrap().id();
+    let (handle, task) = start(worker(&queue, "fails_after", &effects));
+    wait_for("the success to be counted", WAIT, || async {
+        (handle.metrics().succeeded == 1).then_some(())
+    })
+    .await;
+    stop(&handle, task).await;
+    let r = row(&queue, id).await;
+    assert_eq!(
+        (r.status, r.attempts, r.last_error),
+        (JobStatus::Done, 1, None)
+    );
+    assert_eq!(effects_of(&effects, "after:1").await.len(), 1);
+    let m = handle.metrics();
+    assert_eq!(
+        (m.succeeded, m.retried, m.failed, m.lease_lost),
+        (1, 0, 0, 0),
+        "{m:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. Worker processes killed mid-run, inside their jobs' transactions: every job done, its
+//    effect exactly once.
+// ---------------------------------------------------------------------------------------
+
+/// A `test-worker` process, its standard output and error collected.
+struct Proc {
+    child: Child,
+    pid: u32,
+    stdout: Arc<Mutex<Vec<String>>>,
+}
+
+const WORKER_BIN: &str = env!("CARGO_BIN_EXE_test-worker");
+
+impl Proc {
+    fn worker(url: &str) -> Proc {
+        let mut child = Command::new(WORKER_BIN)
+            .args(["--database-url", url, "--concurrency", "8"])
+            .args(["--poll-min-ms", "20", "--poll-max-ms", "200"])
+            .args(["--maintenance-ms", "250"])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {WORKER_BIN}: {e}"));
+        let pid = child.id().expect("a running child has a pid");
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let lines = stdout.clone();
+        let out = child.stdout.take().expect("piped");
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(out).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                lines.lock().unwrap().push(line);
+            }
+        });
+        Proc { child, pid, stdout }
+    }
+
+    async fn kill(&mut self) {
+        self.child.start_kill().expect("send SIGKILL");
+        self.child.wait().await.expect("wait for the killed worker");
+    }
+
+    /// SIGTERM; waits for the exit and returns the counters the worker printed.
+    async fn terminate(&mut self) -> Value {
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success());
+        let exit = tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .expect("the worker exits")
+            .expect("wait for the worker");
+        assert!(exit.success());
+        wait_for("the worker's counters", WAIT, || async {
+            self.stdout
+                .lock()
+                .unwrap()
+                .iter()
+                .find_map(|l| serde_json::from_str::<Value>(l).ok())
+        })
+        .await
+    }
+}
+
+/// The single number `sql` selects.
+async fn count_effects(pool: &MySqlPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_killed_inside_their_transactions_leave_each_effect_exactly_once() {
+    let url = fresh_database("txdone_killed").await;
+    let queue = migrated_queue(&url).await;
+    let pool = queue.pool().clone();
+    sqlx::query(jobs::EFFECTS_TABLE)
+        .execute(&pool)
+        .await
+        .unwrap();
+    const JOBS: i64 = 240;
+    let outcomes = queue
+        .enqueue_many((0..JOBS).map(|i| jobs::Ledger {
+            name: format!("ledger-{i}"),
+            ms: 250,
+        }))
+        .await
+        .unwrap();
+    assert!(outcomes.iter().all(|o| o.is_new()));
+
+    let mut workers: Vec<Proc> = (0..3).map(|_| Proc::worker(&url)).collect();
+    // Kill two of them while every one of their slots holds a transaction open (each job
+    // holds it for 250 ms), after some jobs have committed.
+    for (victim, after) in [(0, 30), (1, 90)] {
+        wait_for("jobs to commit", Duration::from_secs(60), || async {
+            (count_effects(&pool, "SELECT COUNT(*) FROM effects WHERE phase = 'done'").await
+                >= after)
+                .then_some(())
+        })
+        .await;
+        workers[victim].kill().await;
+    }
+    workers.push(Proc::worker(&url));
+
+    wait_for("every job done", Duration::from_secs(120), || async {
+        (count_status(&queue, JobStatus::Done).await == JOBS).then_some(())
+    })
+    .await;
+
+    // One effect per job, written by the attempt that completed it.
+    let (done, keys): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), COUNT(DISTINCT task_key) FROM effects WHERE phase = 'done'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((done, keys), (JOBS, JOBS), "each effect exactly once");
+    let mismatched = count_effects(
+        &pool,
+        "SELECT COUNT(*) FROM effects e JOIN job_queue j ON j.id = e.job_id \
+         WHERE e.phase = 'done' AND (e.attempt <> j.attempts OR j.status <> 'done')",
+    )
+    .await;
+    assert_eq!(mismatched, 0, "every effect is from the completing attempt");
+    // The kills hit open transactions: attempts that started, wrote, and left nothing.
+    let dead: Vec<u32> = vec![workers[0].pid, workers[1].pid];
+    let cut_short = count_effects(
+        &pool,
+        &format!(
+            "SELECT COUNT(*) FROM effects s WHERE s.phase = 'start' AND s.pid IN ({}, {}) \
+             AND NOT EXISTS (SELECT 1 FROM effects d WHERE d.phase = 'done' \
+               AND d.job_id = s.job_id AND d.attempt = s.attempt)",
+            dead[0], dead[1]
+        ),
+    )
+    .await;
+    assert!(cut_short > 0, "the kills interrupted no transaction");
+    let retried = count_effects(&pool, "SELECT COUNT(*) FROM job_queue WHERE attempts > 1").await;
+    assert!(
+        retried >= cut_short,
+        "{retried} jobs ran again, {cut_short} were cut short"
+    );
+    println!(
+        "killed 2 of 3 workers mid-run: {cut_short} attempts died inside their transactions, \
+         {retried} jobs ran again, {JOBS} jobs done with {done} effects"
+    );
+
+    let mut succeeded = 0;
+    for w in workers.iter_mut().skip(2) {
+        let m = w.terminate().await;
+        assert_eq!(m["lease_lost"], 0, "{m}");
+        succeeded += m["succeeded"].as_i64().unwrap();
+    }
+    assert!(succeeded <= JOBS);
+}
