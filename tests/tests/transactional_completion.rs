@@ -441,14 +441,20 @@ async fn workers_killed_inside_their_transactions_leave_each_effect_exactly_once
     assert!(outcomes.iter().all(|o| o.is_new()));
 
     let mut workers: Vec<Proc> = (0..3).map(|_| Proc::worker(&url)).collect();
-    // Kill two of them while every one of their slots holds a transaction open (each job
-    // holds it for 250 ms), after some jobs have committed.
-    for (victim, after) in [(0, 30), (1, 90)] {
-        wait_for("jobs to commit", Duration::from_secs(60), || async {
-            (count_effects(&pool, "SELECT COUNT(*) FROM effects WHERE phase = 'done'").await
-                >= after)
-                .then_some(())
-        })
+    // Kill two of them while several of their jobs are inside their transactions: started
+    // (a `start` effect commits first), not yet committed (no `done` effect).
+    for victim in 0..2 {
+        let pid = workers[victim].pid;
+        let open = format!(
+            "SELECT COUNT(*) FROM effects s WHERE s.phase = 'start' AND s.pid = {pid} \
+             AND NOT EXISTS (SELECT 1 FROM effects d WHERE d.phase = 'done' \
+               AND d.job_id = s.job_id AND d.attempt = s.attempt)"
+        );
+        wait_for(
+            "jobs inside their transactions",
+            Duration::from_secs(60),
+            || async { (count_effects(&pool, &open).await >= 4).then_some(()) },
+        )
         .await;
         workers[victim].kill().await;
     }
@@ -486,7 +492,10 @@ async fn workers_killed_inside_their_transactions_leave_each_effect_exactly_once
         ),
     )
     .await;
-    assert!(cut_short > 0, "the kills interrupted no transaction");
+    assert!(
+        cut_short >= 2,
+        "the kills interrupted {cut_short} transactions"
+    );
     let retried = count_effects(&pool, "SELECT COUNT(*) FROM job_queue WHERE attempts > 1").await;
     assert!(
         retried >= cut_short,
