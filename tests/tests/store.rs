@@ -316,7 +316,7 @@ async fn claim_skips_a_locked_row_without_waiting() {
 
 // The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
 use jobqueue_runtime::__store::statements::{
-    CLAIM_SELECT, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
+    CLAIM_SELECT, COMPLETE_IN, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
 };
 
 /// One row of an `EXPLAIN`.
@@ -489,6 +489,17 @@ async fn maintenance_queries_use_their_indexes() {
         RECLAIM_SELECT,
         &["100"],
         "job_queue_lease",
+        Access::Range,
+    )
+    .await;
+    // A job's completion in its own transaction: one row, by primary key, so that it locks
+    // nothing else.
+    assert_plan(
+        pool,
+        "complete in a transaction",
+        COMPLETE_IN,
+        &["7", "worker-0", "1"],
+        "PRIMARY",
         Access::Range,
     )
     .await;

@@ -11,9 +11,11 @@ use super::*;
 /// The fence is the outcome writer's (`status = 'running'`, owner and attempt) plus
 /// `cancel_requested = 0`: a job an operator asked to cancel commits none of its effects.
 /// The statement is not retried: a deadlock (1213) has already rolled back the caller's whole
-/// transaction, which only the caller can run again. The search is by primary key, so the
-/// statement locks that one row (no gap lock, at any isolation level) until the caller's
-/// transaction ends; it is the same on MySQL 8.0 and MariaDB 10.6+.
+/// transaction, which only the caller can run again. It goes by primary key, forced: left to
+/// itself the optimizer may scan a status index, and under the caller's isolation level
+/// (REPEATABLE READ by default) a locking scan keeps every record it passes locked until the
+/// caller commits, other running jobs' included. By primary key it locks the one row, with no
+/// gap lock, at any level. The same on MySQL 8.0 and MariaDB 10.6+.
 ///
 /// This is the one place where a job's row becomes final inside a transaction of the job's
 /// own; whatever must change together with a completion (as [`Store::complete`] writes it)
@@ -70,7 +72,8 @@ pub(crate) async fn complete_in(
 }
 
 /// The completion [`complete_in`] sends (for the EXPLAIN test: it goes by primary key).
-pub const COMPLETE_IN: &str = "UPDATE job_queue SET status = 'done', lease_owner = NULL, \
+pub const COMPLETE_IN: &str =
+    "UPDATE job_queue FORCE INDEX (PRIMARY) SET status = 'done', lease_owner = NULL, \
      lease_until = NULL, finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
      WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ? \
        AND cancel_requested = 0";
