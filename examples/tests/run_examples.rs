@@ -90,6 +90,56 @@ async fn outbox_service_keeps_orders_and_jobs_together() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn ledger_transfer_commits_each_transfer_once() {
+    let (out, url) = run("ledger_transfer", &[]).await;
+    assert!(
+        out.contains("transfer 3: attempt 1 lost its transaction before the commit"),
+        "{out}"
+    );
+    assert!(
+        out.contains("transfer 3: its ledger entry was written by attempt 2"),
+        "{out}"
+    );
+    assert!(out.contains("account 3 cannot pay 1000000 cents"), "{out}");
+    assert!(
+        out.contains("ledger: 20 entries for 20 transfers, 20 jobs done"),
+        "{out}"
+    );
+    assert!(
+        out.contains("total balance 30000 before and 30000 after"),
+        "{out}"
+    );
+    assert!(
+        out.contains("worker: succeeded 20, retried 1, failed 1, leases lost 0"),
+        "{out}"
+    );
+    assert_eq!(
+        statuses(&url).await,
+        vec![("done".to_owned(), 20), ("failed".to_owned(), 1)]
+    );
+    let pool = sqlx::MySqlPool::connect(&url).await.expect("connect");
+    let balances: Vec<(u64, i64)> =
+        sqlx::query_as("SELECT id, balance_cents FROM accounts ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .expect("balances");
+    let ledger: Vec<(u64, u64, i64)> = sqlx::query_as(
+        "SELECT from_account, to_account, CAST(SUM(cents) AS SIGNED) FROM ledger \
+         GROUP BY from_account, to_account ORDER BY 1, 2",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("ledger");
+    // Each account's balance is its start plus what the ledger says it received, minus
+    // what it paid: no transfer is missing from it or in it twice.
+    for (id, balance) in &balances {
+        let paid: i64 = ledger.iter().filter(|l| l.0 == *id).map(|l| l.2).sum();
+        let got: i64 = ledger.iter().filter(|l| l.1 == *id).map(|l| l.2).sum();
+        assert_eq!(*balance, 10_000 - paid + got, "account {id}: {ledger:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn long_job_keeps_its_lease_and_stops_on_cancel() {
     let (out, url) = run("long_job", &[]).await;
     assert!(
