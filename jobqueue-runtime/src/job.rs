@@ -164,7 +164,9 @@ pub enum CancelReason {
     Requested,
 }
 
-/// What a running job knows about itself, and the signal that asks it to stop.
+/// What a running job knows about itself, and the signal that asks it to stop. A job whose
+/// work is writes to the queue's database can also complete itself in its own transaction
+/// with [`JobContext::complete_in`].
 #[derive(Debug, Clone)]
 pub struct JobContext {
     pub(crate) id: u64,

@@ -66,7 +66,10 @@
 //! At-least-once execution, idempotent enqueue, and fenced writes. A job can still run twice
 //! when a worker finishes it but cannot record the outcome before its lease expires (a crash,
 //! a network cut, a server restart): make its side effects idempotent, keyed by
-//! [`JobContext::task_key`].
+//! [`JobContext::task_key`]. Writes to the queue's own database can be exactly once instead:
+//! [`JobContext::complete_in`] marks the job done inside your transaction, fenced by the
+//! claim, so the writes and the completion commit together, and an attempt that lost its
+//! lease cannot commit.
 //!
 //! # Server requirements
 //!

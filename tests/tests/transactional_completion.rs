@@ -443,8 +443,8 @@ async fn workers_killed_inside_their_transactions_leave_each_effect_exactly_once
     let mut workers: Vec<Proc> = (0..3).map(|_| Proc::worker(&url)).collect();
     // Kill two of them while several of their jobs are inside their transactions: started
     // (a `start` effect commits first), not yet committed (no `done` effect).
-    for victim in 0..2 {
-        let pid = workers[victim].pid;
+    for victim in &mut workers[..2] {
+        let pid = victim.pid;
         let open = format!(
             "SELECT COUNT(*) FROM effects s WHERE s.phase = 'start' AND s.pid = {pid} \
              AND NOT EXISTS (SELECT 1 FROM effects d WHERE d.phase = 'done' \
@@ -456,7 +456,7 @@ async fn workers_killed_inside_their_transactions_leave_each_effect_exactly_once
             || async { (count_effects(&pool, &open).await >= 4).then_some(()) },
         )
         .await;
-        workers[victim].kill().await;
+        victim.kill().await;
     }
     workers.push(Proc::worker(&url));
 
