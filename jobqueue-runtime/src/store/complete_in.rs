@@ -71,7 +71,8 @@ pub(crate) async fn complete_in(
     }))
 }
 
-/// The completion [`complete_in`] sends (for the EXPLAIN test: it goes by primary key).
+/// The statement of a job's completion in its own transaction (for the EXPLAIN test: it
+/// goes by primary key).
 pub const COMPLETE_IN: &str =
     "UPDATE job_queue FORCE INDEX (PRIMARY) SET status = 'done', lease_owner = NULL, \
      lease_until = NULL, finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
