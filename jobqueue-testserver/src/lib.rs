@@ -51,8 +51,10 @@
 //! `SIGKILL` after 30 seconds) and deletes its temporary folder. A private server is also
 //! stopped and deleted when the [`TestServer`] is dropped.
 //!
-//! Databases created on an external server (`JOBQUEUE_TEST_DATABASE_URL`) are left there.
-//! Their names all start with `jqtest_`, so that they are easy to find and drop.
+//! Databases created on an external server (`JOBQUEUE_TEST_DATABASE_URL`) are left there
+//! unless dropped ([`TestServer::drop_database_blocking`]; `jobqueue::testing::TestDatabase`
+//! drops its database when it is dropped). Their names all start with `jqtest_`, so that
+//! they are easy to find and drop.
 //!
 //! # Settings
 //!
@@ -458,8 +460,10 @@ impl TestServer {
     /// characters. The database uses `utf8mb4`.
     ///
     /// On a server this process started, the databases go away with the server. On an
-    /// external server (`JOBQUEUE_TEST_DATABASE_URL`), they are left behind: drop them with
-    /// `DROP DATABASE` when done (they all start with `jqtest_`).
+    /// external server (`JOBQUEUE_TEST_DATABASE_URL`), they are left behind unless dropped
+    /// with [`drop_database_blocking`](Self::drop_database_blocking) (they all start with
+    /// `jqtest_`). `jobqueue::testing::TestDatabase` does both: a migrated database, dropped
+    /// with its guard.
     pub async fn create_database(&self, prefix: &str) -> Result<String> {
         let name = unique_database_name(prefix);
         let mut conn = MySqlConnection::connect(&self.url).await?;

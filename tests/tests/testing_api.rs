@@ -188,6 +188,32 @@ async fn a_test_database_is_migrated_and_empty_and_dropped_with_its_guard() {
     );
 }
 
+/// `Drop` cannot await: the guard drops its database on a runtime of its own, which works
+/// from a single-threaded test runtime too, without blocking it for good.
+#[tokio::test(flavor = "current_thread")]
+async fn a_test_database_is_dropped_from_a_single_threaded_runtime() {
+    let witness = TestDatabase::new("api_db_witness").await.unwrap();
+    let db = TestDatabase::new("api_db_current").await.unwrap();
+    db.queue()
+        .enqueue(AskForReview { order_id: 1 })
+        .await
+        .unwrap();
+    let name = db.name().to_owned();
+    drop(db);
+    assert!(!schema_exists(&witness, &name).await);
+}
+
+#[tokio::test]
+async fn only_test_databases_are_dropped() {
+    let server = jobqueue::testing::TestServer::shared().unwrap();
+    let err = server.drop_database_blocking("shop").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "test database server: refusing to drop the database \"shop\": only databases made by \
+         TestServer::create_database (named jqtest_...) are dropped"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // perform
 // ---------------------------------------------------------------------------------------
