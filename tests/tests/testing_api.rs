@@ -365,6 +365,38 @@ async fn perform_names_what_is_missing() {
     );
 }
 
+/// A hand-written kind that nobody registered.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Unregistered {
+    fail: bool,
+}
+
+impl jobqueue::Job for Unregistered {
+    const KIND: &'static str = "testing_api_unregistered";
+    const OPTIONS: jobqueue::JobOptions = jobqueue::JobOptions::DEFAULT.max_attempts(2);
+    async fn run(self, ctx: JobContext) -> Result<(), JobError> {
+        if self.fail {
+            return Err(JobError::retryable(format!(
+                "failed attempt {}",
+                ctx.attempt()
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn perform_runs_a_kind_that_is_not_registered() {
+    assert!(jobqueue::registry::lookup("testing_api_unregistered").is_none());
+    assert_eq!(perform(Unregistered { fail: false }).await, Performed::Done);
+    assert_eq!(
+        perform(Unregistered { fail: true }).attempt(2).await,
+        Performed::Failed {
+            error: "failed attempt 2 (attempt 2 of 2)".into()
+        }
+    );
+}
+
 #[test]
 fn a_context_built_outside_a_worker_has_its_attempt_and_cancellation() {
     let builder = JobContext::builder(9, "k:9")

@@ -1,7 +1,10 @@
 //! Running one job in the test's own task, as a worker would, without a database.
 
+use std::any::TypeId;
+use std::collections::BTreeMap;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -308,5 +311,8 @@ fn descriptor_of<J: Job>() -> &'static JobDescriptor {
     if let Some(d) = crate::registry::lookup(J::KIND) {
         return d;
     }
-    Box::leak(Box::new(JobDescriptor::of::<J>(std::any::type_name::<J>())))
+    static MADE: Mutex<BTreeMap<TypeId, &'static JobDescriptor>> = Mutex::new(BTreeMap::new());
+    let mut made = MADE.lock().unwrap_or_else(PoisonError::into_inner);
+    made.entry(TypeId::of::<J>())
+        .or_insert_with(|| Box::leak(Box::new(JobDescriptor::of::<J>(std::any::type_name::<J>()))))
 }
