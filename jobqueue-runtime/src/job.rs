@@ -296,8 +296,9 @@ impl JobContext {
     }
 }
 
-/// Builds a [`JobContext`] outside a worker; see [`JobContext::builder`].
-#[derive(Debug, Clone)]
+/// Builds a [`JobContext`] outside a worker; see [`JobContext::builder`]. (Not `Clone`: the
+/// contexts of two clones would share one cancellation.)
+#[derive(Debug)]
 #[must_use = "call `.build()` to get the context"]
 pub struct JobContextBuilder {
     ctx: JobContext,
