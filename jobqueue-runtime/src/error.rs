@@ -132,7 +132,7 @@ pub enum Error {
         source: sqlx::Error,
     },
 
-    /// A testing helper (`jobqueue::testing`, feature `testing`) could not do what was asked:
+    /// The testing API (`jobqueue::testing`, feature `testing`) could not do what was asked:
     /// a drain that went past its bound, a job the test binary cannot run. The message says
     /// why and what to do.
     #[error("testing: {0}")]

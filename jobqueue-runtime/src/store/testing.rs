@@ -1,4 +1,4 @@
-//! The statements of the testing helpers (`jobqueue::testing`): moving a test database's
+//! The statements of the testing API (`jobqueue::testing`): moving a test database's
 //! clock forward for the jobs of some queues.
 
 use super::*;
