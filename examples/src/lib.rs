@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use jobqueue::testing::TestDatabase;
 use jobqueue::{JobRecord, JobStatus, Queue};
 
 /// Logs to standard error at the level `RUST_LOG` asks for, else at `default_filter` (an
@@ -24,14 +25,21 @@ pub async fn database_url(name: &str) -> anyhow::Result<String> {
         return Ok(url);
     }
     eprintln!("DATABASE_URL is not set: starting a throwaway database server...");
-    let server = jobqueue::testing::TestServer::shared()?;
-    Ok(server.create_database(name).await?)
+    Ok(TestDatabase::empty(name).await?.keep())
 }
 
-/// A migrated queue on [`database_url`].
+/// A migrated queue on `DATABASE_URL`, or on a new database of a throwaway server.
 pub async fn connect(name: &str) -> anyhow::Result<Queue> {
-    let queue = Queue::connect(&database_url(name).await?).await?;
-    queue.migrate().await?;
+    if let Ok(url) = std::env::var("DATABASE_URL") {
+        let queue = Queue::connect(&url).await?;
+        queue.migrate().await?;
+        return Ok(queue);
+    }
+    eprintln!("DATABASE_URL is not set: starting a throwaway database server...");
+    let db = TestDatabase::new(name).await?;
+    let queue = db.queue().clone();
+    // The database stays for the life of the example's process (and its server).
+    db.keep();
     Ok(queue)
 }
 

@@ -257,3 +257,31 @@ async fn metrics_service_exposes_labelled_counters_and_queue_gauges() {
     );
     child.kill().await.expect("stop metrics_service");
 }
+
+/// The README's "Testing your jobs" shows `testing_your_jobs.rs` as it is (from the line
+/// after its header on), so that the example a reader copies is one that compiles and passes.
+#[test]
+fn the_readme_shows_the_testing_example_as_it_is() {
+    let readme = include_str!("../../README.md");
+    let file = include_str!("testing_your_jobs.rs");
+    let body = file
+        .lines()
+        .skip_while(|l| l.starts_with("//!"))
+        .skip(1)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let section = readme
+        .split("## Testing your jobs")
+        .nth(1)
+        .expect("the README has a \"Testing your jobs\" section");
+    let block = section
+        .split("```rust,ignore\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("the section has a rust,ignore block");
+    assert!(
+        block == body,
+        "README.md's \"Testing your jobs\" block differs from examples/tests/testing_your_jobs.rs; \
+         copy the file (after its header) into the block"
+    );
+}

@@ -30,7 +30,8 @@ use proc_macro::TokenStream;
 /// # What it generates
 ///
 /// - The function itself, exactly as written: it stays callable, from tests for instance
-///   (`JobContext::detached` makes a context outside a worker).
+///   (`JobContext::detached` or `JobContext::builder` makes a context outside a worker, and
+///   `jobqueue::testing::perform` runs one attempt as a worker would).
 /// - A struct named after the function in `UpperCamelCase` (`export_order` gives
 ///   `ExportOrder`), with the function's visibility and one `pub` field per argument, in
 ///   order; the `JobContext` and `Data<T>` parameters are not fields. It derives `Debug`,

@@ -132,6 +132,12 @@ pub enum Error {
         source: sqlx::Error,
     },
 
+    /// The testing API (`jobqueue::testing`, feature `testing`) could not do what was asked:
+    /// a drain that went past its bound, a job the test binary cannot run. The message says
+    /// why and what to do.
+    #[error("testing: {0}")]
+    Testing(String),
+
     /// A job kind of the worker's queues takes a [`Data<T>`](crate::Data) the worker was not
     /// given.
     #[error("job `{kind}` needs `Data<{type_name}>`, which this worker (queues {queues:?}) was not given; call `.data(value)` with one on `Worker::builder`")]

@@ -316,25 +316,131 @@ impl JobContext {
         self
     }
 
-    /// A context for calling a job function directly, outside a worker (tests, scripts).
+    /// A context for calling a job function directly, outside a worker (tests, scripts):
+    /// attempt 1 of 1, no kind, no queue, not cancelled. [`JobContext::builder`] sets the
+    /// rest.
     pub fn detached(id: u64, task_key: impl Into<String>) -> Self {
-        JobContext {
-            id,
-            attempt: 1,
-            max_attempts: 1,
-            kind: String::new(),
-            queue: String::new(),
-            task_key: task_key.into(),
-            token: CancellationToken::new(),
-            reason: Default::default(),
-            data: DataMap::default(),
-            claim: None,
+        JobContext::builder(id, task_key).build()
+    }
+
+    /// A context as a worker would make it, for calling a job function outside a worker:
+    /// which attempt this is, the kind and queue, shared state, and a cancellation the test
+    /// controls.
+    ///
+    /// ```
+    /// # extern crate jobqueue_runtime as jobqueue;
+    /// use jobqueue::{CancelReason, JobContext};
+    ///
+    /// let builder = JobContext::builder(7, "export:7").attempt(3).max_attempts(5);
+    /// let canceller = builder.canceller();
+    /// let ctx = builder.build();
+    /// assert_eq!((ctx.attempt(), ctx.max_attempts()), (3, 5));
+    ///
+    /// canceller.cancel(CancelReason::Requested);
+    /// assert_eq!(ctx.cancel_reason(), Some(CancelReason::Requested));
+    /// ```
+    pub fn builder(id: u64, task_key: impl Into<String>) -> JobContextBuilder {
+        JobContextBuilder {
+            ctx: JobContext {
+                id,
+                attempt: 1,
+                max_attempts: 1,
+                kind: String::new(),
+                queue: String::new(),
+                task_key: task_key.into(),
+                token: CancellationToken::new(),
+                reason: Default::default(),
+                data: DataMap::default(),
+                claim: None,
+            },
         }
     }
 
     pub(crate) fn cancel(&self, reason: CancelReason) {
         let _ = self.reason.set(reason);
         self.token.cancel();
+    }
+}
+
+/// Builds a [`JobContext`] outside a worker; see [`JobContext::builder`]. (Not `Clone`: the
+/// contexts of two clones would share one cancellation.)
+#[derive(Debug)]
+#[must_use = "call `.build()` to get the context"]
+pub struct JobContextBuilder {
+    ctx: JobContext,
+}
+
+impl JobContextBuilder {
+    /// Which attempt this is, from 1 (default 1). Raises `max_attempts` to it if needed.
+    pub fn attempt(mut self, attempt: u32) -> Self {
+        self.ctx.attempt = attempt.max(1);
+        self.ctx.max_attempts = self.ctx.max_attempts.max(self.ctx.attempt);
+        self
+    }
+
+    /// How many attempts the job has in all (default 1, and at least `attempt`).
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.ctx.max_attempts = max_attempts.max(1);
+        self
+    }
+
+    /// The kind name (default empty).
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.ctx.kind = kind.into();
+        self
+    }
+
+    /// The queue (default empty).
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.ctx.queue = queue.into();
+        self
+    }
+
+    /// Shared state, as [`WorkerBuilder::data`](crate::WorkerBuilder::data) gives a
+    /// worker's jobs: one value per type.
+    pub fn data<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.ctx.data.insert(value);
+        self
+    }
+
+    /// Starts the context cancelled, for `reason`: the job sees it cancelled from its first
+    /// line, as a job does whose cancel arrived while it was being claimed.
+    pub fn cancelled(self, reason: CancelReason) -> Self {
+        self.ctx.cancel(reason);
+        self
+    }
+
+    /// A handle that cancels the context later, from outside the job.
+    pub fn canceller(&self) -> JobCanceller {
+        JobCanceller {
+            ctx: self.ctx.clone(),
+        }
+    }
+
+    /// The context.
+    pub fn build(self) -> JobContext {
+        self.ctx
+    }
+
+    #[cfg(feature = "testing")]
+    pub(crate) fn data_map(mut self, data: DataMap) -> Self {
+        self.ctx.data = data;
+        self
+    }
+}
+
+/// Cancels a [`JobContext`] made with [`JobContext::builder`], as a worker would: the job's
+/// [`JobContext::cancelled`] resolves and [`JobContext::cancel_reason`] says why. The first
+/// reason given stays.
+#[derive(Debug, Clone)]
+pub struct JobCanceller {
+    ctx: JobContext,
+}
+
+impl JobCanceller {
+    /// Cancels the context for `reason`.
+    pub fn cancel(&self, reason: CancelReason) {
+        self.ctx.cancel(reason);
     }
 }
 

@@ -17,13 +17,18 @@ mod queue;
 pub mod registry;
 mod retry;
 mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod trace;
 mod worker;
 
 pub use data::{Data, DataNeed};
 pub use enqueue::EnqueueOptions;
 pub use error::{BoxError, Error, JobError, JobRef, Result};
-pub use job::{CancelReason, FromJobContext, IntoJobResult, Job, JobContext, JobOptions};
+pub use job::{
+    CancelReason, FromJobContext, IntoJobResult, Job, JobCanceller, JobContext, JobContextBuilder,
+    JobOptions,
+};
 pub use metrics::MetricsSnapshot;
 pub use model::{
     CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats, Retention, RunningJob,
@@ -47,7 +52,8 @@ pub mod __store {
     /// EXPLAIN tests.
     pub mod statements {
         pub use crate::store::{
-            CLAIM_SELECT, COMPLETE_IN, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
+            BRING_FORWARD_SELECT, CLAIM_SELECT, COMPLETE_IN, PROMOTE_PROBE, PROMOTE_SELECT,
+            RECLAIM_SELECT,
         };
         // The operator dashboard's statements for a filter, with their arguments; run one
         // with `Store::explain`.

@@ -51,8 +51,10 @@
 //! `SIGKILL` after 30 seconds) and deletes its temporary folder. A private server is also
 //! stopped and deleted when the [`TestServer`] is dropped.
 //!
-//! Databases created on an external server (`JOBQUEUE_TEST_DATABASE_URL`) are left there.
-//! Their names all start with `jqtest_`, so that they are easy to find and drop.
+//! Databases created on an external server (`JOBQUEUE_TEST_DATABASE_URL`) are left there
+//! unless dropped ([`TestServer::drop_database_blocking`]; `jobqueue::testing::TestDatabase`
+//! drops its database when it is dropped). Their names all start with `jqtest_`, so that
+//! they are easy to find and drop.
 //!
 //! # Settings
 //!
@@ -458,8 +460,10 @@ impl TestServer {
     /// characters. The database uses `utf8mb4`.
     ///
     /// On a server this process started, the databases go away with the server. On an
-    /// external server (`JOBQUEUE_TEST_DATABASE_URL`), they are left behind: drop them with
-    /// `DROP DATABASE` when done (they all start with `jqtest_`).
+    /// external server (`JOBQUEUE_TEST_DATABASE_URL`), they are left behind unless dropped
+    /// with [`drop_database_blocking`](Self::drop_database_blocking) (they all start with
+    /// `jqtest_`). `jobqueue::testing::TestDatabase` does both: a migrated database, dropped
+    /// with its guard.
     pub async fn create_database(&self, prefix: &str) -> Result<String> {
         let name = unique_database_name(prefix);
         let mut conn = MySqlConnection::connect(&self.url).await?;
@@ -468,6 +472,29 @@ impl TestServer {
             .await?;
         conn.close().await?;
         Ok(url_with_database(&self.url, &name))
+    }
+
+    /// Drops the database `name` (one [`create_database`](Self::create_database) made),
+    /// blocking the calling thread until it is gone: for a guard's `Drop`, where nothing can
+    /// be awaited. It runs on a connection and a runtime of its own, in a thread of its own,
+    /// so it may be called from inside an async test. The statement waits at most 10 s for
+    /// sessions that still use the database's tables in an open transaction.
+    ///
+    /// Only names with the `jqtest_` prefix of this crate's databases are dropped; any other
+    /// name is an error, so that a mistake cannot drop a database of the application.
+    pub fn drop_database_blocking(&self, name: &str) -> Result<()> {
+        let ours = name.starts_with(DATABASE_MARKER)
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !ours {
+            return Err(failure(format!(
+                "refusing to drop the database {name:?}: only databases made by \
+                 TestServer::create_database (named {DATABASE_MARKER}_...) are dropped"
+            )));
+        }
+        block_on(drop_database(self.url.clone(), name.to_owned()))
+            .map_err(|e| failure(format!("cannot drop the test database `{name}`: {e}")))
     }
 
     /// Stops the server, keeping its data: `SIGTERM`, then `SIGKILL` if it has not exited
@@ -767,6 +794,25 @@ fn stop_server(state: &mut ServerState) -> Result<()> {
             return Ok(());
         }
         std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// `DROP DATABASE`, waiting at most 10 s for metadata locks and 30 s in all.
+async fn drop_database(url: String, name: String) -> std::result::Result<(), String> {
+    let attempt = async {
+        let mut conn = MySqlConnection::connect(&url).await?;
+        sqlx::query("SET SESSION lock_wait_timeout = 10")
+            .execute(&mut conn)
+            .await?;
+        sqlx::query(&format!("DROP DATABASE IF EXISTS `{name}`"))
+            .execute(&mut conn)
+            .await?;
+        conn.close().await
+    };
+    match tokio::time::timeout(Duration::from_secs(30), attempt).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer within 30s".to_owned()),
     }
 }
 

@@ -79,8 +79,9 @@
 //!
 //! # Features
 //!
-//! - `testing`: `jobqueue::testing::TestServer`, a throwaway MariaDB/MySQL server for your own
-//!   tests, started from the server binaries on `PATH`.
+//! - `testing`: [`jobqueue::testing`](crate::testing): a database per test on a throwaway
+//!   MariaDB/MySQL server, one job run in-process, typed assertions on enqueued jobs, and
+//!   draining queues in a test.
 //! - `opentelemetry`: an enqueue stores the W3C `traceparent` of the current span with the
 //!   job, and the job's span continues it (the first attempt as a child, retries linked);
 //!   needs a `tracing-opentelemetry` layer. See the README's "Traces".
@@ -95,7 +96,7 @@ pub use jobqueue_macros::job;
 #[doc(inline)]
 pub use jobqueue_runtime::{
     Backoff, BoxError, CancelReason, Data, DataNeed, FromJobContext, IntoJobResult, Job,
-    JobContext, JobError, JobOptions,
+    JobCanceller, JobContext, JobContextBuilder, JobError, JobOptions,
 };
 // Enqueueing.
 #[doc(inline)]
@@ -141,30 +142,38 @@ pub mod cron {
     pub use jobqueue_runtime::cron::{tick_key, Schedule};
 }
 
-/// A throwaway MariaDB/MySQL server for your own tests (the `testing` feature).
-///
-/// [`TestServer::shared`](testing::TestServer::shared) starts one server per test process
-/// from the `mariadbd` or `mysqld` binary on this machine (or uses
-/// `JOBQUEUE_TEST_DATABASE_URL`), and
-/// [`create_database`](testing::TestServer::create_database) gives each test a database of
-/// its own:
+/// Testing an application that uses jobqueue (the `testing` feature): a database per test
+/// ([`TestDatabase`](testing::TestDatabase)), one job run in-process
+/// ([`perform`](testing::perform)), typed assertions on enqueued jobs
+/// ([`assert_enqueued`](testing::assert_enqueued)), and draining queues in the test
+/// ([`drain`](testing::drain)). The README's "Testing your jobs" shows a complete test.
 ///
 /// ```no_run
-/// use jobqueue::testing::TestServer;
+/// use jobqueue::testing::{assert_enqueued, drain, TestDatabase};
+///
+/// #[jobqueue::job(queue = "mail")]
+/// async fn send_welcome(user_id: u64) {}
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// let url = TestServer::shared()?.create_database("my_test").await?;
-/// let queue = jobqueue::Queue::connect(&url).await?;
-/// queue.migrate().await?;
+/// let db = TestDatabase::new("signup").await?;
+/// db.queue().enqueue(SendWelcome { user_id: 7 }).await?;
+/// assert_enqueued::<SendWelcome>(db.queue()).matching(|job| job.user_id == 7).await;
+/// assert_eq!(drain(db.queue()).await?.kind("send_welcome").done, 1);
 /// # Ok(()) }
 /// ```
 ///
-/// Its errors are [`testing::Error`], not the queue's [`Error`]: a test returning
-/// `Result<(), Box<dyn std::error::Error>>` takes both with `?`.
+/// [`TestServer`](testing::TestServer) is the server underneath:
+/// `JOBQUEUE_TEST_DATABASE_URL`, or one started from the `mariadbd` or `mysqld` binary on
+/// this machine. Its errors are [`testing::Error`], not the queue's [`Error`]: a test
+/// returning `Result<(), Box<dyn std::error::Error>>` takes both with `?`.
 #[cfg(feature = "testing")]
 pub mod testing {
     #[doc(inline)]
-    pub use jobqueue_testserver::{Error, TestServer};
+    pub use jobqueue_runtime::testing::{
+        assert_enqueued, drain, enqueued, perform, refute_enqueued, Drain, DrainCounts,
+        DrainSummary, EnqueuedJob, Error, ExpectEnqueued, Perform, Performed, TestDatabase,
+        TestServer, DEFAULT_MAX_RUNS,
+    };
 }
 
 /// Registers a hand-written [`Job`] impl, as `#[job]` does for the kinds it generates.

@@ -16,7 +16,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use jobqueue::testing::TestServer;
+use jobqueue::testing::{TestDatabase, TestServer};
 use jobqueue::{
     JobContext, JobError, JobRecord, JobStatus, Queue, Worker, WorkerBuilder, WorkerHandle,
 };
@@ -29,12 +29,14 @@ pub fn server() -> &'static TestServer {
     TestServer::shared().unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// A URL of a new, empty database on the shared server.
+/// A URL of a new, empty database on the shared server ([`TestDatabase::empty`], kept: it
+/// goes away with the server). A test that wants it dropped when it ends holds a
+/// [`TestDatabase`] itself.
 pub async fn fresh_database(prefix: &str) -> String {
-    server()
-        .create_database(prefix)
+    TestDatabase::empty(prefix)
         .await
         .unwrap_or_else(|e| panic!("cannot create a test database: {e}"))
+        .keep()
 }
 
 /// A queue on the database at `url`, migrated.
@@ -44,9 +46,14 @@ pub async fn migrated_queue(url: &str) -> Queue {
     queue
 }
 
-/// A queue on a new database, migrated.
+/// A queue on a new database, migrated ([`TestDatabase::new`], kept).
 pub async fn fresh_queue(prefix: &str) -> Queue {
-    migrated_queue(&fresh_database(prefix).await).await
+    let db = TestDatabase::new(prefix)
+        .await
+        .unwrap_or_else(|e| panic!("cannot create a test database: {e}"));
+    let queue = db.queue().clone();
+    db.keep();
+    queue
 }
 
 /// Logs to the test's output (shown on failure), once per process.
@@ -125,8 +132,10 @@ pub async fn wait_status(
 /// - `started_at`: when, by the database's clock (`UTC_TIMESTAMP(6)`), so that it compares
 ///   with `run_at` by the same clock that set it.
 ///
-/// Jobs reach the pool through a `static` `OnceLock` the test sets before its worker starts
-/// (see [`record_effect`]), so that "exactly once" is counted where a user would count it.
+/// Jobs reach the pool as a `Data<Effects>` parameter, given to the worker with
+/// `.data(Effects(pool))` (see [`record_effect_in`]), or through a `static` `OnceLock` the
+/// test sets before its worker starts ([`record_effect`]), so that "exactly once" is counted
+/// where a user would count it.
 pub async fn fresh_queue_with_effects(prefix: &str) -> (Queue, MySqlPool) {
     init_tracing();
     let url = fresh_database(prefix).await;
@@ -150,6 +159,12 @@ pub async fn fresh_queue_with_effects(prefix: &str) -> (Queue, MySqlPool) {
     (queue, effects)
 }
 
+/// The pool of the `effects` table of [`fresh_queue_with_effects`], as a job takes it from
+/// its worker: a `Data<Effects>` parameter, given with `.data(Effects(pool))`. (A type of
+/// its own, so that it is not taken for the application's `MySqlPool`.)
+#[derive(Clone, Debug)]
+pub struct Effects(pub MySqlPool);
+
 /// Records one side effect of a job in the `effects` table of [`fresh_queue_with_effects`],
 /// stamped with the database's clock. `pool` is the test's `static`, set before its worker
 /// starts.
@@ -159,6 +174,19 @@ pub async fn record_effect(
     note: &str,
 ) -> Result<(), JobError> {
     let pool = pool.get().expect("the test sets the effects pool first");
+    insert_effect(pool, ctx, note).await
+}
+
+/// [`record_effect`] into the effects pool the job was given (a `Data<Effects>` parameter).
+pub async fn record_effect_in(
+    effects: &Effects,
+    ctx: &JobContext,
+    note: &str,
+) -> Result<(), JobError> {
+    insert_effect(&effects.0, ctx, note).await
+}
+
+async fn insert_effect(pool: &MySqlPool, ctx: &JobContext, note: &str) -> Result<(), JobError> {
     sqlx::query(
         "INSERT INTO effects (task_key, attempt, note, started_at) \
          VALUES (?, ?, ?, UTC_TIMESTAMP(6))",

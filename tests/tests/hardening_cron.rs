@@ -5,14 +5,15 @@
 //! database. So each test's kinds live in a queue of their own, which only that test's
 //! workers serve: the other tests' ticks wait there unclaimed and change nothing.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use jobqueue::cron::tick_key;
-use jobqueue::{job, Enqueued, Error, Job, JobContext, JobError, JobStatus, Queue};
+use jobqueue::{job, Data, Enqueued, Error, Job, JobContext, JobError, JobStatus, Queue};
 use sqlx::mysql::MySqlPool;
 use sqlx::types::chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
-use tests::{fresh_queue_with_effects, quick_worker, record_effect, start, stop, wait_for};
+use tests::{
+    fresh_queue_with_effects, quick_worker, record_effect_in, start, stop, wait_for, Effects,
+};
 
 /// How long a test waits for a tick of a schedule that fires every few seconds.
 const PATIENCE: Duration = Duration::from_secs(40);
@@ -84,25 +85,23 @@ fn repeated(effects: &[(String, String)]) -> Vec<(String, usize)> {
 // A tick whose row was pruned does not run again
 // ---------------------------------------------------------------------------------------
 
-static PRUNED: OnceLock<MySqlPool> = OnceLock::new();
-
 /// Every ten seconds, so that its latest tick stays the same while workers restart.
 #[job(
     name = "hc_pruned_every_10s",
     queue = "hc_pruned",
     cron = "*/10 * * * * *"
 )]
-async fn pruned_every_10s(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&PRUNED, &ctx, "done").await
+async fn pruned_every_10s(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pruned_tick_does_not_run_again_when_a_worker_restarts() {
     let (queue, effects) = fresh_queue_with_effects("hc_pruned").await;
-    PRUNED.set(effects.clone()).unwrap();
     let kind = PrunedEvery10s::KIND;
     let worker = || {
         quick_worker(&queue)
+            .data(Effects(effects.clone()))
             .queues(["hc_pruned"])
             .build()
             .expect("build")
@@ -141,24 +140,22 @@ async fn a_pruned_tick_does_not_run_again_when_a_worker_restarts() {
 // Several workers starting at once: each tick one job, the pruned one none
 // ---------------------------------------------------------------------------------------
 
-static TOGETHER: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(
     name = "hc_together_every_5s",
     queue = "hc_together",
     cron = "*/5 * * * * *"
 )]
-async fn together_every_5s(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&TOGETHER, &ctx, "done").await
+async fn together_every_5s(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_starting_at_once_after_a_purge_run_each_tick_once() {
     let (queue, effects) = fresh_queue_with_effects("hc_together").await;
-    TOGETHER.set(effects.clone()).unwrap();
     let kind = TogetherEvery5s::KIND;
     let worker = || {
         quick_worker(&queue)
+            .data(Effects(effects.clone()))
             .queues(["hc_together"])
             .build()
             .expect("build")
@@ -202,19 +199,17 @@ async fn workers_starting_at_once_after_a_purge_run_each_tick_once() {
 // A new periodic kind gets no back-dated tick
 // ---------------------------------------------------------------------------------------
 
-static FRESH: OnceLock<MySqlPool> = OnceLock::new();
-
 /// Monthly: its latest tick, the 1st at midnight, is in the past whenever the test runs.
 #[job(name = "hc_fresh_monthly", queue = "hc_fresh", cron = "0 0 0 1 * *")]
-async fn fresh_monthly(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&FRESH, &ctx, "done").await
+async fn fresh_monthly(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 /// Every second: its runs show that the scheduler has made its passes. Its name sorts after
 /// the monthly kind's, so each pass deals with the monthly kind first.
 #[job(name = "hc_fresh_second", queue = "hc_fresh", cron = "* * * * * *")]
-async fn fresh_second(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&FRESH, &ctx, "done").await
+async fn fresh_second(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 /// Waits until `n` more ticks of the every-second kind ran: by then the scheduler has made
@@ -230,9 +225,9 @@ async fn wait_passes(effects: &MySqlPool, n: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_periodic_kind_gets_no_back_dated_tick() {
     let (queue, effects) = fresh_queue_with_effects("hc_fresh").await;
-    FRESH.set(effects.clone()).unwrap();
     let worker = || {
         quick_worker(&queue)
+            .data(Effects(effects.clone()))
             .queues(["hc_fresh"])
             .build()
             .expect("build")
@@ -267,22 +262,19 @@ async fn a_new_periodic_kind_gets_no_back_dated_tick() {
 // A yearly kind whose workers were down for over a year runs its latest tick once
 // ---------------------------------------------------------------------------------------
 
-static YEARLY: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(name = "hc_yearly", queue = "hc_yearly", cron = "0 0 0 1 1 *")]
-async fn yearly(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&YEARLY, &ctx, "done").await
+async fn yearly(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 #[job(name = "hc_yearly_second", queue = "hc_yearly", cron = "* * * * * *")]
-async fn yearly_second(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&YEARLY, &ctx, "done").await
+async fn yearly_second(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_yearly_kind_idle_for_years_runs_its_latest_missed_tick_once() {
     let (queue, effects) = fresh_queue_with_effects("hc_yearly").await;
-    YEARLY.set(effects.clone()).unwrap();
     let year: i32 = queue
         .now()
         .await
@@ -312,6 +304,7 @@ async fn a_yearly_kind_idle_for_years_runs_its_latest_missed_tick_once() {
     for _ in 0..2 {
         let (handle, task) = start(
             quick_worker(&queue)
+                .data(Effects(effects.clone()))
                 .queues(["hc_yearly"])
                 .build()
                 .expect("build"),
@@ -335,11 +328,9 @@ async fn a_yearly_kind_idle_for_years_runs_its_latest_missed_tick_once() {
 // Pausing a queue across many ticks: at most one of them runs after `resume`
 // ---------------------------------------------------------------------------------------
 
-static PAUSED: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(name = "hc_paused_default", queue = "hc_paused", cron = "* * * * * *")]
-async fn paused_default(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&PAUSED, &ctx, "done").await
+async fn paused_default(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 #[job(
@@ -348,17 +339,17 @@ async fn paused_default(ctx: JobContext) -> Result<(), JobError> {
     cron = "* * * * * *",
     overlap = true
 )]
-async fn paused_overlap(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&PAUSED, &ctx, "done").await
+async fn paused_overlap(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_queue_runs_at_most_one_missed_tick_when_resumed() {
     let (queue, effects) = fresh_queue_with_effects("hc_paused").await;
-    PAUSED.set(effects.clone()).unwrap();
     let kinds = [PausedDefault::KIND, PausedOverlap::KIND];
     let (handle, task) = start(
         quick_worker(&queue)
+            .data(Effects(effects.clone()))
             .queues(["hc_paused"])
             .build()
             .expect("build"),
@@ -413,23 +404,21 @@ async fn a_paused_queue_runs_at_most_one_missed_tick_when_resumed() {
 // A tick is skipped while the previous tick's job still runs
 // ---------------------------------------------------------------------------------------
 
-static SLOW: OnceLock<MySqlPool> = OnceLock::new();
-
 /// Every second, but each run takes 2.5 s.
 #[job(name = "hc_slow", queue = "hc_slow", cron = "* * * * * *")]
-async fn slow_tick(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&SLOW, &ctx, "start").await?;
+async fn slow_tick(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "start").await?;
     // The work itself, not a synchronisation: it outlasts two periods.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    record_effect(&SLOW, &ctx, "done").await
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tick_is_skipped_while_the_previous_one_still_runs() {
     let (queue, effects) = fresh_queue_with_effects("hc_slow").await;
-    SLOW.set(effects.clone()).unwrap();
     let (handle, task) = start(
         quick_worker(&queue)
+            .data(Effects(effects.clone()))
             .queues(["hc_slow"])
             .concurrency(4)
             .build()

@@ -13,13 +13,13 @@
 //! Every test has its own database and its own job kinds (one registry serves the whole
 //! binary).
 
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use jobqueue::{
-    job, CancelOutcome, CancelReason, JobContext, JobError, JobStatus, Queue, QueueConfig, Worker,
+    job, CancelOutcome, CancelReason, Data, JobContext, JobError, JobStatus, Queue, QueueConfig,
+    Worker,
 };
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::MySqlPoolOptions;
 use sqlx::types::chrono::NaiveDateTime;
 use tests::{
     fresh_database, fresh_queue, init_tracing, quick_worker, receive, row, start, stop, wait_for,
@@ -163,14 +163,11 @@ async fn dropping_the_run_future_stops_renewals_and_another_worker_takes_over() 
 // 3. Renewals do not wait behind jobs that exhaust the queue's pool.
 // ---------------------------------------------------------------------------------------
 
-static HOG_POOL: OnceLock<MySqlPool> = OnceLock::new();
-
-/// Holds one connection of the queue's own pool for 2.5 s.
+/// Holds one connection of the queue's own pool (the worker's `Queue`) for 2.5 s.
 #[job(name = "regressions_pool_hog", lease = "1s", max_attempts = 3)]
-async fn pool_hog(n: u32) -> Result<(), JobError> {
+async fn pool_hog(queue: Data<Queue>, n: u32) -> Result<(), JobError> {
     let _ = n;
-    let pool = HOG_POOL.get().expect("the test sets the pool first");
-    let mut conn = pool.acquire().await?;
+    let mut conn = queue.pool().acquire().await?;
     sqlx::query("SELECT SLEEP(2.5)").execute(&mut *conn).await?;
     Ok(())
 }
@@ -183,7 +180,6 @@ async fn renewals_keep_leases_while_jobs_exhaust_the_pool() {
         .await
         .unwrap();
     queue.migrate().await.unwrap();
-    HOG_POOL.set(queue.pool().clone()).unwrap();
     // The test watches through a pool of its own: the queue's is busy by design.
     let observer = MySqlPoolOptions::new()
         .max_connections(2)

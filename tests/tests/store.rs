@@ -316,7 +316,7 @@ async fn claim_skips_a_locked_row_without_waiting() {
 
 // The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
 use jobqueue_runtime::__store::statements::{
-    CLAIM_SELECT, COMPLETE_IN, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
+    BRING_FORWARD_SELECT, CLAIM_SELECT, COMPLETE_IN, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
 };
 
 /// One row of an `EXPLAIN`.
@@ -501,6 +501,16 @@ async fn maintenance_queries_use_their_indexes() {
         &["7", "worker-0", "1"],
         "PRIMARY",
         Access::Range,
+    )
+    .await;
+    // `jobqueue::testing::drain` moving time forward in a test database.
+    assert_plan(
+        pool,
+        "bring forward",
+        BRING_FORWARD_SELECT,
+        &["emails", "500"],
+        "job_queue_claim",
+        Access::Ref(2),
     )
     .await;
 }

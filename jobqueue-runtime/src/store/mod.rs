@@ -197,6 +197,7 @@ mod maintenance;
 pub(crate) mod migrate;
 mod outcome;
 pub(crate) mod server;
+mod testing;
 mod workers;
 
 pub use claim::CLAIM_SELECT;
@@ -210,6 +211,7 @@ pub(crate) use enqueue::{insert, insert_many};
 pub use maintenance::DEFAULT_MAX_LEASE_EXPIRIES;
 pub use maintenance::{PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
 pub use server::ServerInfo;
+pub use testing::BRING_FORWARD_SELECT;
 pub(crate) use workers::WorkerRow;
 
 /// The low-level queue operations, with their conflict retries counted. Get one with

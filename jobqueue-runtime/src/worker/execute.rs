@@ -11,7 +11,7 @@ use crate::job::{CancelReason, JobContext};
 use crate::registry::{JobDescriptor, Registry, RunError};
 
 /// How running the job's code ended.
-pub(super) enum Ran {
+pub(crate) enum Ran {
     Finished(std::result::Result<(), RunError>),
     Panicked(String),
     TimedOut(Duration),
@@ -27,7 +27,7 @@ pub(super) enum Ran {
     Unreadable(String),
 }
 
-pub(super) async fn run_one(
+pub(crate) async fn run_one(
     kind: String,
     descriptor: Option<&'static JobDescriptor>,
     payload: std::result::Result<serde_json::Value, String>,

@@ -20,11 +20,11 @@ use crate::registry::Registry;
 use crate::store::Store;
 mod builder;
 mod claim_loop;
-mod execute;
+pub(crate) mod execute;
 mod heartbeat;
 mod lease;
 mod lease_thread;
-mod outcome;
+pub(crate) mod outcome;
 mod pacer;
 mod writer;
 

@@ -11,7 +11,7 @@ use crate::retry::Backoff;
 
 /// How one attempt ended, before it is written.
 #[derive(Debug)]
-pub(super) enum Outcome {
+pub(crate) enum Outcome {
     Done,
     Finish(Finish),
     /// The job wrote its own completion in its transaction ([`JobContext::complete_in`]):
@@ -44,7 +44,7 @@ pub(super) fn unrunnable_delay(attempt: u32) -> Duration {
 
 /// What to write for an attempt that ended as `ran`. `None`: write nothing (lease lost).
 /// `give_up_after`: how long a job no worker can run may wait for one.
-pub(super) fn decide(
+pub(crate) fn decide(
     ran: Ran,
     ctx: &JobContext,
     descriptor: Option<&JobDescriptor>,

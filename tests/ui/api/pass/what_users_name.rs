@@ -5,10 +5,14 @@
 use jobqueue::cron::{tick_key, Schedule};
 use jobqueue::key::{derived_task_key, fit_key, MAX_KEY_CHARS, MAX_QUEUE_CHARS};
 use jobqueue::registry::{all, lookup, JobDescriptor, Registry, RunError};
-use jobqueue::testing::{Error as TestServerError, TestServer};
+use jobqueue::testing::{
+    assert_enqueued, drain, enqueued, perform, refute_enqueued, Drain, DrainCounts, DrainSummary,
+    EnqueuedJob, Error as TestServerError, ExpectEnqueued, Perform, Performed, TestDatabase,
+    TestServer, DEFAULT_MAX_RUNS,
+};
 use jobqueue::{
     job, redact_url, register, shutdown_signal, Backoff, BoxError, CancelOutcome, CancelReason,
-    Data, DataNeed, EnqueueOptions, FromJobContext, Enqueued, Error, IntoJobResult, Job, JobContext, JobError,
+    Data, DataNeed, EnqueueOptions, FromJobContext, Enqueued, Error, IntoJobResult, Job, JobCanceller, JobContext, JobContextBuilder, JobError,
     JobFilter, JobOptions, JobPage, JobQuery, JobRecord, JobRef, PeriodicJob, ThroughputMinute,
     WorkerInfo, HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER, JobStatus, MetricsSnapshot, Queue, QueueConfig,
     QueueStats, Result, Retention, RunningJob, ServerInfo, Worker, WorkerBuilder, WorkerHandle,
