@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::data::{Data, DataMap, DataNeed};
 use crate::error::{JobError, Result};
+use crate::model::Uniqueness;
 use crate::retry::Backoff;
 
 /// A kind of job: a serializable argument struct plus the code that runs it.
@@ -76,11 +77,15 @@ pub struct JobOptions {
     /// longer than the period never overlaps the next one, and a queue that no worker serves
     /// holds at most one waiting tick.
     pub overlap: bool,
+    /// How long a job's task key blocks another enqueue of the key. Default
+    /// [`Uniqueness::UntilPruned`]: while its row exists.
+    pub unique: Uniqueness,
 }
 
 impl JobOptions {
     /// The defaults: queue `default`, 25 attempts, 30 s lease, no timeout, priority 0,
-    /// exponential backoff, no cron schedule, no overlapping ticks.
+    /// exponential backoff, no cron schedule, no overlapping ticks, keys unique until the
+    /// job is pruned.
     pub const DEFAULT: JobOptions = JobOptions {
         queue: "default",
         max_attempts: 25,
@@ -90,6 +95,7 @@ impl JobOptions {
         backoff: Backoff::DEFAULT,
         cron: None,
         overlap: false,
+        unique: Uniqueness::UntilPruned,
     };
 
     /// Sets the queue.
@@ -137,6 +143,12 @@ impl JobOptions {
     /// Sets whether a periodic kind's ticks may overlap (see [`JobOptions::overlap`]).
     pub const fn overlap(mut self, overlap: bool) -> Self {
         self.overlap = overlap;
+        self
+    }
+
+    /// Sets how long a job's task key blocks another enqueue (see [`Uniqueness`]).
+    pub const fn unique(mut self, unique: Uniqueness) -> Self {
+        self.unique = unique;
         self
     }
 }

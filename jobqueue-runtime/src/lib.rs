@@ -20,10 +20,11 @@ mod trace;
 mod worker;
 
 pub use data::{Data, DataNeed};
-pub use enqueue::EnqueueOptions;
+pub use enqueue::{EnqueueOptions, MAX_METADATA_BYTES};
 pub use error::{BoxError, Error, JobError, JobRef, Result};
 pub use job::{CancelReason, FromJobContext, IntoJobResult, Job, JobContext, JobOptions};
 pub use metrics::MetricsSnapshot;
+pub use model::Uniqueness;
 pub use model::{
     CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats, Retention, RunningJob,
 };
@@ -49,6 +50,8 @@ pub mod __store {
         // The operator dashboard's statements for a filter, with their arguments; run one
         // with `Store::explain`.
         pub use crate::store::{dashboard_statements, Arg};
+        // The older jobs of a task key (see `Uniqueness`).
+        pub use crate::store::key_history_sql;
     }
 }
 

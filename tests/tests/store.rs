@@ -316,7 +316,7 @@ async fn claim_skips_a_locked_row_without_waiting() {
 
 // The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
 use jobqueue_runtime::__store::statements::{
-    CLAIM_SELECT, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
+    key_history_sql, CLAIM_SELECT, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
 };
 
 /// One row of an `EXPLAIN`.
@@ -489,6 +489,16 @@ async fn maintenance_queries_use_their_indexes() {
         RECLAIM_SELECT,
         &["100"],
         "job_queue_lease",
+        Access::Range,
+    )
+    .await;
+    // The older jobs of a key: the released range of its prefix, newest first.
+    assert_plan(
+        pool,
+        "jobs of a key",
+        &key_history_sql(),
+        &["sync:1\u{0}", "sync:1\u{1}", "sync:1", "10"],
+        "job_queue_task_key",
         Access::Range,
     )
     .await;
