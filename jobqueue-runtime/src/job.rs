@@ -186,6 +186,7 @@ pub struct JobContext {
     pub(crate) token: CancellationToken,
     pub(crate) reason: std::sync::Arc<std::sync::OnceLock<CancelReason>>,
     pub(crate) data: DataMap,
+    pub(crate) progress: std::sync::Arc<crate::progress::ProgressSlot>,
 }
 
 impl JobContext {
@@ -263,7 +264,63 @@ impl JobContext {
         self
     }
 
+    /// Records how far the job has come: any value that serialises to JSON, at most
+    /// [`MAX_PROGRESS_BYTES`](crate::MAX_PROGRESS_BYTES) of it (a count, a percentage, a
+    /// small object). Operators read it with [`Queue::job`](crate::Queue::job)
+    /// (`JobRecord::progress`) and `jobqueue show`.
+    ///
+    /// Cheap to call as often as you like: the worker writes the latest value at once, then
+    /// at most once per [`WorkerBuilder::progress_interval`](crate::WorkerBuilder::progress_interval)
+    /// (default 2 s), and the last value when the attempt ends, before its outcome: the
+    /// final value is never lost. Each write is fenced by the claim (owner and attempt): an
+    /// attempt that lost its lease writes nothing more. A later attempt starts from the
+    /// value the earlier one left until it sets its own.
+    ///
+    /// A [`JobContext::detached`] context keeps the value in memory only
+    /// ([`JobContext::progress`]).
+    ///
+    /// ```
+    /// # extern crate jobqueue_runtime as jobqueue;
+    /// # fn demo(ctx: jobqueue::JobContext) -> jobqueue::Result<()> {
+    /// ctx.set_progress(&serde_json::json!({ "rows": 1200, "of": 5000 }))?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) (setting `progress`) when
+    /// the value does not serialise or is larger than the limit; the previous value stays.
+    pub fn set_progress<T: serde::Serialize + ?Sized>(&self, value: &T) -> Result<()> {
+        let invalid = |reason: String| crate::Error::InvalidSetting {
+            setting: "progress",
+            reason: format!("job `{}`: {reason}", self.kind),
+        };
+        let json = serde_json::to_string(value).map_err(|e| {
+            invalid(format!(
+                "the progress value does not serialise to JSON: {e}"
+            ))
+        })?;
+        let limit = crate::progress::MAX_PROGRESS_BYTES;
+        if json.len() > limit {
+            return Err(invalid(format!(
+                "the progress value is {} bytes of JSON, more than the limit of {limit}; report counts or a short status, not data",
+                json.len()
+            )));
+        }
+        self.progress.set(json);
+        Ok(())
+    }
+
+    /// The latest value this attempt gave [`JobContext::set_progress`], written or not.
+    pub fn progress(&self) -> Option<serde_json::Value> {
+        self.progress
+            .latest()
+            .and_then(|json| serde_json::from_str(&json).ok())
+    }
+
     /// A context for calling a job function directly, outside a worker (tests, scripts).
+    /// Its [`JobContext::set_progress`] values stay in memory, readable with
+    /// [`JobContext::progress`].
     pub fn detached(id: u64, task_key: impl Into<String>) -> Self {
         JobContext {
             id,
@@ -275,6 +332,7 @@ impl JobContext {
             token: CancellationToken::new(),
             reason: Default::default(),
             data: DataMap::default(),
+            progress: Default::default(),
         }
     }
 

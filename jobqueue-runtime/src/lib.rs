@@ -12,6 +12,7 @@ pub mod key;
 mod maintenance;
 mod metrics;
 mod model;
+mod progress;
 mod queue;
 pub mod registry;
 mod retry;
@@ -29,6 +30,7 @@ pub use model::{
     CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats, Retention, RunningJob,
 };
 pub use model::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};
+pub use progress::MAX_PROGRESS_BYTES;
 pub use queue::{redact_url, Queue, QueueConfig};
 pub use retry::Backoff;
 pub use store::ServerInfo;
@@ -52,6 +54,8 @@ pub mod __store {
         pub use crate::store::{dashboard_statements, Arg};
         // The older jobs of a task key (see `Uniqueness`).
         pub use crate::store::key_history_sql;
+        // A running job's progress write.
+        pub use crate::store::PROGRESS_UPDATE;
     }
 }
 

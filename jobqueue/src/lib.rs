@@ -99,7 +99,7 @@ pub use jobqueue_runtime::{
 pub use jobqueue_runtime::{redact_url, EnqueueOptions, Enqueued, Queue, QueueConfig, ServerInfo};
 // How long a task key blocks another enqueue; how much metadata a job carries.
 #[doc(inline)]
-pub use jobqueue_runtime::{Uniqueness, MAX_METADATA_BYTES};
+pub use jobqueue_runtime::{Uniqueness, MAX_METADATA_BYTES, MAX_PROGRESS_BYTES};
 // Running jobs.
 #[doc(inline)]
 pub use jobqueue_runtime::{shutdown_signal, Retention, Worker, WorkerBuilder, WorkerHandle};

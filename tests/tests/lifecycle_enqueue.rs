@@ -11,7 +11,11 @@ use jobqueue::{
 };
 use serde::{Deserialize, Serialize};
 use sqlx::MySqlPool;
-use tests::{fresh_database, migrated_queue, row, wait_for};
+use tests::{
+    fresh_database, migrated_queue, quick_worker, receive, row, start, stop, wait_for, wait_status,
+    Mailbox,
+};
+use tokio::sync::oneshot;
 
 /// A job of the default policy: its key blocks while its row exists.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -587,5 +591,180 @@ async fn bad_metadata_is_refused_with_the_fix() {
             .await
             .unwrap(),
         0
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. Progress
+// ---------------------------------------------------------------------------------------
+
+/// Steps the reporting job has reached, each with the signal that lets it go on.
+static REPORTER_AT: Mailbox<(u32, oneshot::Sender<()>)> = Mailbox::new();
+
+/// Tells the test it reached `step`, and waits for the test to let it go on.
+async fn reached(step: u32) {
+    let (go, wait) = oneshot::channel();
+    REPORTER_AT.send((step, go));
+    wait.await.expect("the test lets the job go on");
+}
+
+/// Reports 1, then 2 to 100 in a burst, then returns.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Reporter {
+    n: u32,
+}
+
+impl Job for Reporter {
+    const KIND: &'static str = "lifecycle_reporter";
+    const OPTIONS: JobOptions = JobOptions::DEFAULT.queue("progress").max_attempts(1);
+
+    async fn run(self, ctx: JobContext) -> Result<(), JobError> {
+        ctx.set_progress(&serde_json::json!({"done": 1, "of": 100}))?;
+        reached(1).await;
+        for done in 2..=100 {
+            ctx.set_progress(&serde_json::json!({"done": done, "of": 100}))?;
+        }
+        assert_eq!(
+            ctx.progress(),
+            Some(serde_json::json!({"done": 100, "of": 100}))
+        );
+        reached(2).await;
+        Ok(())
+    }
+}
+
+jobqueue::register!(Reporter);
+
+async fn progress_of(queue: &Queue, id: u64) -> Option<serde_json::Value> {
+    row(queue, id).await.progress
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn progress_is_written_at_once_then_throttled_and_the_last_value_is_kept() {
+    let queue = migrated_queue(&fresh_database("life_progress").await).await;
+    let mut at = REPORTER_AT.open();
+    let id = queue.enqueue(Reporter { n: 1 }).await.unwrap().id();
+    // An interval no test run reaches: only the first and the last value can be written.
+    let worker = quick_worker(&queue)
+        .queues(["progress"])
+        .progress_interval(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let (handle, task) = start(worker);
+
+    let (step, go) = receive(&mut at, "the first report", Duration::from_secs(30)).await;
+    assert_eq!(step, 1);
+    let first = serde_json::json!({"done": 1, "of": 100});
+    wait_for(
+        "the first value in the row",
+        Duration::from_secs(30),
+        || async { (progress_of(&queue, id).await == Some(first.clone())).then_some(()) },
+    )
+    .await;
+    let record = row(&queue, id).await;
+    assert_eq!(record.status, JobStatus::Running);
+    assert!(record.progress_at.is_some());
+    go.send(()).unwrap();
+
+    // 99 more values: none is written before the interval, or the attempt's end.
+    let (step, go) = receive(&mut at, "the burst", Duration::from_secs(30)).await;
+    assert_eq!(step, 2);
+    assert_eq!(progress_of(&queue, id).await, Some(first));
+    go.send(()).unwrap();
+
+    let done = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(30)).await;
+    assert_eq!(
+        done.progress,
+        Some(serde_json::json!({"done": 100, "of": 100})),
+        "the last value is written when the attempt ends"
+    );
+    stop(&handle, task).await;
+}
+
+/// Reports once, waits, then reports again after its claim was taken over.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct LateReporter {
+    n: u32,
+}
+
+static LATE_AT: Mailbox<(u32, oneshot::Sender<()>)> = Mailbox::new();
+
+impl Job for LateReporter {
+    const KIND: &'static str = "lifecycle_late_reporter";
+    const OPTIONS: JobOptions = JobOptions::DEFAULT.queue("late_progress");
+
+    async fn run(self, ctx: JobContext) -> Result<(), JobError> {
+        ctx.set_progress(&"first")?;
+        let (go, wait) = oneshot::channel();
+        LATE_AT.send((1, go));
+        wait.await.expect("the test lets the job go on");
+        ctx.set_progress(&"after the takeover")?;
+        Ok(())
+    }
+}
+
+jobqueue::register!(LateReporter);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attempt_that_lost_its_claim_writes_no_progress() {
+    let queue = migrated_queue(&fresh_database("life_progress_fence").await).await;
+    let mut at = LATE_AT.open();
+    let id = queue.enqueue(LateReporter { n: 1 }).await.unwrap().id();
+    let worker = quick_worker(&queue)
+        .queues(["late_progress"])
+        .build()
+        .unwrap();
+    let (handle, task) = start(worker);
+    let (_, go) = receive(&mut at, "the first report", Duration::from_secs(30)).await;
+    wait_for(
+        "the first value in the row",
+        Duration::from_secs(30),
+        || async {
+            (progress_of(&queue, id).await == Some(serde_json::json!("first"))).then_some(())
+        },
+    )
+    .await;
+    // What a reclaim and another worker's claim leave: another owner, a later attempt.
+    sqlx::query(
+        "UPDATE job_queue SET lease_owner = 'another-worker', attempts = attempts + 1 WHERE id = ?",
+    )
+    .bind(id)
+    .execute(queue.pool())
+    .await
+    .unwrap();
+    go.send(()).unwrap();
+    // Stopping waits for the job's task, its last progress write and outcome included.
+    stop(&handle, task).await;
+    let record = row(&queue, id).await;
+    assert_eq!(record.progress, Some(serde_json::json!("first")));
+    assert_eq!(record.status, JobStatus::Running);
+    assert_eq!(record.lease_owner.as_deref(), Some("another-worker"));
+}
+
+#[tokio::test]
+async fn a_detached_context_keeps_progress_in_memory_and_refuses_oversized_values() {
+    let ctx = JobContext::detached(1, "k");
+    assert_eq!(ctx.progress(), None);
+    ctx.set_progress(&42).unwrap();
+    assert_eq!(ctx.progress(), Some(serde_json::json!(42)));
+    let err = ctx.set_progress(&"x".repeat(5000)).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::InvalidSetting {
+                setting: "progress",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("more than the limit of 4096"),
+        "{err}"
+    );
+    assert_eq!(
+        ctx.progress(),
+        Some(serde_json::json!(42)),
+        "the previous value stays"
     );
 }

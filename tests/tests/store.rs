@@ -316,7 +316,7 @@ async fn claim_skips_a_locked_row_without_waiting() {
 
 // The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
 use jobqueue_runtime::__store::statements::{
-    key_history_sql, CLAIM_SELECT, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
+    key_history_sql, CLAIM_SELECT, PROGRESS_UPDATE, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
 };
 
 /// One row of an `EXPLAIN`.
@@ -502,6 +502,18 @@ async fn maintenance_queries_use_their_indexes() {
         Access::Range,
     )
     .await;
+    // A running job's progress: one row by its id, through the primary key or the
+    // (status, id) index, which the optimizer may equally pick for `status = ? AND id = ?`.
+    let plan = explain(pool, PROGRESS_UPDATE, &["{}", "5", "worker-1", "1"]).await;
+    assert!(
+        plan.iter().any(|row| row.table == "job_queue"
+            && matches!(
+                row.key.as_deref(),
+                Some("PRIMARY" | "job_queue_list_status")
+            )
+            && row.rows <= 1),
+        "progress write reads one row by id: {plan:#?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

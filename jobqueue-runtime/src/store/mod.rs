@@ -195,6 +195,7 @@ mod lease;
 mod maintenance;
 pub(crate) mod migrate;
 mod outcome;
+mod progress;
 pub(crate) mod server;
 mod workers;
 
@@ -207,6 +208,7 @@ use enqueue::is_key_conflict;
 pub(crate) use enqueue::{insert, insert_many};
 pub use maintenance::DEFAULT_MAX_LEASE_EXPIRIES;
 pub use maintenance::{PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
+pub use progress::PROGRESS_UPDATE;
 pub use server::ServerInfo;
 pub(crate) use workers::WorkerRow;
 

@@ -105,6 +105,7 @@ mod tests {
             token: CancellationToken::new(),
             reason: Default::default(),
             data: Default::default(),
+            progress: Default::default(),
         }
     }
 
