@@ -768,3 +768,27 @@ async fn a_detached_context_keeps_progress_in_memory_and_refuses_oversized_value
         "the previous value stays"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// 6. The macro's options
+// ---------------------------------------------------------------------------------------
+
+#[jobqueue::job(key = "digest:{user}", unique_for = "90s")]
+async fn send_digest(user: u64) {
+    let _ = user;
+}
+
+#[jobqueue::job(key = "account:{account}", unique = "while_active")]
+async fn sync_account(account: u64) {
+    let _ = account;
+}
+
+#[test]
+fn the_macro_sets_the_kinds_uniqueness() {
+    assert_eq!(
+        SendDigest::OPTIONS.unique,
+        Uniqueness::For(Duration::from_secs(90))
+    );
+    assert_eq!(SyncAccount::OPTIONS.unique, Uniqueness::WhileActive);
+    assert_eq!(Plain::OPTIONS.unique, Uniqueness::UntilPruned);
+}
