@@ -545,6 +545,23 @@ pub(crate) async fn job(
         ),
         ("Lease expiries", j.lease_expiries.to_string()),
         ("Waiting for a worker since", opt_time(&j.unrunnable_since)),
+        (
+            "Progress",
+            match (&j.progress, &j.progress_at) {
+                (Some(p), Some(at)) => {
+                    format!("<code>{}</code> at {}", esc(&p.to_string()), time(at))
+                }
+                _ => "–".into(),
+            },
+        ),
+        (
+            "Key",
+            if j.key_released {
+                "given up to a newer job of the same key".into()
+            } else {
+                "held".into()
+            },
+        ),
         ("Enqueued", time(&j.created_at)),
         ("Updated", time(&j.updated_at)),
         ("Finished", opt_time(&j.finished_at)),
@@ -559,6 +576,13 @@ pub(crate) async fn job(
              <p class=\"muted\">Earlier attempts' errors are not kept: each failure replaces the last.</p></section>",
             j.attempts,
             esc(e)
+        ),
+        None => String::new(),
+    };
+    let metadata = match &j.metadata {
+        Some(m) => format!(
+            "<section class=\"card\"><h2>Metadata</h2><pre class=\"payload\">{}</pre></section>",
+            esc(&serde_json::to_string_pretty(m).unwrap_or_default())
         ),
         None => String::new(),
     };
@@ -591,7 +615,7 @@ pub(crate) async fn job(
     }
     let body = format!(
         "<div class=\"actions\">{actions}</div><section class=\"card\"><dl class=\"fields\">{dl}</dl></section>\
-         {error}<section class=\"card\"><h2>Payload</h2>{payload}</section>"
+         {error}{metadata}<section class=\"card\"><h2>Payload</h2>{payload}</section>"
     );
     Ok(Html(page(
         &base,
