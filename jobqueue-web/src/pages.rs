@@ -293,6 +293,9 @@ pub(crate) struct Filter {
     status: String,
     #[serde(default)]
     key: String,
+    /// `key=value` over the jobs' metadata.
+    #[serde(default)]
+    meta: String,
     #[serde(default)]
     from: String,
     #[serde(default)]
@@ -324,6 +327,18 @@ impl Filter {
         if !self.key.is_empty() {
             q = q.key_prefix(self.key.clone());
         }
+        if !self.meta.is_empty() {
+            let Some((key, value)) = self.meta.split_once('=') else {
+                return Err(Failure(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "metadata filter {:?} is not key=value; write e.g. tenant=acme",
+                        self.meta
+                    ),
+                ));
+            };
+            q = q.meta(key, value);
+        }
         Ok(q.created(parse_time(&self.from)?, parse_time(&self.to)?))
     }
 
@@ -334,6 +349,7 @@ impl Filter {
             ("kind", &self.kind),
             ("status", &self.status),
             ("key", &self.key),
+            ("meta", &self.meta),
             ("from", &self.from),
             ("to", &self.to),
         ]
@@ -350,6 +366,7 @@ impl Filter {
             ("kind", &self.kind),
             ("status", &self.status),
             ("key", &self.key),
+            ("meta", &self.meta),
             ("from", &self.from),
             ("to", &self.to),
         ]
@@ -449,6 +466,7 @@ pub(crate) async fn jobs(
          <label>Kind <input name=\"kind\" value=\"{}\"></label>\
          <label>Status <select name=\"status\">{statuses}</select></label>\
          <label>Key prefix <input name=\"key\" value=\"{}\"></label>\
+         <label>Metadata <input name=\"meta\" placeholder=\"tenant=acme\" value=\"{}\"></label>\
          <label>Enqueued from <input type=\"datetime-local\" name=\"from\" value=\"{}\"></label>\
          <label>to <input type=\"datetime-local\" name=\"to\" value=\"{}\"></label>\
          <button type=\"submit\">Filter</button></form>{bulk}\
@@ -458,6 +476,7 @@ pub(crate) async fn jobs(
         esc(&f.queue),
         esc(&f.kind),
         esc(&f.key),
+        esc(&f.meta),
         esc(&f.from),
         esc(&f.to),
     );

@@ -42,6 +42,36 @@ async fn the_job_page_shows_progress_and_metadata_escaped() {
 }
 
 #[tokio::test]
+async fn the_job_list_filters_on_metadata() {
+    let queue = fresh_queue("web_meta").await;
+    let acme = insert_job(&queue, "default", "kind", "key:acme", "{}", "ready", None).await;
+    let globex = insert_job(&queue, "default", "kind", "key:globex", "{}", "ready", None).await;
+    for (id, tenant) in [(acme, "acme"), (globex, "globex")] {
+        sqlx::query("UPDATE job_queue SET metadata = ? WHERE id = ?")
+            .bind(serde_json::json!({ "tenant": tenant }).to_string())
+            .bind(id)
+            .execute(queue.pool())
+            .await
+            .expect("set metadata");
+    }
+    let query = JobQuery::default().meta("tenant", "acme");
+    let page = queue.list_page(&query, None, 50).await.expect("page");
+    assert_eq!(page.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [acme]);
+    assert_eq!(queue.count_matching(&query).await.expect("count"), 1);
+
+    let router = Dashboard::new(queue.clone()).router();
+    let list = get(&router, "/jobs?meta=tenant%3Dacme").await.body;
+    assert!(list.contains(&format!("href=\"/jobs/{acme}\"")), "{list}");
+    assert!(
+        !list.contains(&format!("href=\"/jobs/{globex}\"")),
+        "{list}"
+    );
+    let bad = get(&router, "/jobs?meta=tenant").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.body.contains("is not key=value"), "{}", bad.body);
+}
+
+#[tokio::test]
 async fn every_value_from_the_database_is_escaped() {
     let queue = fresh_queue("web_escape").await;
     let payload = serde_json::json!({ "note": HOSTILE }).to_string();
