@@ -201,6 +201,11 @@ impl Queue {
     ///   statement; so does a lock wait timeout (1205) when the server runs with
     ///   `innodb_rollback_on_timeout=ON` (with it OFF, the default, only the statement is
     ///   undone). The queue cannot retry what is yours: retry the transaction from its start.
+    /// - A key whose holder's [`Uniqueness`] no longer blocks it is released with a locking
+    ///   `UPDATE` of the holder. Under REPEATABLE READ with MariaDB's
+    ///   `innodb_snapshot_isolation=ON`, that fails with 1020 when the holder changed after
+    ///   your snapshot began (retry your transaction from its start); at READ COMMITTED it
+    ///   cannot. Keys of the default policy are never released.
     ///
     /// ```no_run
     /// # extern crate jobqueue_runtime as jobqueue;
