@@ -623,6 +623,8 @@ impl Job for Reporter {
         reached(1).await;
         for done in 2..=100 {
             ctx.set_progress(&serde_json::json!({"done": done, "of": 100}))?;
+            // Room for a writer that would write more often than its interval.
+            tokio::task::yield_now().await;
         }
         assert_eq!(
             ctx.progress(),
@@ -670,6 +672,11 @@ async fn progress_is_written_at_once_then_throttled_and_the_last_value_is_kept()
     let (step, go) = receive(&mut at, "the burst", Duration::from_secs(30)).await;
     assert_eq!(step, 2);
     assert_eq!(progress_of(&queue, id).await, Some(first));
+    assert_eq!(
+        handle.metrics().progress_writes,
+        1,
+        "only the first value so far"
+    );
     go.send(()).unwrap();
 
     let done = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(30)).await;
@@ -677,6 +684,11 @@ async fn progress_is_written_at_once_then_throttled_and_the_last_value_is_kept()
         done.progress,
         Some(serde_json::json!({"done": 100, "of": 100})),
         "the last value is written when the attempt ends"
+    );
+    assert_eq!(
+        handle.metrics().progress_writes,
+        2,
+        "the first and the last"
     );
     stop(&handle, task).await;
 }

@@ -26,6 +26,11 @@ impl Store {
             .bind(owner)
             .bind(attempt);
         let done = on_connection!(self, |conn| q.execute(&mut *conn)).await?;
-        Ok(done.rows_affected() == 1)
+        let held = done.rows_affected() == 1;
+        if held {
+            let m = &self.metrics;
+            m.add(&m.progress_writes, "jobqueue_progress_writes_total", 1);
+        }
+        Ok(held)
     }
 }
