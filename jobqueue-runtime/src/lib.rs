@@ -53,7 +53,7 @@ pub mod __store {
         // with `Store::explain`.
         pub use crate::store::{dashboard_statements, Arg};
         // The older jobs of a task key (see `Uniqueness`).
-        pub use crate::store::key_history_sql;
+        pub use crate::store::{key_history_sql, release_sql};
         // A running job's progress write.
         pub use crate::store::PROGRESS_UPDATE;
     }

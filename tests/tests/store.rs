@@ -316,7 +316,8 @@ async fn claim_skips_a_locked_row_without_waiting() {
 
 // The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
 use jobqueue_runtime::__store::statements::{
-    key_history_sql, CLAIM_SELECT, PROGRESS_UPDATE, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
+    key_history_sql, release_sql, CLAIM_SELECT, PROGRESS_UPDATE, PROMOTE_PROBE, PROMOTE_SELECT,
+    RECLAIM_SELECT,
 };
 
 /// One row of an `EXPLAIN`.
@@ -502,6 +503,19 @@ async fn maintenance_queries_use_their_indexes() {
         Access::Range,
     )
     .await;
+    // The release of a key whose holder no longer blocks it: the holder, by its key.
+    // (Of a key that exists: MySQL plans no index for a key that matches no row.)
+    let some_key: String = sqlx::query_scalar("SELECT CAST(MAX(task_key) AS CHAR) FROM job_queue")
+        .fetch_one(pool)
+        .await
+        .expect("a key");
+    let plan = explain(pool, &release_sql(), &[&some_key]).await;
+    assert!(
+        plan.iter().any(|row| row.table == "job_queue"
+            && row.key.as_deref() == Some("job_queue_task_key")
+            && row.rows <= 1),
+        "the release reads one row by its key: {plan:#?}"
+    );
     // A running job's progress: one row by its id, through the primary key or the
     // (status, id) index, which the optimizer may equally pick for `status = ? AND id = ?`.
     let plan = explain(pool, PROGRESS_UPDATE, &["{}", "5", "worker-1", "1"]).await;

@@ -75,7 +75,7 @@ pub(crate) const RELEASED_PREFIX: usize = 960;
 /// as 20 digits: unique, since ids are, and it cannot meet a real key, which has no control
 /// characters. Concurrent enqueuers serialise on the holder's row: one moves the key, the
 /// others match no row.
-fn release_sql() -> String {
+pub fn release_sql() -> String {
     format!(
         "UPDATE job_queue SET released_key = task_key, \
            task_key = CONCAT(LEFT(task_key, {RELEASED_PREFIX}), X'00', LPAD(id, 20, '0')) \

@@ -205,6 +205,7 @@ pub(crate) use connect::LeaseConnect;
 pub use dashboard::{dashboard_statements, Arg};
 pub(crate) use decode::{fetch_job, record_from_row, text, JobLookup, JOB_COLUMNS};
 use enqueue::is_key_conflict;
+pub use enqueue::release_sql;
 pub(crate) use enqueue::{insert, insert_many};
 pub use maintenance::DEFAULT_MAX_LEASE_EXPIRIES;
 pub use maintenance::{PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
