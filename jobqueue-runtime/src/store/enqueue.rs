@@ -71,7 +71,7 @@ pub(crate) const RELEASED_PREFIX: usize = 960;
 
 /// Moves the key of the job holding it to `released_key`, if the holder's policy no longer
 /// blocks it (decided here, on the row's latest committed version, under its row lock). The
-/// holder's `task_key` becomes its key's first [`RELEASED_PREFIX`] bytes, 0x00 and its id
+/// holder's `task_key` becomes its key's first `RELEASED_PREFIX` (960) bytes, 0x00 and its id
 /// as 20 digits: unique, since ids are, and it cannot meet a real key, which has no control
 /// characters. Concurrent enqueuers serialise on the holder's row: one moves the key, the
 /// others match no row.
