@@ -82,6 +82,14 @@ pub(crate) enum Command {
         /// Only jobs of this kind.
         #[arg(long, short)]
         kind: Option<String>,
+        /// Only jobs whose metadata holds KEY with VALUE, e.g. `--meta tenant=acme` (not
+        /// indexed: combine it with --status, --queue or --kind on a large table).
+        #[arg(long, value_name = "KEY=VALUE", value_parser = parse_meta)]
+        meta: Option<(String, String)>,
+        /// Every job enqueued with this task key, newest first: the one holding it, then
+        /// those that gave it up when their uniqueness policy stopped blocking it.
+        #[arg(long, conflicts_with_all = ["status", "queue", "kind", "meta"])]
+        key: Option<String>,
         /// Show at most this many jobs.
         #[arg(long, short = 'n', default_value_t = 50)]
         limit: u32,
@@ -297,6 +305,16 @@ impl FromStr for Age {
 impl fmt::Display for Age {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
+    }
+}
+
+/// `--meta KEY=VALUE`.
+fn parse_meta(arg: &str) -> Result<(String, String), String> {
+    match arg.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!(
+            "`{arg}` is not KEY=VALUE; write e.g. `--meta tenant=acme`"
+        )),
     }
 }
 

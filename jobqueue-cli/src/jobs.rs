@@ -1,7 +1,7 @@
 //! `jobqueue list` and `jobqueue show`: jobs as rows, and one job in full.
 
 use chrono::NaiveDateTime;
-use jobqueue::{Error, JobFilter, JobRecord, JobRef, JobStatus, Queue};
+use jobqueue::{Error, JobFilter, JobRecord, JobRef, JobStatus, Queue, Uniqueness};
 use serde_json::{json, Value};
 
 use crate::failure::Failure;
@@ -29,7 +29,28 @@ pub(crate) fn job_json(job: &JobRecord) -> Value {
         "unrunnable_since": job.unrunnable_since.map(utc),
         "last_error": job.last_error,
         "payload": job.payload,
+        "unique": job.unique,
+        "key_released": job.key_released,
+        "metadata": job.metadata,
+        "progress": job.progress,
+        "progress_at": job.progress_at.map(utc),
     })
+}
+
+/// Prints every job of task key `key`, newest first, at most `limit`.
+pub(crate) async fn list_key(
+    queue: &Queue,
+    key: &str,
+    limit: u32,
+    json: bool,
+) -> Result<(), Failure> {
+    let jobs = queue.jobs_by_key(key, limit).await?;
+    if jobs.is_empty() && !json {
+        return Err(Failure::Queue(Error::JobNotFound(JobRef::Key(
+            key.to_owned(),
+        ))));
+    }
+    print_jobs(queue, &jobs, jobs.len() as u64, json, "raise --limit").await
 }
 
 /// Prints the jobs matching `filter`, newest first, at most `limit`.
@@ -39,13 +60,31 @@ pub(crate) async fn list(
     limit: u32,
     json: bool,
 ) -> Result<(), Failure> {
-    let now = queue.now().await?;
     let jobs = queue.list(filter, limit).await?;
     let total = if (jobs.len() as u64) < u64::from(limit) {
         jobs.len() as u64
     } else {
         queue.count(filter).await?
     };
+    print_jobs(
+        queue,
+        &jobs,
+        total,
+        json,
+        "raise --limit or narrow with --status, --queue, --kind, --meta",
+    )
+    .await
+}
+
+/// Prints `jobs` as a table (or JSON), with a note when `total` is more than they are.
+async fn print_jobs(
+    queue: &Queue,
+    jobs: &[JobRecord],
+    total: u64,
+    json: bool,
+    narrow: &str,
+) -> Result<(), Failure> {
+    let now = queue.now().await?;
     let mut out = Out::stdout();
     if json {
         out.json(&json!({
@@ -68,7 +107,7 @@ pub(crate) async fn list(
         ("UPDATED", Align::Right),
         ("LAST ERROR", Align::Left),
     ]);
-    for job in &jobs {
+    for job in jobs {
         table.row(vec![
             (job.id.to_string(), Paint::Plain),
             (job.queue.clone(), Paint::Plain),
@@ -92,7 +131,7 @@ pub(crate) async fn list(
     out.raw(&table.render(out.palette))?;
     if total > jobs.len() as u64 {
         let more = format!(
-            "{} of {} shown, newest first; raise --limit or narrow with --status, --queue, --kind",
+            "{} of {} shown, newest first; {narrow}",
             jobs.len(),
             plural(total, "matching job", "matching jobs")
         );
@@ -192,6 +231,28 @@ pub(crate) async fn show(queue: &Queue, lookup: &Lookup, json: bool) -> Result<(
             ),
         ));
     }
+    let unique = match job.unique {
+        Uniqueness::UntilPruned => "blocks its key until pruned".to_owned(),
+        Uniqueness::WhileActive => "blocks its key while waiting or running".to_owned(),
+        Uniqueness::For(d) => format!(
+            "blocks its key for {} after its enqueue",
+            crate::render::span(d.as_secs_f64())
+        ),
+        _ => format!("{:?}", job.unique),
+    };
+    fields.push(("unique", unique));
+    if job.key_released {
+        fields.push((
+            "key",
+            p.paint(
+                Paint::Dim,
+                "given up to a newer job of the same key (`jobqueue list --key` shows them all)",
+            ),
+        ));
+    }
+    if let Some(t) = job.progress_at {
+        fields.push(("progress", when(t)));
+    }
     if job.cancel_requested {
         fields.push((
             "cancel",
@@ -213,6 +274,15 @@ pub(crate) async fn show(queue: &Queue, lookup: &Lookup, json: bool) -> Result<(
             }
         }
         None => out.line(&format!("  {}", p.paint(Paint::Dim, "none")))?,
+    }
+    for (title, value) in [("progress", &job.progress), ("metadata", &job.metadata)] {
+        if let Some(value) = value {
+            out.line(&p.paint(Paint::Bold, title))?;
+            let pretty = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+            for line in pretty.lines() {
+                out.line(&format!("  {line}"))?;
+            }
+        }
     }
     out.line(&p.paint(Paint::Bold, "payload"))?;
     let pretty =

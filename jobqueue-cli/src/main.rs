@@ -143,9 +143,16 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
             status,
             queue: in_queue,
             kind,
+            meta,
+            key,
             limit,
             format,
         } => {
+            if let Some(key) = key {
+                return jobs::list_key(&queue, &key, limit, format.json)
+                    .await
+                    .map(|()| ExitCode::SUCCESS);
+            }
             let mut filter = JobFilter::default();
             if let Some(s) = status {
                 filter = filter.status(s.into());
@@ -155,6 +162,9 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
             }
             if let Some(k) = kind {
                 filter = filter.kind(k);
+            }
+            if let Some((key, value)) = meta {
+                filter = filter.meta(key, value);
             }
             jobs::list(&queue, &filter, limit, format.json).await?
         }

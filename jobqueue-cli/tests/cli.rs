@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use jobqueue::testing::TestServer;
-use jobqueue::{EnqueueOptions, Job, JobContext, JobError, JobOptions, JobStatus, Queue};
+use jobqueue::{
+    EnqueueOptions, Job, JobContext, JobError, JobOptions, JobStatus, Queue, Uniqueness,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -500,6 +502,97 @@ async fn list_and_show() {
 // ---------------------------------------------------------------------------------------
 // Changing: retry, cancel, pause, resume, purge
 // ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn metadata_progress_and_every_job_of_a_key() {
+    let url = empty_database("cli_lifecycle").await;
+    let queue = Queue::connect(&url).await.expect("connect");
+    queue.migrate().await.expect("migrate");
+    let export = |order_id| ExportOrder {
+        order_id,
+        format: "csv".into(),
+    };
+    let opts = || {
+        EnqueueOptions::default()
+            .key("export:1")
+            .unique(Uniqueness::WhileActive)
+            .meta("tenant", "acme")
+    };
+    let old = queue.enqueue_with(export(1), opts()).await.unwrap().id();
+    queue.cancel(old).await.unwrap();
+    let new = queue.enqueue_with(export(1), opts()).await.unwrap().id();
+    assert_ne!(old, new);
+    let other = queue
+        .enqueue_with(
+            export(2),
+            EnqueueOptions::default().meta("tenant", "globex"),
+        )
+        .await
+        .unwrap()
+        .id();
+    // What a worker writes when the job reports progress.
+    sqlx::query(
+        "UPDATE job_queue SET progress = '{\"rows\": 5, \"of\": 9}', progress_at = UTC_TIMESTAMP(6) WHERE id = ?",
+    )
+    .bind(new)
+    .execute(queue.pool())
+    .await
+    .unwrap();
+
+    let acme = jobqueue(Some(&url), &["list", "--meta", "tenant=acme", "--json"])
+        .await
+        .json();
+    assert_eq!(ids(&acme["jobs"]), vec![old, new]);
+    let globex = jobqueue(Some(&url), &["list", "--meta", "tenant=globex", "--json"])
+        .await
+        .json();
+    assert_eq!(ids(&globex["jobs"]), vec![other]);
+    let bad = jobqueue(Some(&url), &["list", "--meta", "tenant"]).await;
+    assert_eq!(bad.code, Some(2), "{bad:#?}");
+    assert!(
+        bad.stderr.contains("write e.g. `--meta tenant=acme`"),
+        "{bad:#?}"
+    );
+
+    // Every job of the key, newest first; `show --key` finds the newest.
+    let history = jobqueue(Some(&url), &["list", "--key", "export:1", "--json"])
+        .await
+        .json();
+    let order: Vec<u64> = history["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(order, vec![new, old]);
+    assert_eq!(history["jobs"][1]["key_released"], true);
+    let by_key = jobqueue(Some(&url), &["show", "--key", "export:1", "--json"])
+        .await
+        .json();
+    assert_eq!(by_key["id"], new);
+    assert_eq!(by_key["metadata"]["tenant"], "acme");
+    assert_eq!(by_key["progress"]["rows"], 5);
+    assert_eq!(by_key["unique"], "while_active");
+
+    let show = jobqueue(Some(&url), &["show", &new.to_string()]).await;
+    let show = show.ok();
+    for expected in [
+        "unique    blocks its key while waiting or running",
+        "progress  ",
+        "\"rows\": 5",
+        "metadata",
+        "\"tenant\": \"acme\"",
+    ] {
+        assert!(show.contains(expected), "{expected:?} missing:\n{show}");
+    }
+    let show_old = jobqueue(Some(&url), &["show", &old.to_string()]).await;
+    assert!(
+        show_old.ok().contains("given up to a newer job"),
+        "{show_old:#?}"
+    );
+    let missing = jobqueue(Some(&url), &["list", "--key", "export:none"]).await;
+    assert!(missing.user_error().contains("export:none"), "{missing:#?}");
+}
 
 #[tokio::test]
 async fn retry_failed_moves_exactly_the_failed_jobs() {

@@ -12,7 +12,7 @@ use jobqueue_spec::duration::{self, Millis};
 use jobqueue_spec::queue::{self, QueueNameError, MAX_QUEUE_CHARS};
 
 /// Every option, with the example its error messages show.
-const OPTIONS: [(&str, &str); 11] = [
+const OPTIONS: [(&str, &str); 13] = [
     ("name", r#"name = "export_order""#),
     ("queue", r#"queue = "exports""#),
     ("max_attempts", "max_attempts = 5"),
@@ -23,6 +23,8 @@ const OPTIONS: [(&str, &str); 11] = [
     ("backoff", r#"backoff = "exponential(1s, 1h)""#),
     ("cron", r#"cron = "0 */5 * * * *""#),
     ("overlap", "overlap = true"),
+    ("unique", r#"unique = "while_active""#),
+    ("unique_for", r#"unique_for = "1h""#),
     ("crate", r#"crate = "jobqueue""#),
 ];
 
@@ -42,7 +44,16 @@ pub(crate) struct JobArgs {
     pub(crate) backoff: Option<BackoffSpec>,
     pub(crate) cron: Option<LitStr>,
     pub(crate) overlap: Option<syn::LitBool>,
+    pub(crate) unique: Option<Unique>,
     pub(crate) krate: Option<syn::Path>,
+}
+
+/// How long a task key blocks another enqueue: `unique = "..."` or `unique_for = "..."`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unique {
+    UntilPruned,
+    WhileActive,
+    For(Millis),
 }
 
 /// A `key` template: fixed text and `{argument}` placeholders.
@@ -227,6 +238,38 @@ impl JobArgs {
                     ))
                 }
             },
+            "unique" | "unique_for" => {
+                if self.unique.is_some() {
+                    return Err(syn::Error::new_spanned(
+                        value,
+                        "`unique` and `unique_for` both say how long a key blocks; keep one of them",
+                    ));
+                }
+                self.unique = Some(if option == "unique" {
+                    let lit = string(option, example, value)?;
+                    match lit.value().as_str() {
+                        "until_pruned" => Unique::UntilPruned,
+                        "while_active" => Unique::WhileActive,
+                        other => {
+                            return Err(syn::Error::new_spanned(
+                                &lit,
+                                format!(
+                                    "unknown `unique` policy {other:?}; write `unique = \"until_pruned\"` (the default) or `unique = \"while_active\"`, or `unique_for = \"1h\"` for a period"
+                                ),
+                            ))
+                        }
+                    }
+                } else {
+                    let d = duration(option, example, value)?;
+                    if d == Millis(0) {
+                        return Err(syn::Error::new_spanned(
+                            value,
+                            "`unique_for` must be longer than 0s; write `unique = \"while_active\"` to free the key when the job ends",
+                        ));
+                    }
+                    Unique::For(d)
+                });
+            }
             "crate" => {
                 let lit = string(option, example, value)?;
                 let path = lit.parse::<syn::Path>().map_err(|_| {
@@ -506,6 +549,29 @@ mod tests {
         assert!(errors[6].starts_with("invalid `cron` schedule"));
         assert!(errors[7].contains("not closed"));
         assert!(errors[8].contains("1 to 128 bytes"));
+    }
+
+    #[test]
+    fn uniqueness_policies_parse_and_refuse_what_they_cannot_mean() {
+        assert_eq!(
+            parse_ok(quote!(unique = "while_active")).unique,
+            Some(Unique::WhileActive)
+        );
+        assert_eq!(
+            parse_ok(quote!(unique = "until_pruned")).unique,
+            Some(Unique::UntilPruned)
+        );
+        assert_eq!(
+            parse_ok(quote!(unique_for = "1h30m")).unique,
+            Some(Unique::For(Millis(5_400_000)))
+        );
+        assert!(messages(quote!(unique = "forever"))[0]
+            .starts_with("unknown `unique` policy \"forever\""));
+        assert!(messages(quote!(unique_for = "0s"))[0].contains("longer than 0s"));
+        assert!(
+            messages(quote!(unique = "while_active", unique_for = "1h"))[0]
+                .contains("keep one of them")
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Ident, ItemFn, LitStr, Pat, ReturnType, Type};
 
-use crate::args::{self, JobArgs, KeyTemplate, Segment};
+use crate::args::{self, JobArgs, KeyTemplate, Segment, Unique};
 use crate::diagnostics::Errors;
 use crate::sig::{self, JobSignature, Param};
 use jobqueue_spec::backoff::BackoffSpec;
@@ -262,6 +262,17 @@ fn job_options(args: &JobArgs, root: &TokenStream) -> TokenStream {
     }
     if let Some(overlap) = &args.overlap {
         options.extend(quote!(.overlap(#overlap)));
+    }
+    if let Some(unique) = args.unique {
+        let unique = match unique {
+            Unique::UntilPruned => quote!(#root::Uniqueness::UntilPruned),
+            Unique::WhileActive => quote!(#root::Uniqueness::WhileActive),
+            Unique::For(period) => {
+                let period = duration(period);
+                quote!(#root::Uniqueness::For(#period))
+            }
+        };
+        options.extend(quote!(.unique(#unique)));
     }
     options
 }

@@ -253,6 +253,28 @@ use proc_macro::TokenStream;
 /// async fn sample_metrics() {}
 /// ```
 ///
+/// ## `unique`, `unique_for`
+///
+/// How long a job's task key blocks another enqueue of the same key
+/// (`jobqueue::Uniqueness`). `unique = "until_pruned"` (the
+/// default): while the job's row exists, until it is pruned. `unique = "while_active"`:
+/// while the job is scheduled, ready or running; once it is done, failed or cancelled the
+/// next enqueue of the key makes a new job, and the old row stays as history.
+/// `unique_for = "1h"`: for that long after the enqueue, whatever the job's status (a
+/// duration as for `lease`). Give one of the two; `EnqueueOptions::unique` overrides it for
+/// one enqueue.
+///
+/// ```
+/// # use jobqueue::job;
+/// // One sync per account at a time; a new one may start once it has finished.
+/// #[job(key = "sync:{account_id}", unique = "while_active")]
+/// async fn sync_account(account_id: u64) {}
+///
+/// // At most one digest per user per hour, however often it is asked for.
+/// #[job(key = "digest:{user_id}", unique_for = "1h")]
+/// async fn send_digest(user_id: u64) {}
+/// ```
+///
 /// ## `crate`
 ///
 /// The path of the `jobqueue` crate, for code that reaches it under another name (a

@@ -23,9 +23,31 @@ impl Queue {
         self.store().job(JobLookup::Id(id)).await
     }
 
-    /// One job, by task key.
+    /// One job, by task key: the job holding the key, or, when none does, the newest job
+    /// that gave the key up (see [`Uniqueness`](crate::Uniqueness)).
     pub async fn job_by_key(&self, key: &str) -> Result<Option<JobRecord>> {
-        self.store().job(JobLookup::Key(key)).await
+        if let Some(job) = self.store().job(JobLookup::Key(key)).await? {
+            return Ok(Some(job));
+        }
+        Ok(self.store().released_jobs(key, 1).await?.into_iter().next())
+    }
+
+    /// Every job enqueued with task key `key`, newest first, at most `limit`: the job
+    /// holding the key, then those that gave it up to a newer job when their
+    /// [`Uniqueness`](crate::Uniqueness) stopped blocking it (until they are pruned).
+    pub async fn jobs_by_key(&self, key: &str, limit: u32) -> Result<Vec<JobRecord>> {
+        let mut jobs = Vec::new();
+        if limit == 0 {
+            return Ok(jobs);
+        }
+        if let Some(job) = self.store().job(JobLookup::Key(key)).await? {
+            jobs.push(job);
+        }
+        let rest = limit - jobs.len() as u32;
+        if rest > 0 {
+            jobs.extend(self.store().released_jobs(key, rest).await?);
+        }
+        Ok(jobs)
     }
 
     /// Jobs matching `filter`, newest first, at most `limit`.

@@ -8,7 +8,7 @@ use sqlx::mysql::MySqlConnection;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::key::{validate_key, validate_queue};
-use crate::model::{Enqueued, NewJob};
+use crate::model::{Enqueued, NewJob, Uniqueness};
 use crate::queue::Queue;
 use crate::store;
 
@@ -41,7 +41,16 @@ pub struct EnqueueOptions {
     pub run_at: Option<DateTime<Utc>>,
     /// Do not start before this long from now (the database's now).
     pub delay: Option<Duration>,
+    /// How long the key blocks another enqueue, instead of the kind's.
+    pub unique: Option<Uniqueness>,
+    /// A JSON object kept with the job (tags, a tenant...): at most
+    /// [`MAX_METADATA_BYTES`] as JSON, keys of 1 to 64 ASCII letters, digits, `_`, `-` or
+    /// `.`. Shown by `jobqueue show`, filtered on with [`JobFilter::meta`](crate::JobFilter::meta).
+    pub metadata: Option<serde_json::Value>,
 }
+
+/// The largest metadata object a job may carry, in bytes of JSON.
+pub const MAX_METADATA_BYTES: usize = 4096;
 
 impl EnqueueOptions {
     /// Sets the queue.
@@ -79,6 +88,79 @@ impl EnqueueOptions {
         self.delay = Some(delay);
         self
     }
+
+    /// Sets how long the job's key blocks another enqueue of it (see [`Uniqueness`]).
+    pub fn unique(mut self, unique: Uniqueness) -> Self {
+        self.unique = Some(unique);
+        self
+    }
+
+    /// Sets the job's metadata object, replacing any set before.
+    pub fn metadata(mut self, metadata: serde_json::Value) -> Self {
+        self.metadata = Some(metadata);
+        self
+    }
+
+    /// Adds one entry to the job's metadata object.
+    ///
+    /// ```
+    /// # extern crate jobqueue_runtime as jobqueue;
+    /// use jobqueue::EnqueueOptions;
+    ///
+    /// let opts = EnqueueOptions::default().meta("tenant", "acme").meta("batch", 42);
+    /// ```
+    pub fn meta(mut self, key: impl Into<String>, value: impl Into<serde_json::Value>) -> Self {
+        let map = match self.metadata.take() {
+            Some(serde_json::Value::Object(map)) => map,
+            // Anything else is refused at enqueue; keep it so that the error says so.
+            Some(other) => {
+                self.metadata = Some(other);
+                return self;
+            }
+            None => serde_json::Map::new(),
+        };
+        let mut map = map;
+        map.insert(key.into(), value.into());
+        self.metadata = Some(serde_json::Value::Object(map));
+        self
+    }
+}
+
+/// Whether `key` may name a metadata entry: 1 to 64 ASCII letters, digits, `_`, `-`, `.`.
+pub(crate) fn valid_meta_key(key: &str) -> bool {
+    (1..=64).contains(&key.len())
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// The metadata as JSON text, checked.
+fn metadata_text(kind: &str, metadata: &Option<serde_json::Value>) -> Result<Option<String>> {
+    let Some(value) = metadata else {
+        return Ok(None);
+    };
+    let invalid = |reason: String| Error::InvalidSetting {
+        setting: "metadata",
+        reason: format!("job `{kind}`: {reason}"),
+    };
+    let serde_json::Value::Object(map) = value else {
+        return Err(invalid(format!(
+            "metadata must be a JSON object such as {{\"tenant\": \"acme\"}}, not `{value}`"
+        )));
+    };
+    if let Some(bad) = map.keys().find(|k| !valid_meta_key(k)) {
+        return Err(invalid(format!(
+            "metadata key {bad:?} is not allowed; use 1 to 64 ASCII letters, digits, `_`, `-` or `.`"
+        )));
+    }
+    let text = value.to_string();
+    if text.len() > MAX_METADATA_BYTES {
+        return Err(invalid(format!(
+            "metadata is {} bytes of JSON, more than the limit of {MAX_METADATA_BYTES}; keep ids and tags there, and the rest in the payload or your own tables",
+            text.len()
+        )));
+    }
+    Ok(Some(text))
 }
 
 impl Queue {
@@ -119,6 +201,11 @@ impl Queue {
     ///   statement; so does a lock wait timeout (1205) when the server runs with
     ///   `innodb_rollback_on_timeout=ON` (with it OFF, the default, only the statement is
     ///   undone). The queue cannot retry what is yours: retry the transaction from its start.
+    /// - A key whose holder's [`Uniqueness`] no longer blocks it is released with a locking
+    ///   `UPDATE` of the holder. Under REPEATABLE READ with MariaDB's
+    ///   `innodb_snapshot_isolation=ON`, that fails with 1020 when the holder changed after
+    ///   your snapshot began (retry your transaction from its start); at READ COMMITTED it
+    ///   cannot. Keys of the default policy are never released.
     ///
     /// ```no_run
     /// # extern crate jobqueue_runtime as jobqueue;
@@ -240,6 +327,19 @@ impl Queue {
                 reason: format!("job `{}`: `max_attempts` must be at least 1", J::KIND),
             });
         }
+        let unique = options.unique.unwrap_or(o.unique);
+        if let Uniqueness::For(period) = unique {
+            if period < Duration::from_millis(1) {
+                return Err(Error::InvalidSetting {
+                    setting: "unique_for",
+                    reason: format!(
+                        "job `{}`: a uniqueness period must be at least 1 ms (got {period:?}); use `Uniqueness::WhileActive` to free the key as soon as the job ends",
+                        J::KIND
+                    ),
+                });
+            }
+        }
+        let metadata = metadata_text(J::KIND, &options.metadata)?;
         let delay_us = options
             .delay
             .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
@@ -255,6 +355,8 @@ impl Queue {
             run_at: options.run_at.map(|t| t.naive_utc()),
             delay_us,
             traceparent: crate::trace::current_traceparent(),
+            unique,
+            metadata,
         })
     }
 

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::data::{Data, DataMap, DataNeed};
 use crate::error::{JobError, Result};
+use crate::model::Uniqueness;
 use crate::retry::Backoff;
 
 /// A kind of job: a serializable argument struct plus the code that runs it.
@@ -78,11 +79,15 @@ pub struct JobOptions {
     /// longer than the period never overlaps the next one, and a queue that no worker serves
     /// holds at most one waiting tick.
     pub overlap: bool,
+    /// How long a job's task key blocks another enqueue of the key. Default
+    /// [`Uniqueness::UntilPruned`]: while its row exists.
+    pub unique: Uniqueness,
 }
 
 impl JobOptions {
     /// The defaults: queue `default`, 25 attempts, 30 s lease, no timeout, priority 0,
-    /// exponential backoff, no cron schedule, no overlapping ticks.
+    /// exponential backoff, no cron schedule, no overlapping ticks, keys unique until the
+    /// job is pruned.
     pub const DEFAULT: JobOptions = JobOptions {
         queue: "default",
         max_attempts: 25,
@@ -92,6 +97,7 @@ impl JobOptions {
         backoff: Backoff::DEFAULT,
         cron: None,
         overlap: false,
+        unique: Uniqueness::UntilPruned,
     };
 
     /// Sets the queue.
@@ -141,6 +147,12 @@ impl JobOptions {
         self.overlap = overlap;
         self
     }
+
+    /// Sets how long a job's task key blocks another enqueue (see [`Uniqueness`]).
+    pub const fn unique(mut self, unique: Uniqueness) -> Self {
+        self.unique = unique;
+        self
+    }
 }
 
 impl Default for JobOptions {
@@ -181,6 +193,7 @@ pub struct JobContext {
     /// The claim this run holds, for the writes the job makes itself
     /// ([`JobContext::complete_in`]); `None` for a [`JobContext::detached`] one.
     pub(crate) claim: Option<Arc<ClaimFence>>,
+    pub(crate) progress: std::sync::Arc<crate::progress::ProgressSlot>,
 }
 
 /// What a job needs to write its own completion, fenced like the worker's writes: the
@@ -316,9 +329,64 @@ impl JobContext {
         self
     }
 
+    /// Records how far the job has come: any value that serialises to JSON, at most
+    /// [`MAX_PROGRESS_BYTES`](crate::MAX_PROGRESS_BYTES) of it (a count, a percentage, a
+    /// small object). Operators read it with [`Queue::job`](crate::Queue::job)
+    /// (`JobRecord::progress`) and `jobqueue show`.
+    ///
+    /// Cheap to call as often as you like: the worker writes the latest value at once, then
+    /// at most once per [`WorkerBuilder::progress_interval`](crate::WorkerBuilder::progress_interval)
+    /// (default 2 s), and the last value when the attempt ends, before its outcome: the
+    /// final value is never lost. Each write is fenced by the claim (owner and attempt): an
+    /// attempt that lost its lease writes nothing more. A later attempt starts from the
+    /// value the earlier one left until it sets its own.
+    ///
+    /// A [`JobContext::detached`] context keeps the value in memory only
+    /// ([`JobContext::progress`]).
+    ///
+    /// ```
+    /// # extern crate jobqueue_runtime as jobqueue;
+    /// # fn demo(ctx: jobqueue::JobContext) -> jobqueue::Result<()> {
+    /// ctx.set_progress(&serde_json::json!({ "rows": 1200, "of": 5000 }))?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) (setting `progress`) when
+    /// the value does not serialise or is larger than the limit; the previous value stays.
+    pub fn set_progress<T: serde::Serialize + ?Sized>(&self, value: &T) -> Result<()> {
+        let invalid = |reason: String| crate::Error::InvalidSetting {
+            setting: "progress",
+            reason: format!("job `{}`: {reason}", self.kind),
+        };
+        let json = serde_json::to_string(value).map_err(|e| {
+            invalid(format!(
+                "the progress value does not serialise to JSON: {e}"
+            ))
+        })?;
+        let limit = crate::progress::MAX_PROGRESS_BYTES;
+        if json.len() > limit {
+            return Err(invalid(format!(
+                "the progress value is {} bytes of JSON, more than the limit of {limit}; report counts or a short status, not data",
+                json.len()
+            )));
+        }
+        self.progress.set(json);
+        Ok(())
+    }
+
+    /// The latest value this attempt gave [`JobContext::set_progress`], written or not.
+    pub fn progress(&self) -> Option<serde_json::Value> {
+        self.progress
+            .latest()
+            .and_then(|json| serde_json::from_str(&json).ok())
+    }
+
     /// A context for calling a job function directly, outside a worker (tests, scripts):
     /// attempt 1 of 1, no kind, no queue, not cancelled. [`JobContext::builder`] sets the
-    /// rest.
+    /// rest. Its [`JobContext::set_progress`] values stay in memory, readable with
+    /// [`JobContext::progress`].
     pub fn detached(id: u64, task_key: impl Into<String>) -> Self {
         JobContext::builder(id, task_key).build()
     }
@@ -352,6 +420,7 @@ impl JobContext {
                 reason: Default::default(),
                 data: DataMap::default(),
                 claim: None,
+                progress: Default::default(),
             },
         }
     }

@@ -13,6 +13,7 @@ pub mod key;
 mod maintenance;
 mod metrics;
 mod model;
+mod progress;
 mod queue;
 pub mod registry;
 mod retry;
@@ -23,17 +24,19 @@ mod trace;
 mod worker;
 
 pub use data::{Data, DataNeed};
-pub use enqueue::EnqueueOptions;
+pub use enqueue::{EnqueueOptions, MAX_METADATA_BYTES};
 pub use error::{BoxError, Error, JobError, JobRef, Result};
 pub use job::{
     CancelReason, FromJobContext, IntoJobResult, Job, JobCanceller, JobContext, JobContextBuilder,
     JobOptions,
 };
 pub use metrics::MetricsSnapshot;
+pub use model::Uniqueness;
 pub use model::{
     CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats, Retention, RunningJob,
 };
 pub use model::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};
+pub use progress::MAX_PROGRESS_BYTES;
 pub use queue::{redact_url, Queue, QueueConfig};
 pub use retry::Backoff;
 pub use store::ServerInfo;
@@ -58,6 +61,10 @@ pub mod __store {
         // The operator dashboard's statements for a filter, with their arguments; run one
         // with `Store::explain`.
         pub use crate::store::{dashboard_statements, Arg};
+        // The older jobs of a task key (see `Uniqueness`).
+        pub use crate::store::{key_history_sql, release_sql};
+        // A running job's progress write.
+        pub use crate::store::PROGRESS_UPDATE;
     }
 }
 

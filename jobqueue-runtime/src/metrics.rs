@@ -63,6 +63,7 @@ counters! {
     database_errors => "jobqueue_database_errors_total": "Database errors the worker logged and recovered from.",
     enqueued => "jobqueue_enqueued_total": "Jobs inserted by enqueue.",
     duplicates => "jobqueue_enqueue_duplicates_total": "Enqueues refused as duplicates of an existing task key.",
+    progress_writes => "jobqueue_progress_writes_total": "Progress values of running jobs written: the first at once, then at most one per job per progress interval, and the last when the attempt ends.",
 }
 
 impl Metrics {

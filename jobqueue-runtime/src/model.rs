@@ -117,6 +117,68 @@ pub struct JobRecord {
     /// Since when it waits for a worker that can run it (a worker found its kind unknown or
     /// its payload unfit), if it does; `last_error` says why.
     pub unrunnable_since: Option<NaiveDateTime>,
+    /// How long its task key blocks another enqueue of the key.
+    pub unique: Uniqueness,
+    /// Whether a newer job of the same task key holds the key now (this one gave it up when
+    /// its [`Uniqueness`] stopped blocking); `task_key` is still the key it was enqueued with.
+    pub key_released: bool,
+    /// The JSON object set at enqueue with [`EnqueueOptions::metadata`](crate::EnqueueOptions::metadata).
+    pub metadata: Option<serde_json::Value>,
+    /// The latest value the job reported with
+    /// [`JobContext::set_progress`](crate::JobContext::set_progress).
+    pub progress: Option<serde_json::Value>,
+    /// When that value was written (UTC, server clock).
+    pub progress_at: Option<NaiveDateTime>,
+}
+
+/// How long a job's task key blocks another enqueue of the same key.
+///
+/// The holder's policy decides: an enqueue that meets a job holding its key gets
+/// [`Enqueued::Duplicate`] while that job's policy blocks, and a new job once it does not
+/// (the old job's row stays, as history: see [`Queue::jobs_by_key`](crate::Queue::jobs_by_key)).
+///
+/// Set per kind with `#[job(unique = "while_active")]` or `#[job(unique_for = "1h")]`, per
+/// enqueue with [`EnqueueOptions::unique`](crate::EnqueueOptions::unique).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Uniqueness {
+    /// While the job's row exists, until it is pruned after its retention (the default).
+    #[default]
+    UntilPruned,
+    /// While the job is scheduled, ready or running: once it is done, failed or cancelled
+    /// the key can be enqueued again. An operator's retry of a failed job whose key has
+    /// since been taken by a newer job puts it back without its key.
+    WhileActive,
+    /// For this long after the job was enqueued (server clock), whatever its status: a job
+    /// still waiting or running after the period does not block a new one. At least 1 ms.
+    For(#[serde(serialize_with = "serialize_secs")] std::time::Duration),
+}
+
+fn serialize_secs<S: serde::Serializer>(
+    d: &std::time::Duration,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+impl Uniqueness {
+    /// The value of the `unique_policy` column.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Uniqueness::UntilPruned => "until_pruned",
+            Uniqueness::WhileActive => "while_active",
+            Uniqueness::For(_) => "for_period",
+        }
+    }
+
+    /// The period in microseconds, for `unique_until`; `None` unless [`Uniqueness::For`].
+    pub(crate) fn period_us(self) -> Option<i64> {
+        match self {
+            Uniqueness::For(d) => Some(i64::try_from(d.as_micros()).unwrap_or(i64::MAX)),
+            _ => None,
+        }
+    }
 }
 
 /// What an enqueue did.
@@ -177,9 +239,23 @@ pub struct JobFilter {
     pub queue: Option<String>,
     /// Only this kind.
     pub kind: Option<String>,
+    /// Only jobs whose metadata has this key with this value (a JSON string equal to it, or
+    /// a number or boolean that prints as it: `42`, `true`).
+    pub meta: Option<(String, String)>,
 }
 
 impl JobFilter {
+    /// Only jobs whose metadata holds `key` with `value` (see [`JobFilter::meta`]). A key of
+    /// other characters than ASCII letters, digits, `_`, `-` and `.` matches no job.
+    ///
+    /// The metadata is not indexed: the list and count read the jobs the other filters
+    /// select (newest first for a list, until it has its `limit`), and test each. Combine
+    /// it with a status, queue or kind on a large table.
+    pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.meta = Some((key.into(), value.into()));
+        self
+    }
+
     /// Only jobs with this status.
     pub fn status(mut self, status: JobStatus) -> Self {
         self.status = Some(status);
@@ -279,6 +355,10 @@ pub(crate) struct NewJob {
     pub(crate) delay_us: i64,
     /// The W3C `traceparent` of the code that enqueued it, if it was traced.
     pub(crate) traceparent: Option<String>,
+    /// How long its key blocks another enqueue.
+    pub(crate) unique: Uniqueness,
+    /// The metadata object, as JSON text.
+    pub(crate) metadata: Option<String>,
 }
 
 /// What one [`Store::schedule_ticks`](crate::store::Store::schedule_ticks) pass did for a periodic kind.

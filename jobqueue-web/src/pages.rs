@@ -293,6 +293,9 @@ pub(crate) struct Filter {
     status: String,
     #[serde(default)]
     key: String,
+    /// `key=value` over the jobs' metadata.
+    #[serde(default)]
+    meta: String,
     #[serde(default)]
     from: String,
     #[serde(default)]
@@ -324,6 +327,18 @@ impl Filter {
         if !self.key.is_empty() {
             q = q.key_prefix(self.key.clone());
         }
+        if !self.meta.is_empty() {
+            let Some((key, value)) = self.meta.split_once('=') else {
+                return Err(Failure(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "metadata filter {:?} is not key=value; write e.g. tenant=acme",
+                        self.meta
+                    ),
+                ));
+            };
+            q = q.meta(key, value);
+        }
         Ok(q.created(parse_time(&self.from)?, parse_time(&self.to)?))
     }
 
@@ -334,6 +349,7 @@ impl Filter {
             ("kind", &self.kind),
             ("status", &self.status),
             ("key", &self.key),
+            ("meta", &self.meta),
             ("from", &self.from),
             ("to", &self.to),
         ]
@@ -350,6 +366,7 @@ impl Filter {
             ("kind", &self.kind),
             ("status", &self.status),
             ("key", &self.key),
+            ("meta", &self.meta),
             ("from", &self.from),
             ("to", &self.to),
         ]
@@ -449,6 +466,7 @@ pub(crate) async fn jobs(
          <label>Kind <input name=\"kind\" value=\"{}\"></label>\
          <label>Status <select name=\"status\">{statuses}</select></label>\
          <label>Key prefix <input name=\"key\" value=\"{}\"></label>\
+         <label>Metadata <input name=\"meta\" placeholder=\"tenant=acme\" value=\"{}\"></label>\
          <label>Enqueued from <input type=\"datetime-local\" name=\"from\" value=\"{}\"></label>\
          <label>to <input type=\"datetime-local\" name=\"to\" value=\"{}\"></label>\
          <button type=\"submit\">Filter</button></form>{bulk}\
@@ -458,6 +476,7 @@ pub(crate) async fn jobs(
         esc(&f.queue),
         esc(&f.kind),
         esc(&f.key),
+        esc(&f.meta),
         esc(&f.from),
         esc(&f.to),
     );
@@ -545,6 +564,23 @@ pub(crate) async fn job(
         ),
         ("Lease expiries", j.lease_expiries.to_string()),
         ("Waiting for a worker since", opt_time(&j.unrunnable_since)),
+        (
+            "Progress",
+            match (&j.progress, &j.progress_at) {
+                (Some(p), Some(at)) => {
+                    format!("<code>{}</code> at {}", esc(&p.to_string()), time(at))
+                }
+                _ => "–".into(),
+            },
+        ),
+        (
+            "Key",
+            if j.key_released {
+                "given up to a newer job of the same key".into()
+            } else {
+                "held".into()
+            },
+        ),
         ("Enqueued", time(&j.created_at)),
         ("Updated", time(&j.updated_at)),
         ("Finished", opt_time(&j.finished_at)),
@@ -559,6 +595,13 @@ pub(crate) async fn job(
              <p class=\"muted\">Earlier attempts' errors are not kept: each failure replaces the last.</p></section>",
             j.attempts,
             esc(e)
+        ),
+        None => String::new(),
+    };
+    let metadata = match &j.metadata {
+        Some(m) => format!(
+            "<section class=\"card\"><h2>Metadata</h2><pre class=\"payload\">{}</pre></section>",
+            esc(&serde_json::to_string_pretty(m).unwrap_or_default())
         ),
         None => String::new(),
     };
@@ -591,7 +634,7 @@ pub(crate) async fn job(
     }
     let body = format!(
         "<div class=\"actions\">{actions}</div><section class=\"card\"><dl class=\"fields\">{dl}</dl></section>\
-         {error}<section class=\"card\"><h2>Payload</h2>{payload}</section>"
+         {error}{metadata}<section class=\"card\"><h2>Payload</h2>{payload}</section>"
     );
     Ok(Html(page(
         &base,

@@ -43,6 +43,15 @@
 //! it commits), [`Queue::enqueue_many`] inserts many with a few statements, and
 //! [`Queue::enqueue_with`] takes a delay, a start time, a priority or an explicit key.
 //!
+//! How long a key blocks is the kind's [`Uniqueness`] (`#[job(unique = "while_active")]`,
+//! `#[job(unique_for = "1h")]`, or [`EnqueueOptions::unique`]): until the job is pruned (the
+//! default), while it waits or runs, or for a period after its enqueue. Once it stops
+//! blocking, the next enqueue of the key makes a new job and the old one stays as history
+//! ([`Queue::jobs_by_key`]). A job may carry a small JSON object of metadata
+//! ([`EnqueueOptions::meta`], filtered with [`JobFilter::meta`]) and, while it runs, report
+//! its progress ([`JobContext::set_progress`]), which operators read in its
+//! [`JobRecord`].
+//!
 //! # Running jobs
 //!
 //! A [`Worker`] claims exactly its free slots, renews its leases while jobs run, retries
@@ -101,6 +110,9 @@ pub use jobqueue_runtime::{
 // Enqueueing.
 #[doc(inline)]
 pub use jobqueue_runtime::{redact_url, EnqueueOptions, Enqueued, Queue, QueueConfig, ServerInfo};
+// How long a task key blocks another enqueue; how much metadata a job carries.
+#[doc(inline)]
+pub use jobqueue_runtime::{Uniqueness, MAX_METADATA_BYTES, MAX_PROGRESS_BYTES};
 // Running jobs.
 #[doc(inline)]
 pub use jobqueue_runtime::{shutdown_signal, Retention, Worker, WorkerBuilder, WorkerHandle};

@@ -316,7 +316,8 @@ async fn claim_skips_a_locked_row_without_waiting() {
 
 // The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
 use jobqueue_runtime::__store::statements::{
-    BRING_FORWARD_SELECT, CLAIM_SELECT, COMPLETE_IN, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
+    key_history_sql, release_sql, BRING_FORWARD_SELECT, CLAIM_SELECT, COMPLETE_IN, PROGRESS_UPDATE,
+    PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
 };
 
 /// One row of an `EXPLAIN`.
@@ -513,6 +514,41 @@ async fn maintenance_queries_use_their_indexes() {
         Access::Ref(2),
     )
     .await;
+    // The older jobs of a key: the released range of its prefix, newest first.
+    assert_plan(
+        pool,
+        "jobs of a key",
+        &key_history_sql(),
+        &["sync:1\u{0}", "sync:1\u{1}", "sync:1", "10"],
+        "job_queue_task_key",
+        Access::Range,
+    )
+    .await;
+    // The release of a key whose holder no longer blocks it: the holder, by its key.
+    // (Of a key that exists: MySQL plans no index for a key that matches no row.)
+    let some_key: String = sqlx::query_scalar("SELECT CAST(MAX(task_key) AS CHAR) FROM job_queue")
+        .fetch_one(pool)
+        .await
+        .expect("a key");
+    let plan = explain(pool, &release_sql(), &[&some_key]).await;
+    assert!(
+        plan.iter().any(|row| row.table == "job_queue"
+            && row.key.as_deref() == Some("job_queue_task_key")
+            && row.rows <= 1),
+        "the release reads one row by its key: {plan:#?}"
+    );
+    // A running job's progress: one row by its id, through the primary key or the
+    // (status, id) index, which the optimizer may equally pick for `status = ? AND id = ?`.
+    let plan = explain(pool, PROGRESS_UPDATE, &["{}", "5", "worker-1", "1"]).await;
+    assert!(
+        plan.iter().any(|row| row.table == "job_queue"
+            && matches!(
+                row.key.as_deref(),
+                Some("PRIMARY" | "job_queue_list_status")
+            )
+            && row.rows <= 1),
+        "progress write reads one row by id: {plan:#?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -20,6 +20,58 @@ type Seeded = (u64, &'static str, &'static str, &'static str, String);
 const HOSTILE: &str = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>";
 
 #[tokio::test]
+async fn the_job_page_shows_progress_and_metadata_escaped() {
+    let queue = fresh_queue("web_progress").await;
+    let id = insert_job(&queue, "default", "kind", "key:1", "{}", "running", None).await;
+    sqlx::query(
+        "UPDATE job_queue SET metadata = ?, progress = ?, progress_at = UTC_TIMESTAMP(6) WHERE id = ?",
+    )
+    .bind(serde_json::json!({ "tenant": HOSTILE }).to_string())
+    .bind(serde_json::json!({ "rows": 5, "note": HOSTILE }).to_string())
+    .bind(id)
+    .execute(queue.pool())
+    .await
+    .expect("set metadata and progress");
+    let router = Dashboard::new(queue.clone()).router();
+    let page = get(&router, &format!("/jobs/{id}")).await.body;
+    assert!(page.contains("<dt>Progress</dt>"), "{page}");
+    assert!(page.contains("&quot;rows&quot;:5"), "{page}");
+    assert!(page.contains("<h2>Metadata</h2>"), "{page}");
+    assert!(page.contains("&quot;tenant&quot;"), "{page}");
+    assert!(!page.contains("<script>"), "{page}");
+}
+
+#[tokio::test]
+async fn the_job_list_filters_on_metadata() {
+    let queue = fresh_queue("web_meta").await;
+    let acme = insert_job(&queue, "default", "kind", "key:acme", "{}", "ready", None).await;
+    let globex = insert_job(&queue, "default", "kind", "key:globex", "{}", "ready", None).await;
+    for (id, tenant) in [(acme, "acme"), (globex, "globex")] {
+        sqlx::query("UPDATE job_queue SET metadata = ? WHERE id = ?")
+            .bind(serde_json::json!({ "tenant": tenant }).to_string())
+            .bind(id)
+            .execute(queue.pool())
+            .await
+            .expect("set metadata");
+    }
+    let query = JobQuery::default().meta("tenant", "acme");
+    let page = queue.list_page(&query, None, 50).await.expect("page");
+    assert_eq!(page.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [acme]);
+    assert_eq!(queue.count_matching(&query).await.expect("count"), 1);
+
+    let router = Dashboard::new(queue.clone()).router();
+    let list = get(&router, "/jobs?meta=tenant%3Dacme").await.body;
+    assert!(list.contains(&format!("href=\"/jobs/{acme}\"")), "{list}");
+    assert!(
+        !list.contains(&format!("href=\"/jobs/{globex}\"")),
+        "{list}"
+    );
+    let bad = get(&router, "/jobs?meta=tenant").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.body.contains("is not key=value"), "{}", bad.body);
+}
+
+#[tokio::test]
 async fn every_value_from_the_database_is_escaped() {
     let queue = fresh_queue("web_escape").await;
     let payload = serde_json::json!({ "note": HOSTILE }).to_string();

@@ -149,6 +149,10 @@ impl Scheduler {
                 delay_us: 0,
                 // A tick is started by the schedule, not by traced code.
                 traceparent: None,
+                // Each tick has its own key, enqueued once (`job_queue_cron` sees to it):
+                // the kind's policy has nothing to free.
+                unique: crate::model::Uniqueness::UntilPruned,
+                metadata: None,
             };
             let (schedule, window) = (&e.schedule, self.window);
             let due = |last: chrono::NaiveDateTime| {

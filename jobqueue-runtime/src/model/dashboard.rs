@@ -24,6 +24,9 @@ pub struct JobQuery {
     pub created_from: Option<NaiveDateTime>,
     /// Only jobs enqueued before this time (UTC, the server's clock).
     pub created_to: Option<NaiveDateTime>,
+    /// Only jobs whose metadata holds this key with this value; see
+    /// [`JobFilter::meta`](crate::JobFilter::meta) (not indexed).
+    pub meta: Option<(String, String)>,
 }
 
 impl JobQuery {
@@ -48,6 +51,13 @@ impl JobQuery {
     /// Only jobs whose task key starts with `prefix`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Only jobs whose metadata holds `key` with `value`; see
+    /// [`JobFilter::meta`](crate::JobFilter::meta).
+    pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.meta = Some((key.into(), value.into()));
         self
     }
 

@@ -125,6 +125,19 @@ impl Store {
         fetch_job(&self.pool, lookup).await
     }
 
+    /// The jobs that gave `key` up to a newer job, newest first, at most `limit`.
+    pub(crate) async fn released_jobs(&self, key: &str, limit: u32) -> Result<Vec<JobRecord>> {
+        let (low, high) = super::enqueue::released_range(key);
+        let rows = sqlx::query(&key_history_sql())
+            .bind(low)
+            .bind(high)
+            .bind(key)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(record_from_row).collect()
+    }
+
     /// Jobs per status in one queue (all queues with `None`).
     pub(crate) async fn counts(&self, queue: Option<&str>) -> Result<Vec<(JobStatus, u64)>> {
         let rows = match queue {
@@ -290,6 +303,18 @@ impl Store {
     }
 }
 
+/// The released jobs of a key, newest first: a range of the `task_key` index (a released
+/// job's `task_key` is its key's prefix, 0x00 and its id in 20 digits, so index order is id
+/// order), confirmed by `released_key`. The ORDER BY names the table: a bare `task_key`
+/// would be the select list's alias, the key itself. Binds: the range's low and high ends, the key, the
+/// limit.
+pub fn key_history_sql() -> String {
+    format!(
+        "SELECT {JOB_COLUMNS} FROM job_queue \
+         WHERE task_key >= ? AND task_key < ? AND released_key = ? ORDER BY job_queue.task_key DESC LIMIT ?"
+    )
+}
+
 /// The `WHERE` clause of `filter` and the values it binds, in order.
 fn where_clause(filter: &JobFilter) -> (String, Vec<String>) {
     let mut conds = Vec::new();
@@ -305,6 +330,18 @@ fn where_clause(filter: &JobFilter) -> (String, Vec<String>) {
     if let Some(k) = &filter.kind {
         conds.push("kind = ?");
         args.push(k.clone());
+    }
+    if let Some((key, value)) = &filter.meta {
+        // JSON_EXTRACT and JSON_UNQUOTE behave alike on MySQL's JSON type and MariaDB's
+        // (LONGTEXT checked by JSON_VALID): the member's text, unquoted for a string.
+        // MariaDB has no `->>` operator, hence the functions.
+        if crate::enqueue::valid_meta_key(key) {
+            conds.push("JSON_UNQUOTE(JSON_EXTRACT(metadata, ?)) = ?");
+            args.push(format!("$.\"{key}\""));
+            args.push(value.clone());
+        } else {
+            conds.push("FALSE");
+        }
     }
     if conds.is_empty() {
         (String::new(), args)

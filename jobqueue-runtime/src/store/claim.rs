@@ -132,7 +132,8 @@ impl Store {
     ) -> Result<Vec<Claimed>> {
         let ids: Vec<u64> = taken.iter().map(|t| t.0).collect();
         let sql = format!(
-            "SELECT id, attempts, status = 'running' AND lease_owner <=> ?, queue, kind, task_key, payload, traceparent \
+            "SELECT id, attempts, status = 'running' AND lease_owner <=> ?, queue, kind, \
+             COALESCE(released_key, task_key) AS task_key, payload, traceparent \
              FROM job_queue WHERE id IN ({})",
             placeholders(padded_len(ids.len()))
         );

@@ -111,6 +111,16 @@ fn conditions(query: &JobQuery) -> (Vec<&'static str>, Vec<Arg>) {
         conds.push("task_key LIKE ?");
         args.push(Arg::Bytes(like_prefix(p).into_bytes()));
     }
+    if let Some((key, value)) = &query.meta {
+        // As for `JobFilter::meta` (store/admin.rs): the same functions on both servers.
+        if crate::enqueue::valid_meta_key(key) {
+            conds.push("JSON_UNQUOTE(JSON_EXTRACT(metadata, ?)) = ?");
+            args.push(Arg::Text(format!("$.\"{key}\"")));
+            args.push(Arg::Text(value.clone()));
+        } else {
+            conds.push("FALSE");
+        }
+    }
     if let Some(t) = query.created_from {
         conds.push("created_at >= ?");
         args.push(Arg::Time(t));

@@ -4,7 +4,7 @@ use sqlx::mysql::{MySqlPool, MySqlRow};
 use sqlx::Row;
 
 use crate::error::Result;
-use crate::model::{JobRecord, JobStatus};
+use crate::model::{JobRecord, JobStatus, Uniqueness};
 
 /// Which row [`fetch_job`] reads.
 #[derive(Debug)]
@@ -13,9 +13,12 @@ pub(crate) enum JobLookup<'a> {
     Key(&'a str),
 }
 
-pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, task_key, payload, CAST(status AS CHAR) AS status, priority, run_at, \
+/// A released job's `task_key` is not its key: its key is in `released_key`.
+pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, COALESCE(released_key, task_key) AS task_key, payload, CAST(status AS CHAR) AS status, priority, run_at, \
     attempts, max_attempts, lease_owner, lease_until, cancel_requested, last_error, created_at, updated_at, finished_at, \
-    lease_expiries, unrunnable_since";
+    lease_expiries, unrunnable_since, CAST(unique_policy AS CHAR) AS unique_policy, \
+    TIMESTAMPDIFF(MICROSECOND, created_at, unique_until) AS unique_us, released_key IS NOT NULL AS key_released, \
+    metadata, progress, progress_at";
 
 pub(crate) async fn fetch_job(
     pool: &MySqlPool,
@@ -64,7 +67,28 @@ pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
         finished_at: r.try_get("finished_at")?,
         lease_expiries: r.try_get("lease_expiries")?,
         unrunnable_since: r.try_get("unrunnable_since")?,
+        unique: match text(r, "unique_policy")?.as_str() {
+            "while_active" => Uniqueness::WhileActive,
+            "for_period" => Uniqueness::For(std::time::Duration::from_micros(
+                r.try_get::<Option<i64>, _>("unique_us")?
+                    .unwrap_or(0)
+                    .max(0) as u64,
+            )),
+            _ => Uniqueness::UntilPruned,
+        },
+        key_released: r.try_get("key_released")?,
+        metadata: json(r, "metadata")?,
+        progress: json(r, "progress")?,
+        progress_at: r.try_get("progress_at")?,
     })
+}
+
+/// A nullable JSON column.
+fn json(r: &MySqlRow, name: &str) -> sqlx::Result<Option<serde_json::Value>> {
+    Ok(
+        r.try_get::<Option<sqlx::types::Json<serde_json::Value>>, _>(name)?
+            .map(|j| j.0),
+    )
 }
 
 /// A text column. Columns with a binary collation (`utf8mb4_bin`, `ascii_bin`: keys and

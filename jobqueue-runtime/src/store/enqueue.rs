@@ -8,19 +8,22 @@ use crate::error::JobRef;
 use crate::model::{Enqueued, NewJob};
 
 const INSERT_ONE: &str = "INSERT INTO job_queue \
-     (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, traceparent, created_at, updated_at) \
+     (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, traceparent, created_at, updated_at, unique_policy, unique_until, metadata) \
      VALUES (?, ?, ?, ?, \
        IF(COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) > UTC_TIMESTAMP(6), 'scheduled', 'ready'), \
-       ?, COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), 0, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
+       ?, COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), 0, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), \
+       ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?)";
 
 const VALUES_ROW: &str = "(?, ?, ?, ?, \
        IF(COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) > UTC_TIMESTAMP(6), 'scheduled', 'ready'), \
-       ?, COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), 0, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
+       ?, COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), 0, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), \
+       ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?)";
 
 /// [`VALUES_ROW`] for a job due now: queue, kind, key, payload, priority, max_attempts,
-/// lease_ms, traceparent.
+/// lease_ms, traceparent, unique_policy, the uniqueness period (NULL: no `unique_until`),
+/// metadata.
 const VALUES_ROW_NOW: &str = "(?, ?, ?, ?, 'ready', ?, UTC_TIMESTAMP(6), 0, ?, ?, ?, \
-       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?)";
 
 /// Binds one job's values for [`VALUES_ROW`] (or, with `due_now`, [`VALUES_ROW_NOW`]).
 fn bind_new<'q>(
@@ -47,29 +50,82 @@ fn bind_new<'q>(
     q.bind(job.max_attempts)
         .bind(job.lease_ms)
         .bind(job.traceparent.as_deref())
+        .bind(job.unique.as_str())
+        .bind(job.unique.period_us())
+        .bind(job.metadata.as_deref())
 }
 
 pub(super) fn is_key_conflict(e: &sqlx::Error) -> bool {
     server_code(e) == Some(1062)
 }
 
-/// Inserts one job; a task key that exists already gives `Duplicate` with the existing id.
+/// Whether the row's [`Uniqueness`](crate::Uniqueness) has stopped blocking its key: a
+/// `while_active` job that has finished, or a `for_period` job whose period has passed.
+const RELEASABLE: &str =
+    "((unique_policy = 'while_active' AND status IN ('done', 'failed', 'cancelled')) \
+     OR (unique_policy = 'for_period' AND unique_until <= UTC_TIMESTAMP(6)))";
+
+/// How many leading bytes of a key a released job keeps in its `task_key`: with the 0x00
+/// separator and 20 digits of id, 981 bytes, within the column's 1,020.
+pub(crate) const RELEASED_PREFIX: usize = 960;
+
+/// Moves the key of the job holding it to `released_key`, if the holder's policy no longer
+/// blocks it (decided here, on the row's latest committed version, under its row lock). The
+/// holder's `task_key` becomes its key's first `RELEASED_PREFIX` (960) bytes, 0x00 and its id
+/// as 20 digits: unique, since ids are, and it cannot meet a real key, which has no control
+/// characters. Concurrent enqueuers serialise on the holder's row: one moves the key, the
+/// others match no row.
+pub fn release_sql() -> String {
+    format!(
+        "UPDATE job_queue SET released_key = task_key, \
+           task_key = CONCAT(LEFT(task_key, {RELEASED_PREFIX}), X'00', LPAD(id, 20, '0')) \
+         WHERE task_key = ? AND released_key IS NULL AND {RELEASABLE}"
+    )
+}
+
+/// The bounds of the `task_key` range that holds the released jobs of `key`: its first
+/// [`RELEASED_PREFIX`] bytes followed by 0x00 (inclusive) and by 0x01 (exclusive).
+pub(crate) fn released_range(key: &str) -> (Vec<u8>, Vec<u8>) {
+    let bytes = key.as_bytes();
+    let prefix = &bytes[..bytes.len().min(RELEASED_PREFIX)];
+    let mut low = prefix.to_vec();
+    low.push(0);
+    let mut high = prefix.to_vec();
+    high.push(1);
+    (low, high)
+}
+
+/// Inserts one job; a task key that exists already gives `Duplicate` with the existing id,
+/// unless the holder's [`Uniqueness`](crate::Uniqueness) has stopped blocking the key: then
+/// the holder gives it up (see [`release_sql`]) and the insert is tried again.
 ///
 /// A duplicate-key error undoes only the failed statement, so this is safe inside the
 /// caller's transaction.
 pub(crate) async fn insert(conn: &mut MySqlConnection, job: &NewJob) -> Result<Enqueued> {
-    // The existing row can be pruned between our failed INSERT and the SELECT: then the
-    // key is free again and the INSERT is tried once more.
-    for _ in 0..3 {
+    // The existing row can be pruned between our failed INSERT and the SELECT, or give up
+    // its key: then the key is free again and the INSERT is tried once more. Whoever inserts
+    // first after a release is the one new job; the others meet it and are duplicates.
+    for _ in 0..6 {
         match bind_new(sqlx::query(INSERT_ONE), job, false)
             .execute(&mut *conn)
             .await
         {
             Ok(done) => return Ok(Enqueued::New(done.last_insert_id())),
             Err(e) if is_key_conflict(&e) => {
-                if let Some((id, kind)) = existing_id(conn, &job.key).await? {
+                if let Some((id, holder)) = existing_id(conn, &job.key).await? {
+                    if holder.as_ref().is_some_and(|h| h.releasable) {
+                        // Matching no row is fine too: another enqueuer released it first,
+                        // or the holder blocks again (an operator's retry); the next INSERT
+                        // tells which.
+                        sqlx::query(&release_sql())
+                            .bind(&job.key)
+                            .execute(&mut *conn)
+                            .await?;
+                        continue;
+                    }
                     // A kind hidden by the caller's snapshot cannot be compared: the key is
                     // taken either way, and the job holding it is most likely this kind's.
+                    let kind = holder.map(|h| h.kind);
                     return duplicate_of(job, id, kind.as_deref().unwrap_or(&job.kind));
                 }
             }
@@ -78,15 +134,23 @@ pub(crate) async fn insert(conn: &mut MySqlConnection, job: &NewJob) -> Result<E
     }
     Err(Error::InvalidKey {
         key: job.key.chars().take(80).collect(),
-        reason: "the key kept colliding with a row that vanished before it could be read".into(),
+        reason: "the key kept colliding with a row that vanished or gave up the key before it could be read".into(),
     })
 }
 
-/// The id and kind of the job holding `key`.
+/// What a plain read tells of the job holding a key.
+struct Holder {
+    kind: String,
+    /// Whether its policy no longer blocks the key (a hint: the release re-checks it).
+    releasable: bool,
+}
+
+/// The id of the job holding `key`, with its kind and policy when the caller's snapshot
+/// shows its row.
 async fn existing_id(
     conn: &mut MySqlConnection,
     key: &str,
-) -> Result<Option<(u64, Option<String>)>> {
+) -> Result<Option<(u64, Option<Holder>)>> {
     // A locking read sees the latest committed row even inside the caller's REPEATABLE READ
     // snapshot; the duplicate-key error already holds this shared lock anyway. It reads the
     // key's index alone: a locking read of the row itself would fail with 1020 (and abort the
@@ -99,13 +163,21 @@ async fn existing_id(
             .await?;
     let Some(id) = id else { return Ok(None) };
     // A plain read never fails that way; inside such a snapshot it may not see the row, and
-    // then the kind is unknown.
-    let kind: Option<String> =
-        sqlx::query_scalar("SELECT CAST(kind AS CHAR) FROM job_queue WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&mut *conn)
-            .await?;
-    Ok(Some((id, kind)))
+    // then the kind is unknown (and the key is not released).
+    let row = sqlx::query(&format!(
+        "SELECT CAST(kind AS CHAR), {RELEASABLE} FROM job_queue WHERE id = ?"
+    ))
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let holder = match row {
+        Some(r) => Some(Holder {
+            kind: text(&r, 0)?,
+            releasable: r.try_get::<Option<bool>, _>(1)?.unwrap_or(false),
+        }),
+        None => None,
+    };
+    Ok(Some((id, holder)))
 }
 
 /// `Duplicate(id)` when job `id`, which holds `job`'s key, is of `job`'s kind. A job of
@@ -162,7 +234,31 @@ async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec
     // A plain read: a locking one would take gap locks on keys that do not exist yet, which
     // deadlock two batches enqueued at once. A key inserted by someone else after this read
     // makes the INSERT fail with a duplicate, handled below.
-    let existing = ids_by_key(conn, &keys, false).await?;
+    let mut existing = ids_by_key(conn, &keys, false).await?;
+    // Holders whose policy no longer blocks their key give it up, all in one statement; a
+    // key released by someone else meanwhile, or blocking again, makes the INSERT below
+    // meet a duplicate, handled there.
+    let releasable: Vec<&str> = existing
+        .iter()
+        .filter(|(_, h)| h.2)
+        .map(|(k, _)| *k)
+        .collect();
+    if !releasable.is_empty() {
+        let sql = format!(
+            "UPDATE job_queue SET released_key = task_key, \
+               task_key = CONCAT(LEFT(task_key, {RELEASED_PREFIX}), X'00', LPAD(id, 20, '0')) \
+             WHERE task_key IN ({}) AND released_key IS NULL AND {RELEASABLE}",
+            placeholders(padded_len(releasable.len()))
+        );
+        let mut q = sqlx::query(&sql);
+        for k in padded(&releasable) {
+            q = q.bind(k);
+        }
+        q.execute(&mut *conn).await?;
+        for k in &releasable {
+            existing.remove(k);
+        }
+    }
     // The first job of each key not yet in the table is inserted; every other one is a
     // duplicate (of the table's row, or of the earlier job in this batch).
     let mut seen = std::collections::HashSet::new();
@@ -177,7 +273,7 @@ async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec
         // take the plain row, without the per-row expressions and their four parameters.
         let now = fresh.iter().all(|j| j.run_at.is_none() && j.delay_us == 0);
         let sql = format!(
-            "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, traceparent, created_at, updated_at) VALUES {}",
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, traceparent, created_at, updated_at, unique_policy, unique_until, metadata) VALUES {}",
             vec![if now { VALUES_ROW_NOW } else { VALUES_ROW }; fresh.len()].join(", ")
         );
         // A full chunk, the usual case of a large batch, has one arity: keep it prepared
@@ -206,10 +302,10 @@ async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec
     jobs.iter()
         .map(|j| {
             let k = j.key.as_str();
-            if let Some((id, kind)) = existing.get(k) {
+            if let Some((id, kind, _)) = existing.get(k) {
                 duplicate_of(j, *id, kind)
             } else {
-                let (id, kind) = inserted
+                let (id, kind, _) = inserted
                     .get(k)
                     .ok_or_else(|| Error::JobNotFound(JobRef::Key(k.to_owned())))?;
                 if first.insert(k) {
@@ -222,18 +318,19 @@ async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec
         .collect()
 }
 
-/// The id and kind of the job holding each of `keys` that is taken.
+/// The id and kind of the job holding each of `keys` that is taken, and whether its policy
+/// no longer blocks the key.
 async fn ids_by_key<'k>(
     conn: &mut MySqlConnection,
     keys: &[&'k str],
     locking: bool,
-) -> Result<std::collections::HashMap<&'k str, (u64, String)>> {
+) -> Result<std::collections::HashMap<&'k str, (u64, String, bool)>> {
     let mut map = std::collections::HashMap::new();
     if keys.is_empty() {
         return Ok(map);
     }
     let sql = format!(
-        "SELECT id, task_key, kind FROM job_queue WHERE task_key IN ({}){}",
+        "SELECT id, task_key, kind, {RELEASABLE} FROM job_queue WHERE task_key IN ({}){}",
         placeholders(padded_len(keys.len())),
         if locking { " LOCK IN SHARE MODE" } else { "" }
     );
@@ -245,7 +342,8 @@ async fn ids_by_key<'k>(
         let id: u64 = row.try_get(0)?;
         let key = text(&row, 1)?;
         if let Some(k) = keys.iter().find(|k| **k == key) {
-            map.insert(*k, (id, text(&row, 2)?));
+            let releasable = row.try_get::<Option<bool>, _>(3)?.unwrap_or(false);
+            map.insert(*k, (id, text(&row, 2)?, releasable));
         }
     }
     Ok(map)

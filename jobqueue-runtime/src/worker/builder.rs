@@ -29,6 +29,7 @@ pub(super) struct Config {
     pub(super) owner: String,
     pub(super) unrunnable_deadline: Duration,
     pub(super) max_lease_expiries: u32,
+    pub(super) progress_interval: Duration,
 }
 
 /// Builds a [`Worker`]. Every setting has a default; [`WorkerBuilder::build`] checks them.
@@ -86,6 +87,14 @@ impl WorkerBuilder {
     /// never exceeded.
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
         self.config.cancel_grace = grace;
+        self
+    }
+
+    /// The least time between two writes of one job's progress
+    /// ([`JobContext::set_progress`](crate::JobContext::set_progress)). Default 2 s. The
+    /// first value is written at once and the last when the attempt ends, whatever this is.
+    pub fn progress_interval(mut self, every: Duration) -> Self {
+        self.config.progress_interval = every;
         self
     }
 
@@ -276,6 +285,7 @@ impl Worker {
                 owner: default_owner(),
                 unrunnable_deadline: Duration::from_secs(24 * 3600),
                 max_lease_expiries: crate::store::DEFAULT_MAX_LEASE_EXPIRIES,
+                progress_interval: Duration::from_secs(2),
             },
             data: DataMap::default(),
         }

@@ -152,6 +152,7 @@ impl Worker {
             reason: Default::default(),
             data: self.data.clone(),
             claim: Some(Arc::new(ClaimFence::new(self.config.owner.clone()))),
+            progress: Default::default(),
         };
         let displaced = leases.insert(
             c.id,
@@ -195,7 +196,17 @@ impl Worker {
         let leases = leases.clone();
         let (id, attempt) = (c.id, c.attempt);
         let task_ctx = ctx.clone();
+        let progress_done = CancellationToken::new();
+        let progress = tokio::spawn(super::progress::write_progress(
+            self.store.clone(),
+            ctx.progress.clone(),
+            (c.id, self.config.owner.clone(), c.attempt),
+            self.config.progress_interval,
+            progress_done.clone(),
+        ));
         let task = async move {
+            // Stops the progress writer however this task ends, a panic included.
+            let _stop_progress = progress_done.clone().drop_guard();
             let outcome = run_one(
                 c.kind.clone(),
                 descriptor,
@@ -206,6 +217,12 @@ impl Worker {
                 &registry,
             )
             .await;
+            // The last progress value is written before the outcome, while the row is still
+            // this attempt's.
+            progress_done.cancel();
+            if let Err(e) = progress.await {
+                tracing::error!(error = %e, "the progress writer ended abnormally");
+            }
             let Some(outcome) = decide(outcome, &ctx, descriptor, give_up_after) else {
                 return;
             };

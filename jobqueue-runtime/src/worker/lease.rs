@@ -417,6 +417,7 @@ mod tests {
                 reason: Default::default(),
                 data: Default::default(),
                 claim: None,
+                progress: Default::default(),
             },
             cancel_seen: false,
             finishing: false,

@@ -26,6 +26,7 @@ mod lease;
 mod lease_thread;
 pub(crate) mod outcome;
 mod pacer;
+mod progress;
 mod writer;
 
 use crate::maintenance::{maintenance_loop, Maintenance, Scheduler};

@@ -125,6 +125,7 @@ mod tests {
             reason: Default::default(),
             data: Default::default(),
             claim: None,
+            progress: Default::default(),
         }
     }
 

@@ -17,5 +17,6 @@ use jobqueue::{
     WorkerInfo, HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER, JobStatus, MetricsSnapshot, Queue, QueueConfig,
     QueueStats, Result, Retention, RunningJob, ServerInfo, Worker, WorkerBuilder, WorkerHandle,
 };
+use jobqueue::{Uniqueness, MAX_METADATA_BYTES, MAX_PROGRESS_BYTES};
 
 fn main() {}

@@ -1,0 +1,36 @@
+//! Progress: the latest value a running job reported, fenced by its claim.
+
+use super::*;
+
+/// Writes one attempt's progress. By primary key; the owner and attempt fence it, as they
+/// fence every write after a claim. `updated_at` is left alone: progress is not a change
+/// of state.
+pub const PROGRESS_UPDATE: &str =
+    "UPDATE job_queue SET progress = ?, progress_at = UTC_TIMESTAMP(6) \
+     WHERE id = ? AND lease_owner = ? AND attempts = ? AND status = 'running'";
+
+impl Store {
+    /// Writes `json` as the progress of job `id`, attempt `attempt` held by `owner`.
+    /// Returns false when that claim is no longer held (the lease was lost, or the job
+    /// ended): nothing was written.
+    pub(crate) async fn write_progress(
+        &self,
+        id: u64,
+        owner: &str,
+        attempt: u32,
+        json: &str,
+    ) -> Result<bool> {
+        let q = sqlx::query(PROGRESS_UPDATE)
+            .bind(json)
+            .bind(id)
+            .bind(owner)
+            .bind(attempt);
+        let done = on_connection!(self, |conn| q.execute(&mut *conn)).await?;
+        let held = done.rows_affected() == 1;
+        if held {
+            let m = &self.metrics;
+            m.add(&m.progress_writes, "jobqueue_progress_writes_total", 1);
+        }
+        Ok(held)
+    }
+}
