@@ -131,7 +131,7 @@ pub(crate) async fn crash(ctx: JobContext, name: String) -> Result<(), JobError>
 #[job(
     name = "ledger",
     key = "{name}",
-    lease = "2s",
+    lease = "5s",
     max_attempts = 25,
     backoff = "constant(100ms)"
 )]
