@@ -12,7 +12,7 @@ use jobqueue_spec::duration::{self, Millis};
 use jobqueue_spec::queue::{self, QueueNameError, MAX_QUEUE_CHARS};
 
 /// Every option, with the example its error messages show.
-const OPTIONS: [(&str, &str); 11] = [
+const OPTIONS: [(&str, &str); 12] = [
     ("name", r#"name = "export_order""#),
     ("queue", r#"queue = "exports""#),
     ("max_attempts", "max_attempts = 5"),
@@ -23,6 +23,7 @@ const OPTIONS: [(&str, &str); 11] = [
     ("backoff", r#"backoff = "exponential(1s, 1h)""#),
     ("cron", r#"cron = "0 */5 * * * *""#),
     ("overlap", "overlap = true"),
+    ("max_snoozes", "max_snoozes = 1000"),
     ("crate", r#"crate = "jobqueue""#),
 ];
 
@@ -42,6 +43,7 @@ pub(crate) struct JobArgs {
     pub(crate) backoff: Option<BackoffSpec>,
     pub(crate) cron: Option<LitStr>,
     pub(crate) overlap: Option<syn::LitBool>,
+    pub(crate) max_snoozes: Option<u32>,
     pub(crate) krate: Option<syn::Path>,
 }
 
@@ -161,6 +163,16 @@ impl JobArgs {
                     )
                 })?;
                 self.max_attempts = Some(n);
+            }
+            "max_snoozes" => {
+                let n = integer(option, example, value)?;
+                let n = u32::try_from(n).map_err(|_| {
+                    syn::Error::new_spanned(
+                        value,
+                        format!("`max_snoozes` must be 0 to {}", u32::MAX),
+                    )
+                })?;
+                self.max_snoozes = Some(n);
             }
             "lease" => {
                 let d = duration(option, example, value)?;

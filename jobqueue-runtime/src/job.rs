@@ -76,11 +76,14 @@ pub struct JobOptions {
     /// longer than the period never overlaps the next one, and a queue that no worker serves
     /// holds at most one waiting tick.
     pub overlap: bool,
+    /// How many times a job of this kind may snooze ([`JobError::snooze`]) before the next
+    /// snooze fails it. Default 100.
+    pub max_snoozes: u32,
 }
 
 impl JobOptions {
     /// The defaults: queue `default`, 25 attempts, 30 s lease, no timeout, priority 0,
-    /// exponential backoff, no cron schedule, no overlapping ticks.
+    /// exponential backoff, no cron schedule, no overlapping ticks, 100 snoozes.
     pub const DEFAULT: JobOptions = JobOptions {
         queue: "default",
         max_attempts: 25,
@@ -90,6 +93,7 @@ impl JobOptions {
         backoff: Backoff::DEFAULT,
         cron: None,
         overlap: false,
+        max_snoozes: 100,
     };
 
     /// Sets the queue.
@@ -139,6 +143,12 @@ impl JobOptions {
         self.overlap = overlap;
         self
     }
+
+    /// Sets how many times a job may snooze (see [`JobOptions::max_snoozes`]).
+    pub const fn max_snoozes(mut self, max_snoozes: u32) -> Self {
+        self.max_snoozes = max_snoozes;
+        self
+    }
 }
 
 impl Default for JobOptions {
@@ -174,6 +184,7 @@ pub struct JobContext {
     pub(crate) token: CancellationToken,
     pub(crate) reason: std::sync::Arc<std::sync::OnceLock<CancelReason>>,
     pub(crate) data: DataMap,
+    pub(crate) output: OutputSlot,
 }
 
 impl JobContext {
@@ -263,7 +274,21 @@ impl JobContext {
             token: CancellationToken::new(),
             reason: Default::default(),
             data: DataMap::default(),
+            output: OutputSlot::default(),
         }
+    }
+
+    /// Records what this attempt returns, stored with the job when it ends `done` (read
+    /// with [`Queue::output`](crate::Queue::output)). A `#[job]` function does it by
+    /// returning the value; a hand-written [`Job`] impl calls this. The last call wins.
+    pub fn set_output<T: Serialize + 'static>(&self, value: &T) {
+        self.output.put(value)
+    }
+
+    /// The output recorded by this attempt: its JSON, or why it could not be serialized.
+    /// `None` when the job returned `()`.
+    pub(crate) fn output(&self) -> Option<std::result::Result<String, String>> {
+        self.output.0.lock().ok().and_then(|o| o.clone())
     }
 
     pub(crate) fn cancel(&self, reason: CancelReason) {
@@ -272,27 +297,82 @@ impl JobContext {
     }
 }
 
-/// What a job function may return: `()` or `Result<(), E>` where `E` converts into [`JobError`].
+/// Where a run's output waits until its outcome is written: shared by the clones of a
+/// [`JobContext`], so the code the macro generates can fill it after the function took the
+/// context.
+#[doc(hidden)]
+#[derive(Debug, Clone, Default)]
+pub struct OutputSlot(
+    std::sync::Arc<std::sync::Mutex<Option<std::result::Result<String, String>>>>,
+);
+
+impl OutputSlot {
+    /// The slot of `ctx`.
+    pub fn of(ctx: &JobContext) -> Self {
+        ctx.output.clone()
+    }
+
+    /// Converts what a job function returned: its output into the slot, its error out.
+    pub fn keep<R: IntoJobResult>(&self, returned: R) -> Result<(), JobError> {
+        self.put(&returned.into_job_result()?);
+        Ok(())
+    }
+
+    /// Serializes `value` into the slot; `()` stores nothing (and costs nothing).
+    pub fn put<T: Serialize + 'static>(&self, value: &T) {
+        if std::any::TypeId::of::<T>() == std::any::TypeId::of::<()>() {
+            return;
+        }
+        let json = serde_json::to_string(value).map_err(|e| e.to_string());
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = Some(json);
+        }
+    }
+}
+
+/// What a job function may return: `()`, or `Result<T, E>` where `T` is the job's output
+/// (`()`, or any value serializable to JSON) and `E` converts into [`JobError`].
 #[diagnostic::on_unimplemented(
-    message = "a job function must return `()` or `Result<(), E>` where `E` converts into `JobError`",
+    message = "a job function must return `()` or `Result<T, E>` where `T` is `()` or serializable (`Serialize + DeserializeOwned`) and `E` converts into `JobError`",
     label = "`{Self}` is not a job result",
     note = "any `E: Into<Box<dyn std::error::Error + Send + Sync>>` works, such as `std::io::Error`, `anyhow::Error` or `String`"
 )]
 pub trait IntoJobResult {
+    /// What a successful run returns, stored with the job (`()`: nothing).
+    type Output: Serialize + DeserializeOwned + Send + 'static;
+
     /// Converts the job function's return value.
-    fn into_job_result(self) -> Result<(), JobError>;
+    fn into_job_result(self) -> Result<Self::Output, JobError>;
 }
 
 impl IntoJobResult for () {
+    type Output = ();
+
     fn into_job_result(self) -> Result<(), JobError> {
         Ok(())
     }
 }
 
-impl<E: Into<JobError>> IntoJobResult for std::result::Result<(), E> {
-    fn into_job_result(self) -> Result<(), JobError> {
+impl<T, E> IntoJobResult for std::result::Result<T, E>
+where
+    T: Serialize + DeserializeOwned + Send + 'static,
+    E: Into<JobError>,
+{
+    type Output = T;
+
+    fn into_job_result(self) -> Result<T, JobError> {
         self.map_err(Into::into)
     }
+}
+
+/// The type a kind's runs return, stored with each done job and read back typed with
+/// [`Queue::output`](crate::Queue::output) and [`Queue::wait_output`](crate::Queue::wait_output).
+/// `#[job]` implements it from the function's return type (`()` when it returns `()` or
+/// `Result<(), E>`); a hand-written [`Job`] impl may implement it, and record the value
+/// with [`JobContext::set_output`].
+pub trait JobOutput {
+    /// What a successful run returns.
+    type Output: Serialize + DeserializeOwned + Send + 'static;
 }
 
 /// A parameter of a job function that the worker provides rather than the payload.

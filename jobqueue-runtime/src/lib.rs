@@ -17,15 +17,19 @@ pub mod registry;
 mod retry;
 mod store;
 mod trace;
+mod wait;
 mod worker;
 
 pub use data::{Data, DataNeed};
 pub use enqueue::EnqueueOptions;
 pub use error::{BoxError, Error, JobError, JobRef, Result};
-pub use job::{CancelReason, FromJobContext, IntoJobResult, Job, JobContext, JobOptions};
+pub use job::{
+    CancelReason, FromJobContext, IntoJobResult, Job, JobContext, JobOptions, JobOutput,
+};
 pub use metrics::MetricsSnapshot;
 pub use model::{
-    CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats, Retention, RunningJob,
+    Attempt, AttemptOutcome, CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats,
+    Retention, RunningJob, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY, MAX_OUTPUT_BYTES,
 };
 pub use model::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use queue::{redact_url, Queue, QueueConfig};
@@ -55,7 +59,7 @@ pub mod __store {
 /// What `#[job]` expands to uses these paths. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::job::{FromJobContext, IntoJobResult};
+    pub use crate::job::{FromJobContext, IntoJobResult, OutputSlot};
     pub use crate::key::{derived_task_key, fit_key};
     pub use crate::registry::{JobDescriptor, RunFuture};
     pub use ::inventory;

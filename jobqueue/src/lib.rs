@@ -92,7 +92,7 @@ pub use jobqueue_macros::job;
 #[doc(inline)]
 pub use jobqueue_runtime::{
     Backoff, BoxError, CancelReason, Data, DataNeed, FromJobContext, IntoJobResult, Job,
-    JobContext, JobError, JobOptions,
+    JobContext, JobError, JobOptions, JobOutput, MAX_OUTPUT_BYTES,
 };
 // Enqueueing.
 #[doc(inline)]
@@ -101,6 +101,8 @@ pub use jobqueue_runtime::{redact_url, EnqueueOptions, Enqueued, Queue, QueueCon
 #[doc(inline)]
 pub use jobqueue_runtime::{shutdown_signal, Retention, Worker, WorkerBuilder, WorkerHandle};
 // Looking at and acting on jobs.
+#[doc(inline)]
+pub use jobqueue_runtime::{Attempt, AttemptOutcome, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY};
 #[doc(inline)]
 pub use jobqueue_runtime::{
     CancelOutcome, JobFilter, JobPage, JobQuery, JobRecord, JobStatus, MetricsSnapshot,

@@ -9,11 +9,11 @@ use crate::model::{
     CancelOutcome, JobFilter, JobQuery, JobRecord, JobStatus, QueueStats, RunningJob,
 };
 
-// An operator's retry is a fresh start: one more attempt, and the bounds on expired leases
-// and on waiting for a worker that can run the job count again from zero.
+// An operator's retry is a fresh start: one more attempt, and the bounds on expired leases,
+// on waiting for a worker that can run the job and on snoozes count again from zero.
 const RETRY_SET: &str = "UPDATE job_queue SET status = 'ready', run_at = UTC_TIMESTAMP(6), \
      max_attempts = GREATEST(max_attempts, attempts + 1), cancel_requested = 0, \
-     lease_expiries = 0, unrunnable_since = NULL, \
+     lease_expiries = 0, unrunnable_since = NULL, snoozes = 0, \
      lease_owner = NULL, lease_until = NULL, finished_at = NULL, updated_at = UTC_TIMESTAMP(6)";
 
 /// Rows a bulk retry changes per statement.
@@ -123,6 +123,36 @@ impl Store {
     /// One job, by id or by task key.
     pub(crate) async fn job(&self, lookup: JobLookup<'_>) -> Result<Option<JobRecord>> {
         fetch_job(&self.pool, lookup).await
+    }
+
+    /// A job's attempt history (`attempt_log`, JSON text) by id: `None` when there is no
+    /// such job, `Some(None)` when no attempt has ended yet.
+    pub(crate) async fn attempt_log(&self, id: u64) -> Result<Option<Option<String>>> {
+        let row = sqlx::query("SELECT attempt_log FROM job_queue WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| opt_text(&r, 0).map_err(Into::into)).transpose()
+    }
+
+    /// A job's kind, status and output (JSON text), by id.
+    pub(crate) async fn output(
+        &self,
+        id: u64,
+    ) -> Result<Option<(String, JobStatus, Option<String>)>> {
+        let row =
+            sqlx::query("SELECT kind, CAST(status AS CHAR), output FROM job_queue WHERE id = ?")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+        let Some(r) = row else {
+            return Ok(None);
+        };
+        Ok(Some((
+            text(&r, 0)?,
+            text(&r, 1)?.parse()?,
+            opt_text(&r, 2)?,
+        )))
     }
 
     /// Jobs per status in one queue (all queues with `None`).

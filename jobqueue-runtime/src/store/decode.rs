@@ -4,7 +4,9 @@ use sqlx::mysql::{MySqlPool, MySqlRow};
 use sqlx::Row;
 
 use crate::error::Result;
-use crate::model::{JobRecord, JobStatus};
+use chrono::NaiveDateTime;
+
+use crate::model::{Attempt, AttemptOutcome, JobRecord, JobStatus};
 
 /// Which row [`fetch_job`] reads.
 #[derive(Debug)]
@@ -15,7 +17,7 @@ pub(crate) enum JobLookup<'a> {
 
 pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, task_key, payload, CAST(status AS CHAR) AS status, priority, run_at, \
     attempts, max_attempts, lease_owner, lease_until, cancel_requested, last_error, created_at, updated_at, finished_at, \
-    lease_expiries, unrunnable_since";
+    lease_expiries, unrunnable_since, snoozes";
 
 pub(crate) async fn fetch_job(
     pool: &MySqlPool,
@@ -64,7 +66,40 @@ pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
         finished_at: r.try_get("finished_at")?,
         lease_expiries: r.try_get("lease_expiries")?,
         unrunnable_since: r.try_get("unrunnable_since")?,
+        snoozes: r.try_get("snoozes")?,
     })
+}
+
+/// The attempts of a job's `attempt_log` (a JSON array the outcome writes append to).
+pub(crate) fn attempts_from_log(log: &str) -> std::result::Result<Vec<Attempt>, String> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        attempt: u32,
+        started_at: Option<String>,
+        ended_at: String,
+        worker: Option<String>,
+        outcome: AttemptOutcome,
+        error: Option<String>,
+    }
+    fn time(s: &str) -> std::result::Result<NaiveDateTime, String> {
+        NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f")
+            .map_err(|e| format!("bad time {s:?} in the attempt history: {e}"))
+    }
+    let entries: Vec<Entry> = serde_json::from_str(log)
+        .map_err(|e| format!("the attempt history is not the JSON this library writes: {e}"))?;
+    entries
+        .into_iter()
+        .map(|e| {
+            Ok(Attempt {
+                attempt: e.attempt,
+                started_at: e.started_at.as_deref().map(time).transpose()?,
+                ended_at: time(&e.ended_at)?,
+                worker: e.worker,
+                outcome: e.outcome,
+                error: e.error,
+            })
+        })
+        .collect()
 }
 
 /// A text column. Columns with a binary collation (`utf8mb4_bin`, `ascii_bin`: keys and

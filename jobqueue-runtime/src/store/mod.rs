@@ -201,7 +201,9 @@ mod workers;
 pub use claim::CLAIM_SELECT;
 pub(crate) use connect::LeaseConnect;
 pub use dashboard::{dashboard_statements, Arg};
-pub(crate) use decode::{fetch_job, record_from_row, text, JobLookup, JOB_COLUMNS};
+pub(crate) use decode::{
+    attempts_from_log, fetch_job, opt_text, record_from_row, text, JobLookup, JOB_COLUMNS,
+};
 use enqueue::is_key_conflict;
 pub(crate) use enqueue::{insert, insert_many};
 pub use maintenance::DEFAULT_MAX_LEASE_EXPIRIES;

@@ -150,6 +150,7 @@ impl Worker {
             token: CancellationToken::new(),
             reason: Default::default(),
             data: self.data.clone(),
+            output: Default::default(),
         };
         let displaced = leases.insert(
             c.id,

@@ -408,6 +408,7 @@ mod tests {
                 token: CancellationToken::new(),
                 reason: Default::default(),
                 data: Default::default(),
+                output: Default::default(),
             },
             cancel_seen: false,
             finishing: false,

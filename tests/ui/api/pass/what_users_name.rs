@@ -13,5 +13,9 @@ use jobqueue::{
     WorkerInfo, HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER, JobStatus, MetricsSnapshot, Queue, QueueConfig,
     QueueStats, Result, Retention, RunningJob, ServerInfo, Worker, WorkerBuilder, WorkerHandle,
 };
+use jobqueue::{
+    Attempt, AttemptOutcome, JobOutput, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY,
+    MAX_OUTPUT_BYTES,
+};
 
 fn main() {}
