@@ -50,6 +50,8 @@ pub mod __store {
     /// EXPLAIN tests.
     pub mod statements {
         pub use crate::store::{CLAIM_SELECT, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
+        // A job's history and output, read by primary key.
+        pub use crate::store::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
         // The operator dashboard's statements for a filter, with their arguments; run one
         // with `Store::explain`.
         pub use crate::store::{dashboard_statements, Arg};

@@ -16,6 +16,13 @@ const RETRY_SET: &str = "UPDATE job_queue SET status = 'ready', run_at = UTC_TIM
      lease_expiries = 0, unrunnable_since = NULL, snoozes = 0, \
      lease_owner = NULL, lease_until = NULL, finished_at = NULL, updated_at = UTC_TIMESTAMP(6)";
 
+/// A job's attempt history, by primary key.
+pub const ATTEMPT_LOG_SELECT: &str = "SELECT attempt_log FROM job_queue WHERE id = ?";
+
+/// A job's kind, status and output, by primary key.
+pub const OUTPUT_SELECT: &str =
+    "SELECT kind, CAST(status AS CHAR), output FROM job_queue WHERE id = ?";
+
 /// Rows a bulk retry changes per statement.
 const RETRY_BATCH: u64 = 1000;
 
@@ -128,7 +135,7 @@ impl Store {
     /// A job's attempt history (`attempt_log`, JSON text) by id: `None` when there is no
     /// such job, `Some(None)` when no attempt has ended yet.
     pub(crate) async fn attempt_log(&self, id: u64) -> Result<Option<Option<String>>> {
-        let row = sqlx::query("SELECT attempt_log FROM job_queue WHERE id = ?")
+        let row = sqlx::query(ATTEMPT_LOG_SELECT)
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
@@ -140,11 +147,10 @@ impl Store {
         &self,
         id: u64,
     ) -> Result<Option<(String, JobStatus, Option<String>)>> {
-        let row =
-            sqlx::query("SELECT kind, CAST(status AS CHAR), output FROM job_queue WHERE id = ?")
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?;
+        let row = sqlx::query(OUTPUT_SELECT)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
         let Some(r) = row else {
             return Ok(None);
         };

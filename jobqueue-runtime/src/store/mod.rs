@@ -198,6 +198,7 @@ mod outcome;
 pub(crate) mod server;
 mod workers;
 
+pub use admin::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
 pub use claim::CLAIM_SELECT;
 pub(crate) use connect::LeaseConnect;
 pub use dashboard::{dashboard_statements, Arg};
