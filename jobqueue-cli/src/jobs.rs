@@ -1,7 +1,10 @@
 //! `jobqueue list` and `jobqueue show`: jobs as rows, and one job in full.
 
 use chrono::NaiveDateTime;
-use jobqueue::{Error, JobFilter, JobRecord, JobRef, JobStatus, Queue, Uniqueness};
+use jobqueue::{
+    AttemptOutcome, Error, JobFilter, JobRecord, JobRef, JobStatus, Queue, Uniqueness,
+    MAX_ATTEMPT_HISTORY,
+};
 use serde_json::{json, Value};
 
 use crate::failure::Failure;
@@ -27,6 +30,7 @@ pub(crate) fn job_json(job: &JobRecord) -> Value {
         "cancel_requested": job.cancel_requested,
         "lease_expiries": job.lease_expiries,
         "unrunnable_since": job.unrunnable_since.map(utc),
+        "snoozes": job.snoozes,
         "last_error": job.last_error,
         "payload": job.payload,
         "unique": job.unique,
@@ -161,9 +165,26 @@ pub(crate) async fn fetch(queue: &Queue, lookup: &Lookup) -> Result<JobRecord, F
 /// Prints one job in full.
 pub(crate) async fn show(queue: &Queue, lookup: &Lookup, json: bool) -> Result<(), Failure> {
     let job = fetch(queue, lookup).await?;
+    let attempts = queue.attempts(job.id).await?;
+    let output = queue.output_json(job.id).await?;
     let mut out = Out::stdout();
     if json {
-        out.json(&job_json(&job))?;
+        let mut value = job_json(&job);
+        value["attempt_history"] = attempts
+            .iter()
+            .map(|a| {
+                json!({
+                    "attempt": a.attempt,
+                    "started_at": a.started_at.map(utc),
+                    "ended_at": utc(a.ended_at),
+                    "worker": a.worker,
+                    "outcome": a.outcome.as_str(),
+                    "error": a.error,
+                })
+            })
+            .collect();
+        value["output"] = output.unwrap_or(Value::Null);
+        out.json(&value)?;
         return Ok(out.flush()?);
     }
     let now = queue.now().await?;
@@ -253,6 +274,15 @@ pub(crate) async fn show(queue: &Queue, lookup: &Lookup, json: bool) -> Result<(
     if let Some(t) = job.progress_at {
         fields.push(("progress", when(t)));
     }
+    if job.snoozes > 0 {
+        fields.push((
+            "snoozes",
+            format!(
+                "{} (each ran it again later without spending an attempt)",
+                job.snoozes
+            ),
+        ));
+    }
     if job.cancel_requested {
         fields.push((
             "cancel",
@@ -282,6 +312,66 @@ pub(crate) async fn show(queue: &Queue, lookup: &Lookup, json: bool) -> Result<(
             for line in pretty.lines() {
                 out.line(&format!("  {line}"))?;
             }
+        }
+    }
+    out.line(&p.paint(
+        Paint::Bold,
+        &format!("attempts (the last {MAX_ATTEMPT_HISTORY})"),
+    ))?;
+    if attempts.is_empty() {
+        out.line(&format!("  {}", p.paint(Paint::Dim, "none ended yet")))?;
+    } else {
+        let mut table = Table::new(&[
+            ("#", Align::Right),
+            ("started", Align::Left),
+            ("took", Align::Right),
+            ("worker", Align::Left),
+            ("outcome", Align::Left),
+            ("error", Align::Left),
+        ]);
+        for a in &attempts {
+            let took = a
+                .started_at
+                .map(|s| crate::render::span((a.ended_at - s).num_milliseconds() as f64 / 1e3))
+                .unwrap_or_else(|| "?".into());
+            let outcome_paint = match a.outcome {
+                AttemptOutcome::Done => Paint::Green,
+                AttemptOutcome::Failed => Paint::Red,
+                AttemptOutcome::Retry | AttemptOutcome::LeaseExpired => Paint::Yellow,
+                _ => Paint::Plain,
+            };
+            table.row(vec![
+                (a.attempt.to_string(), Paint::Plain),
+                (
+                    a.started_at.map(timestamp).unwrap_or_else(|| "?".into()),
+                    Paint::Plain,
+                ),
+                (took, Paint::Plain),
+                (a.worker.clone().unwrap_or_default(), Paint::Plain),
+                (a.outcome.as_str().to_owned(), outcome_paint),
+                (
+                    cut(
+                        a.error
+                            .as_deref()
+                            .unwrap_or("")
+                            .lines()
+                            .next()
+                            .unwrap_or(""),
+                        80,
+                    ),
+                    Paint::Plain,
+                ),
+            ]);
+        }
+        for line in table.render(p).lines() {
+            out.line(&format!("  {line}"))?;
+        }
+    }
+    if let Some(output) = &output {
+        out.line(&p.paint(Paint::Bold, "output"))?;
+        let pretty = serde_json::to_string_pretty(output).unwrap_or_else(|_| output.to_string());
+        for line in pretty.lines() {
+            out.line(&format!("  {line}"))?;
         }
     }
     out.line(&p.paint(Paint::Bold, "payload"))?;

@@ -6,7 +6,7 @@
 //! jobqueue migrate [--check | --print-sql]         apply (or list, or print) the migrations
 //! jobqueue status [--queue Q] [--watch] [--json]   each queue at a glance
 //! jobqueue list [--status S] [--queue Q] [--kind K] [--limit N] [--json]
-//! jobqueue show ID | --key KEY [--json]            one job: payload, attempts, last error
+//! jobqueue show ID | --key KEY [--json]            one job: payload, attempt history, output, last error
 //! jobqueue retry ID | --failed [--queue Q] [--kind K] [--dry-run]
 //! jobqueue cancel ID [--dry-run]
 //! jobqueue pause Q [--dry-run]  /  jobqueue resume Q [--dry-run]

@@ -499,6 +499,83 @@ async fn list_and_show() {
     );
 }
 
+/// `show` prints the attempts as a table (worker, outcome, error), the output and the
+/// snoozes; `--json` has them too.
+#[tokio::test]
+async fn show_prints_the_attempt_history_the_output_and_the_snoozes() {
+    let url = empty_database("cli_attempts").await;
+    let queue = Queue::connect(&url).await.expect("connect");
+    queue.migrate().await.expect("migrate");
+    let id = queue
+        .enqueue(ExportOrder {
+            order_id: 7412,
+            format: "csv".into(),
+        })
+        .await
+        .expect("enqueue")
+        .id();
+    let store = queue.store();
+    // worker-a claims it and dies: maintenance takes it back; worker-b runs it.
+    assert_eq!(
+        store.claim("exports", "worker-a", 1).await.unwrap().len(),
+        1
+    );
+    sqlx::query(
+        "UPDATE job_queue SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, snoozes = 2",
+    )
+    .execute(queue.pool())
+    .await
+    .unwrap();
+    store.reclaim(10).await.expect("reclaim");
+    assert_eq!(
+        store.claim("exports", "worker-b", 1).await.unwrap().len(),
+        1
+    );
+    let output = r#"{"file":"orders-7412.csv","rows":3}"#;
+    assert!(store
+        .complete_with_output("worker-b", id, 2, output)
+        .await
+        .unwrap());
+
+    let show = jobqueue(Some(&url), &["show", &id.to_string()]).await;
+    let show = show.ok();
+    let lines: Vec<&str> = show.lines().collect();
+    let heading = lines
+        .iter()
+        .position(|l| *l == "attempts (the last 20)")
+        .unwrap_or_else(|| panic!("no attempts section:\n{show}"));
+    let table = &lines[heading + 1..heading + 4];
+    assert!(table[0].trim_start().starts_with("#  started"), "{show}");
+    let first: Vec<&str> = table[1].split_whitespace().collect();
+    assert_eq!(first[0], "1", "{show}");
+    assert!(
+        table[1].contains("worker-a  lease_expired  the lease expired: its worker crashed"),
+        "{show}"
+    );
+    assert!(table[2].trim_start().starts_with("2 "), "{show}");
+    assert!(table[2].contains("worker-b  done"), "{show}");
+    for expected in [
+        "snoozes   2 (each ran it again later without spending an attempt)",
+        "output\n  {\n    \"file\": \"orders-7412.csv\",\n    \"rows\": 3\n  }\n",
+    ] {
+        assert!(show.contains(expected), "{expected:?} missing:\n{show}");
+    }
+
+    let json = jobqueue(Some(&url), &["show", &id.to_string(), "--json"])
+        .await
+        .json();
+    assert_eq!(json["snoozes"], 2);
+    assert_eq!(json["output"]["file"], "orders-7412.csv");
+    let history = json["attempt_history"].as_array().expect("attempt_history");
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[0]["attempt"], 1);
+    assert_eq!(history[0]["worker"], "worker-a");
+    assert_eq!(history[0]["outcome"], "lease_expired");
+    assert_eq!(history[1]["outcome"], "done");
+    assert_eq!(history[1]["error"], Value::Null);
+    assert!(history[1]["ended_at"].as_str().unwrap().ends_with('Z'));
+}
+
 // ---------------------------------------------------------------------------------------
 // Changing: retry, cancel, pause, resume, purge
 // ---------------------------------------------------------------------------------------

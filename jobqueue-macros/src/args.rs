@@ -12,7 +12,7 @@ use jobqueue_spec::duration::{self, Millis};
 use jobqueue_spec::queue::{self, QueueNameError, MAX_QUEUE_CHARS};
 
 /// Every option, with the example its error messages show.
-const OPTIONS: [(&str, &str); 13] = [
+const OPTIONS: [(&str, &str); 14] = [
     ("name", r#"name = "export_order""#),
     ("queue", r#"queue = "exports""#),
     ("max_attempts", "max_attempts = 5"),
@@ -25,6 +25,7 @@ const OPTIONS: [(&str, &str); 13] = [
     ("overlap", "overlap = true"),
     ("unique", r#"unique = "while_active""#),
     ("unique_for", r#"unique_for = "1h""#),
+    ("max_snoozes", "max_snoozes = 1000"),
     ("crate", r#"crate = "jobqueue""#),
 ];
 
@@ -45,6 +46,7 @@ pub(crate) struct JobArgs {
     pub(crate) cron: Option<LitStr>,
     pub(crate) overlap: Option<syn::LitBool>,
     pub(crate) unique: Option<Unique>,
+    pub(crate) max_snoozes: Option<u32>,
     pub(crate) krate: Option<syn::Path>,
 }
 
@@ -172,6 +174,16 @@ impl JobArgs {
                     )
                 })?;
                 self.max_attempts = Some(n);
+            }
+            "max_snoozes" => {
+                let n = integer(option, example, value)?;
+                let n = u32::try_from(n).map_err(|_| {
+                    syn::Error::new_spanned(
+                        value,
+                        format!("`max_snoozes` must be 0 to {}", u32::MAX),
+                    )
+                })?;
+                self.max_snoozes = Some(n);
             }
             "lease" => {
                 let d = duration(option, example, value)?;

@@ -86,11 +86,7 @@ fn generate(
     });
 
     let data_types: Vec<&Type> = sig.data().collect();
-    let ctx = if sig.context().is_some() || !data_types.is_empty() {
-        format_ident!("ctx")
-    } else {
-        format_ident!("_ctx")
-    };
+    let ctx = format_ident!("ctx");
     // Shared state is taken before the call, which may move the context.
     let data_locals: Vec<Ident> = (0..data_types.len())
         .map(|i| format_ident!("__jobqueue_data_{}", i))
@@ -127,11 +123,12 @@ fn generate(
         }
     }
     // Spanned at the return type, so an unsupported one is reported there.
-    let into_result = match &func.sig.output {
-        ReturnType::Type(_, ret) => quote_spanned!(ret.span()=>
-            #root::__private::IntoJobResult::into_job_result(output)
+    let (into_result, output_type) = match &func.sig.output {
+        ReturnType::Type(_, ret) => (
+            quote_spanned!(ret.span()=> __job_output.keep(output)),
+            quote_spanned!(ret.span()=> <#ret as #root::__private::IntoJobResult>::Output),
         ),
-        ReturnType::Default => quote!(#root::__private::IntoJobResult::into_job_result(output)),
+        ReturnType::Default => (quote!(__job_output.keep(output)), quote!(())),
     };
     let bound_checks = argument_bound_checks(args, sig, &root);
 
@@ -166,11 +163,17 @@ fn generate(
             const OPTIONS: #root::JobOptions = #options;
             #data_needs
             #task_key
-            async fn run(self, #ctx: #root::JobContext) -> ::core::result::Result<(), #root::JobError> {
+            async fn run(self, ctx: #root::JobContext) -> ::core::result::Result<(), #root::JobError> {
                 #(#take_data)*
+                // The function may take the context: its output slot is kept aside.
+                let __job_output = #root::__private::OutputSlot::of(&ctx);
                 let output = #fn_name(#(#call_args),*).await;
                 #into_result
             }
+        }
+
+        impl #root::JobOutput for #ty {
+            type Output = #output_type;
         }
 
         #root::__private::inventory::submit! {
@@ -273,6 +276,10 @@ fn job_options(args: &JobArgs, root: &TokenStream) -> TokenStream {
             }
         };
         options.extend(quote!(.unique(#unique)));
+    }
+    if let Some(n) = args.max_snoozes {
+        let n = Literal::u32_unsuffixed(n);
+        options.extend(quote!(.max_snoozes(#n)));
     }
     options
 }

@@ -57,10 +57,18 @@ use proc_macro::TokenStream;
 ///   attempt and task key, and `ctx.cancelled()`, which resolves when the job should stop.
 /// - It may take shared state the worker was given, as parameters whose type is named
 ///   `Data<T>` (`jobqueue::Data`): see [Shared state](#shared-state-datat).
-/// - It returns `()` or `Result<(), E>` for any `E` that converts into `JobError`: every
+/// - It returns `()` or `Result<T, E>` for any `E` that converts into `JobError`: every
 ///   `std` error, `anyhow::Error`, `String`. An error fails the attempt, and the job is
 ///   retried after its [`backoff`](#backoff) while attempts remain; return
-///   `JobError::permanent(..)` for a failure that retrying cannot fix.
+///   `JobError::permanent(..)` for a failure that retrying cannot fix,
+///   `JobError::snooze(delay)` to run again later without spending an attempt (see
+///   [`max_snoozes`](#max_snoozes)), and `JobError::cancel(reason)` to end the job
+///   `cancelled`.
+/// - `T` is the job's output: `()` (nothing is stored), or any type that is `Serialize` and
+///   `DeserializeOwned`, stored as JSON with the job when it is done (at most 64 KiB; a
+///   larger output fails the job) and read back typed with `queue.output::<ExportOrder>(id)`
+///   or `queue.wait_output::<ExportOrder>(id, timeout)`: the struct implements
+///   `jobqueue::JobOutput` with `type Output = T`.
 ///
 /// Every mistake in the function or the options is reported in one build, at the offending
 /// token, and the function is still compiled so the rest of the crate keeps working.
@@ -275,6 +283,26 @@ use proc_macro::TokenStream;
 /// async fn send_digest(user_id: u64) {}
 /// ```
 ///
+/// ## `max_snoozes`
+///
+/// How many times a job of this kind may return `JobError::snooze(delay)`: each snooze
+/// runs the job again after `delay` without spending an attempt. Default 100; the snooze
+/// after the last one fails the job, saying it snoozed that many times.
+///
+/// ```
+/// # use jobqueue::{job, JobError};
+/// # use std::time::Duration;
+/// // Waits for a report that another system prepares, for at most a day.
+/// #[job(max_snoozes = 1440)]
+/// async fn fetch_report(report_id: u64) -> Result<String, JobError> {
+///     # let ready = true;
+///     if !ready {
+///         return Err(JobError::snooze(Duration::from_secs(60)));
+///     }
+///     Ok(format!("report {report_id}"))
+/// }
+/// ```
+///
 /// ## `crate`
 ///
 /// The path of the `jobqueue` crate, for code that reaches it under another name (a
@@ -294,7 +322,7 @@ use proc_macro::TokenStream;
 /// hand where the macro does not fit, for instance to implement `run` differently:
 ///
 /// ```
-/// use jobqueue::{IntoJobResult, Job, JobContext, JobError, JobOptions};
+/// use jobqueue::{IntoJobResult, Job, JobContext, JobError, JobOptions, JobOutput};
 ///
 /// /// Export one order as a file.
 /// async fn export_order(ctx: JobContext, order_id: u64, format: String) -> Result<(), JobError> {
@@ -319,9 +347,16 @@ use proc_macro::TokenStream;
 ///     }
 ///
 ///     async fn run(self, ctx: JobContext) -> Result<(), JobError> {
+///         // The function takes the context: its output slot is kept aside.
+///         let slot = ctx.clone();
 ///         let output = export_order(ctx, self.order_id, self.format).await;
-///         output.into_job_result()
+///         slot.set_output(&output.into_job_result()?);
+///         Ok(())
 ///     }
+/// }
+///
+/// impl JobOutput for ExportOrder {
+///     type Output = <Result<(), JobError> as IntoJobResult>::Output;
 /// }
 ///
 /// jobqueue::register!(ExportOrder);

@@ -10,8 +10,8 @@ use chrono::NaiveDateTime;
 use crate::error::{Error, JobRef, Result};
 use crate::key::validate_queue;
 use crate::model::{
-    CancelOutcome, JobFilter, JobPage, JobQuery, JobRecord, JobStatus, PeriodicJob, QueueStats,
-    RunningJob, ThroughputMinute, WorkerInfo,
+    Attempt, CancelOutcome, JobFilter, JobPage, JobQuery, JobRecord, JobStatus, PeriodicJob,
+    QueueStats, RunningJob, ThroughputMinute, WorkerInfo,
 };
 use crate::queue::Queue;
 use crate::store::JobLookup;
@@ -48,6 +48,22 @@ impl Queue {
             jobs.extend(self.store().released_jobs(key, rest).await?);
         }
         Ok(jobs)
+    }
+
+    /// The attempts of job `id`, oldest first: the last
+    /// [`MAX_ATTEMPT_HISTORY`](crate::MAX_ATTEMPT_HISTORY), each with its claim and end
+    /// times, its worker, how it ended and its error. Empty until an attempt has ended, and
+    /// for attempts recorded by workers older than the history. An error if there is no such
+    /// job.
+    pub async fn attempts(&self, id: u64) -> Result<Vec<Attempt>> {
+        let Some(log) = self.store().attempt_log(id).await? else {
+            return Err(Error::JobNotFound(JobRef::Id(id)));
+        };
+        match log {
+            None => Ok(Vec::new()),
+            Some(log) => crate::store::attempts_from_log(&log)
+                .map_err(|e| Error::Schema(format!("job {id}: {e}"))),
+        }
     }
 
     /// Jobs matching `filter`, newest first, at most `limit`.

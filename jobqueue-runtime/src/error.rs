@@ -201,6 +201,26 @@ pub enum Error {
         /// Why the completion matched no row.
         reason: String,
     },
+
+    /// [`Queue::wait`](crate::Queue::wait) gave up: the job did not end in time.
+    #[error("job {id} did not end within {waited:?}: it is {status}; wait longer, or look at it with `jobqueue show {id}`")]
+    WaitTimedOut {
+        /// The job waited for.
+        id: u64,
+        /// How long the call waited.
+        waited: std::time::Duration,
+        /// The job's status when the wait ended (`scheduled`, `ready` or `running`).
+        status: &'static str,
+    },
+
+    /// A job's stored output cannot be read as the type asked for.
+    #[error("cannot read the output of job {id}: {reason}")]
+    Output {
+        /// The job.
+        id: u64,
+        /// What is wrong, and how to fix it.
+        reason: String,
+    },
 }
 
 /// How to fix a missing or old schema.
@@ -247,18 +267,31 @@ pub(crate) fn server_code(e: &sqlx::Error) -> Option<u16> {
     }
 }
 
-/// The error a job returns when an attempt fails.
+/// How an attempt that did not succeed asks to end.
 ///
 /// Any error type converts into it with `?` (everything that converts into
 /// `Box<dyn Error + Send + Sync>`: `std` errors, `anyhow::Error`, `String`, `&str`), and the
-/// attempt is retried with the job's backoff while attempts remain. Use
-/// [`JobError::permanent`] for a failure that retrying cannot fix: the job fails at once.
+/// attempt is retried with the job's backoff while attempts remain. Besides:
+/// - [`JobError::permanent`]: a failure that retrying cannot fix; the job fails at once.
+/// - [`JobError::snooze`]: not a failure; run the job again after a delay, without spending
+///   an attempt (at most the kind's `max_snoozes` times).
+/// - [`JobError::cancel`]: stop for good; the job ends `cancelled`, the reason in
+///   `last_error`.
 ///
 /// `JobError` deliberately does not implement `std::error::Error`, so that the blanket
 /// conversion from every error type can exist (the same choice `anyhow` makes).
 pub struct JobError {
     error: BoxError,
-    retry: bool,
+    action: Action,
+}
+
+/// What the worker does after a [`JobError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    Retry,
+    Fail,
+    Snooze(std::time::Duration),
+    Cancel,
 }
 
 impl JobError {
@@ -266,7 +299,7 @@ impl JobError {
     pub fn retryable(error: impl Into<BoxError>) -> Self {
         JobError {
             error: error.into(),
-            retry: true,
+            action: Action::Retry,
         }
     }
 
@@ -274,13 +307,47 @@ impl JobError {
     pub fn permanent(error: impl Into<BoxError>) -> Self {
         JobError {
             error: error.into(),
-            retry: false,
+            action: Action::Fail,
         }
     }
 
-    /// Whether the worker may retry the job after this error.
+    /// Not a failure: the job runs again after `delay`, and this attempt is not counted
+    /// against `max_attempts` (waiting for a rate limit, a resource still being prepared).
+    /// `last_error` is left as it was. A kind snoozes at most `max_snoozes` times (default
+    /// 100, `#[job(max_snoozes = ...)]`); the snooze after that fails the job, saying so.
+    pub fn snooze(delay: std::time::Duration) -> Self {
+        JobError {
+            error: format!("snoozed for {delay:?}").into(),
+            action: Action::Snooze(delay),
+        }
+    }
+
+    /// Stops the job for good: it ends `cancelled`, not retried, `reason` kept in
+    /// `last_error` and in its attempt history.
+    pub fn cancel(reason: impl Into<BoxError>) -> Self {
+        JobError {
+            error: reason.into(),
+            action: Action::Cancel,
+        }
+    }
+
+    /// Whether the worker may retry the job after this error (false for a permanent error
+    /// and a cancel; a snooze is not a retry either: see [`JobError::snoozed_for`]).
     pub fn is_retryable(&self) -> bool {
-        self.retry
+        self.action == Action::Retry
+    }
+
+    /// The delay of a [`JobError::snooze`].
+    pub fn snoozed_for(&self) -> Option<std::time::Duration> {
+        match self.action {
+            Action::Snooze(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a [`JobError::cancel`].
+    pub fn is_cancel(&self) -> bool {
+        self.action == Action::Cancel
     }
 
     /// The underlying error.
@@ -307,7 +374,7 @@ impl fmt::Debug for JobError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("JobError")
             .field("error", &self.error)
-            .field("retry", &self.retry)
+            .field("action", &self.action)
             .finish()
     }
 }

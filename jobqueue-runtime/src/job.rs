@@ -82,12 +82,15 @@ pub struct JobOptions {
     /// How long a job's task key blocks another enqueue of the key. Default
     /// [`Uniqueness::UntilPruned`]: while its row exists.
     pub unique: Uniqueness,
+    /// How many times a job of this kind may snooze ([`JobError::snooze`]) before the next
+    /// snooze fails it. Default 100.
+    pub max_snoozes: u32,
 }
 
 impl JobOptions {
     /// The defaults: queue `default`, 25 attempts, 30 s lease, no timeout, priority 0,
     /// exponential backoff, no cron schedule, no overlapping ticks, keys unique until the
-    /// job is pruned.
+    /// job is pruned, 100 snoozes.
     pub const DEFAULT: JobOptions = JobOptions {
         queue: "default",
         max_attempts: 25,
@@ -98,6 +101,7 @@ impl JobOptions {
         cron: None,
         overlap: false,
         unique: Uniqueness::UntilPruned,
+        max_snoozes: 100,
     };
 
     /// Sets the queue.
@@ -153,6 +157,12 @@ impl JobOptions {
         self.unique = unique;
         self
     }
+
+    /// Sets how many times a job may snooze (see [`JobOptions::max_snoozes`]).
+    pub const fn max_snoozes(mut self, max_snoozes: u32) -> Self {
+        self.max_snoozes = max_snoozes;
+        self
+    }
 }
 
 impl Default for JobOptions {
@@ -194,6 +204,7 @@ pub struct JobContext {
     /// ([`JobContext::complete_in`]); `None` for a [`JobContext::detached`] one.
     pub(crate) claim: Option<Arc<ClaimFence>>,
     pub(crate) progress: std::sync::Arc<crate::progress::ProgressSlot>,
+    pub(crate) output: OutputSlot,
 }
 
 /// What a job needs to write its own completion, fenced like the worker's writes: the
@@ -421,8 +432,22 @@ impl JobContext {
                 data: DataMap::default(),
                 claim: None,
                 progress: Default::default(),
+                output: OutputSlot::default(),
             },
         }
+    }
+
+    /// Records what this attempt returns, stored with the job when it ends `done` (read
+    /// with [`Queue::output`](crate::Queue::output)). A `#[job]` function does it by
+    /// returning the value; a hand-written [`Job`] impl calls this. The last call wins.
+    pub fn set_output<T: Serialize + 'static>(&self, value: &T) {
+        self.output.put(value)
+    }
+
+    /// The output recorded by this attempt: its JSON, or why it could not be serialized.
+    /// `None` when the job returned `()`.
+    pub(crate) fn output(&self) -> Option<std::result::Result<String, String>> {
+        self.output.0.lock().ok().and_then(|o| o.clone())
     }
 
     pub(crate) fn cancel(&self, reason: CancelReason) {
@@ -513,27 +538,82 @@ impl JobCanceller {
     }
 }
 
-/// What a job function may return: `()` or `Result<(), E>` where `E` converts into [`JobError`].
+/// Where a run's output waits until its outcome is written: shared by the clones of a
+/// [`JobContext`], so the code the macro generates can fill it after the function took the
+/// context.
+#[doc(hidden)]
+#[derive(Debug, Clone, Default)]
+pub struct OutputSlot(
+    std::sync::Arc<std::sync::Mutex<Option<std::result::Result<String, String>>>>,
+);
+
+impl OutputSlot {
+    /// The slot of `ctx`.
+    pub fn of(ctx: &JobContext) -> Self {
+        ctx.output.clone()
+    }
+
+    /// Converts what a job function returned: its output into the slot, its error out.
+    pub fn keep<R: IntoJobResult>(&self, returned: R) -> Result<(), JobError> {
+        self.put(&returned.into_job_result()?);
+        Ok(())
+    }
+
+    /// Serializes `value` into the slot; `()` stores nothing (and costs nothing).
+    pub fn put<T: Serialize + 'static>(&self, value: &T) {
+        if std::any::TypeId::of::<T>() == std::any::TypeId::of::<()>() {
+            return;
+        }
+        let json = serde_json::to_string(value).map_err(|e| e.to_string());
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = Some(json);
+        }
+    }
+}
+
+/// What a job function may return: `()`, or `Result<T, E>` where `T` is the job's output
+/// (`()`, or any value serializable to JSON) and `E` converts into [`JobError`].
 #[diagnostic::on_unimplemented(
-    message = "a job function must return `()` or `Result<(), E>` where `E` converts into `JobError`",
+    message = "a job function must return `()` or `Result<T, E>` where `T` is `()` or serializable (`Serialize + DeserializeOwned`) and `E` converts into `JobError`",
     label = "`{Self}` is not a job result",
     note = "any `E: Into<Box<dyn std::error::Error + Send + Sync>>` works, such as `std::io::Error`, `anyhow::Error` or `String`"
 )]
 pub trait IntoJobResult {
+    /// What a successful run returns, stored with the job (`()`: nothing).
+    type Output: Serialize + DeserializeOwned + Send + 'static;
+
     /// Converts the job function's return value.
-    fn into_job_result(self) -> Result<(), JobError>;
+    fn into_job_result(self) -> Result<Self::Output, JobError>;
 }
 
 impl IntoJobResult for () {
+    type Output = ();
+
     fn into_job_result(self) -> Result<(), JobError> {
         Ok(())
     }
 }
 
-impl<E: Into<JobError>> IntoJobResult for std::result::Result<(), E> {
-    fn into_job_result(self) -> Result<(), JobError> {
+impl<T, E> IntoJobResult for std::result::Result<T, E>
+where
+    T: Serialize + DeserializeOwned + Send + 'static,
+    E: Into<JobError>,
+{
+    type Output = T;
+
+    fn into_job_result(self) -> Result<T, JobError> {
         self.map_err(Into::into)
     }
+}
+
+/// The type a kind's runs return, stored with each done job and read back typed with
+/// [`Queue::output`](crate::Queue::output) and [`Queue::wait_output`](crate::Queue::wait_output).
+/// `#[job]` implements it from the function's return type (`()` when it returns `()` or
+/// `Result<(), E>`); a hand-written [`Job`] impl may implement it, and record the value
+/// with [`JobContext::set_output`].
+pub trait JobOutput {
+    /// What a successful run returns.
+    type Output: Serialize + DeserializeOwned + Send + 'static;
 }
 
 /// A parameter of a job function that the worker provides rather than the payload.

@@ -21,6 +21,7 @@ mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod trace;
+mod wait;
 mod worker;
 
 pub use data::{Data, DataNeed};
@@ -28,12 +29,13 @@ pub use enqueue::{EnqueueOptions, MAX_METADATA_BYTES};
 pub use error::{BoxError, Error, JobError, JobRef, Result};
 pub use job::{
     CancelReason, FromJobContext, IntoJobResult, Job, JobCanceller, JobContext, JobContextBuilder,
-    JobOptions,
+    JobOptions, JobOutput,
 };
 pub use metrics::MetricsSnapshot;
 pub use model::Uniqueness;
 pub use model::{
-    CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats, Retention, RunningJob,
+    Attempt, AttemptOutcome, CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats,
+    Retention, RunningJob, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY, MAX_OUTPUT_BYTES,
 };
 pub use model::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use progress::MAX_PROGRESS_BYTES;
@@ -55,9 +57,11 @@ pub mod __store {
     /// EXPLAIN tests.
     pub mod statements {
         pub use crate::store::{
-            BRING_FORWARD_SELECT, CLAIM_SELECT, COMPLETE_IN, PROMOTE_PROBE, PROMOTE_SELECT,
+            complete_in_sql, BRING_FORWARD_SELECT, CLAIM_SELECT, PROMOTE_PROBE, PROMOTE_SELECT,
             RECLAIM_SELECT,
         };
+        // A job's history and output, read by primary key.
+        pub use crate::store::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
         // The operator dashboard's statements for a filter, with their arguments; run one
         // with `Store::explain`.
         pub use crate::store::{dashboard_statements, Arg};
@@ -71,7 +75,7 @@ pub mod __store {
 /// What `#[job]` expands to uses these paths. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::job::{FromJobContext, IntoJobResult};
+    pub use crate::job::{FromJobContext, IntoJobResult, OutputSlot};
     pub use crate::key::{derived_task_key, fit_key};
     pub use crate::registry::{JobDescriptor, RunFuture};
     pub use ::inventory;

@@ -129,6 +129,9 @@ pub struct JobRecord {
     pub progress: Option<serde_json::Value>,
     /// When that value was written (UTC, server clock).
     pub progress_at: Option<NaiveDateTime>,
+    /// How many times it snoozed ([`JobError::snooze`](crate::JobError::snooze)); each
+    /// snooze raised `max_attempts` by one.
+    pub snoozes: u32,
 }
 
 /// How long a job's task key blocks another enqueue of the same key.
@@ -180,6 +183,84 @@ impl Uniqueness {
         }
     }
 }
+
+/// How one attempt of a job ended, as its history records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AttemptOutcome {
+    /// The job succeeded.
+    Done,
+    /// It failed and will be retried after its backoff.
+    Retry,
+    /// It failed for good (out of attempts, a permanent error, too many snoozes...).
+    Failed,
+    /// It ended the job as `cancelled` (an operator's request, or the job's own
+    /// [`JobError::cancel`](crate::JobError::cancel)).
+    Cancelled,
+    /// The job asked to run again later, without spending an attempt.
+    Snoozed,
+    /// Its worker shut down and handed the job back to `ready`.
+    HandedBack,
+    /// Its worker could not run it (unknown kind, payload of another release); left for
+    /// another worker, without spending an attempt.
+    Deferred,
+    /// Its lease expired (the worker crashed, was killed or stalled) and maintenance took
+    /// the job back.
+    LeaseExpired,
+}
+
+impl AttemptOutcome {
+    /// The name stored in the history (`"lease_expired"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Done => "done",
+            AttemptOutcome::Retry => "retry",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::Cancelled => "cancelled",
+            AttemptOutcome::Snoozed => "snoozed",
+            AttemptOutcome::HandedBack => "handed_back",
+            AttemptOutcome::Deferred => "deferred",
+            AttemptOutcome::LeaseExpired => "lease_expired",
+        }
+    }
+}
+
+impl fmt::Display for AttemptOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One attempt of a job: a claim and how it ended. A job keeps its last
+/// [`MAX_ATTEMPT_HISTORY`] attempts; see [`Queue::attempts`](crate::Queue::attempts).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Attempt {
+    /// The attempt's number (`attempts` after its claim).
+    pub attempt: u32,
+    /// When it was claimed (UTC, server clock); `None` if the claim was made by a worker
+    /// older than the history.
+    pub started_at: Option<NaiveDateTime>,
+    /// When its end was recorded (UTC, server clock).
+    pub ended_at: NaiveDateTime,
+    /// The worker that ran it (its `lease_owner`).
+    pub worker: Option<String>,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// Its error, if it had one (at most [`MAX_ATTEMPT_ERROR_BYTES`] bytes).
+    pub error: Option<String>,
+}
+
+/// How many attempts a job's history keeps: the latest.
+pub const MAX_ATTEMPT_HISTORY: usize = 20;
+
+/// The largest output a job may return, in bytes of JSON: a larger one fails the attempt
+/// for good (the same output would be as large next time).
+pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// The longest error an attempt's history entry keeps, in bytes.
+pub const MAX_ATTEMPT_ERROR_BYTES: usize = 2048;
 
 /// What an enqueue did.
 ///
@@ -455,6 +536,19 @@ pub enum Finish {
         error: String,
         /// How long a job may wait for a worker that can run it before it fails.
         give_up_after: Duration,
+    },
+    /// The job asked to run again later ([`JobError::snooze`](crate::JobError::snooze)):
+    /// back to `scheduled`, due after `delay`, without spending an attempt (`max_attempts`
+    /// grows by one with `attempts`), `snoozes` counted. To `failed` with `exhausted` in
+    /// `last_error` when the job has snoozed `max_snoozes` times already; to `cancelled` if
+    /// an operator's cancel is pending.
+    Snooze {
+        /// The wait before the next attempt.
+        delay: Duration,
+        /// How many snoozes the job may have.
+        max_snoozes: u32,
+        /// The error it fails with after `max_snoozes` snoozes.
+        exhausted: String,
     },
 }
 

@@ -124,6 +124,9 @@ pub(crate) struct QueueInner {
     /// every queue transaction sets the level itself.
     pub(crate) set_isolation: bool,
     pub(crate) wake: watch::Sender<u64>,
+    /// Bumped each time a worker of this process has recorded how jobs ended, so that
+    /// [`Queue::wait`] looks at once instead of at its next poll.
+    pub(crate) ended: watch::Sender<u64>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) server: ServerInfo,
 }
@@ -217,12 +220,14 @@ impl Queue {
             Err(e) => schema_unreadable(&e),
         }
         let (wake, _) = watch::channel(0);
+        let (ended, _) = watch::channel(0);
         Ok(Queue {
             inner: Arc::new(QueueInner {
                 pool,
                 config,
                 set_isolation,
                 wake,
+                ended,
                 metrics: Arc::new(Metrics::default()),
                 server,
             }),
@@ -301,6 +306,16 @@ impl Queue {
     /// Subscribes to the in-process wake-ups sent by enqueues, retries and resumes.
     pub(crate) fn subscribe_wake(&self) -> watch::Receiver<u64> {
         self.inner.wake.subscribe()
+    }
+
+    /// Tells this process's [`Queue::wait`] calls that jobs have ended.
+    pub(crate) fn jobs_ended(&self) {
+        self.inner.ended.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Subscribes to [`Queue::jobs_ended`].
+    pub(crate) fn subscribe_ended(&self) -> watch::Receiver<u64> {
+        self.inner.ended.subscribe()
     }
 
     /// The embedded migrations not yet applied, as (version, description).

@@ -563,6 +563,7 @@ pub(crate) async fn job(
             },
         ),
         ("Lease expiries", j.lease_expiries.to_string()),
+        ("Snoozes", j.snoozes.to_string()),
         ("Waiting for a worker since", opt_time(&j.unrunnable_since)),
         (
             "Progress",
@@ -591,8 +592,7 @@ pub(crate) async fn job(
         .collect();
     let error = match &j.last_error {
         Some(e) => format!(
-            "<section class=\"card\"><h2>Last error <small>attempt {}</small></h2><pre class=\"error\">{}</pre>\
-             <p class=\"muted\">Earlier attempts' errors are not kept: each failure replaces the last.</p></section>",
+            "<section class=\"card\"><h2>Last error <small>attempt {}</small></h2><pre class=\"error\">{}</pre></section>",
             j.attempts,
             esc(e)
         ),
@@ -602,6 +602,49 @@ pub(crate) async fn job(
         Some(m) => format!(
             "<section class=\"card\"><h2>Metadata</h2><pre class=\"payload\">{}</pre></section>",
             esc(&serde_json::to_string_pretty(m).unwrap_or_default())
+        ),
+        None => String::new(),
+    };
+    let attempts = s.queue.attempts(id).await?;
+    let history = if attempts.is_empty() {
+        "<p class=\"muted\">No attempt has ended yet.</p>".to_owned()
+    } else {
+        let rows: String = attempts
+            .iter()
+            .rev()
+            .map(|a| {
+                let took = a
+                    .started_at
+                    .map(|st| age((a.ended_at - st).num_milliseconds() as f64 / 1000.0))
+                    .unwrap_or_else(|| "–".into());
+                format!(
+                    "<tr><td class=\"n\">{}</td><td>{}</td><td>{}</td><td class=\"n\">{took}</td><td>{}</td>\
+                     <td class=\"outcome-{outcome}\">{outcome}</td><td><pre class=\"error\">{}</pre></td></tr>",
+                    a.attempt,
+                    opt_time(&a.started_at),
+                    time(&a.ended_at),
+                    esc(a.worker.as_deref().unwrap_or("–")),
+                    esc(a.error.as_deref().unwrap_or("")),
+                    outcome = a.outcome.as_str(),
+                )
+            })
+            .collect();
+        format!(
+            "<table class=\"attempts\"><thead><tr><th class=\"n\">Attempt</th><th>Started</th><th>Ended</th>\
+             <th class=\"n\">Took</th><th>Worker</th><th>Outcome</th><th>Error</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
+    };
+    let history = format!(
+        "<section class=\"card\"><h2>Attempts <small>the last {}, newest first</small></h2>{history}</section>",
+        jobqueue::MAX_ATTEMPT_HISTORY
+    );
+    let output = match s.queue.output_json(id).await? {
+        Some(_) if s.hide_payloads => {
+            "<section class=\"card\"><h2>Output</h2><p class=\"muted\">Outputs are hidden on this dashboard.</p></section>".to_owned()
+        }
+        Some(v) => format!(
+            "<section class=\"card\"><h2>Output</h2><pre class=\"payload\">{}</pre></section>",
+            esc(&serde_json::to_string_pretty(&v).unwrap_or_default())
         ),
         None => String::new(),
     };
@@ -634,7 +677,7 @@ pub(crate) async fn job(
     }
     let body = format!(
         "<div class=\"actions\">{actions}</div><section class=\"card\"><dl class=\"fields\">{dl}</dl></section>\
-         {error}{metadata}<section class=\"card\"><h2>Payload</h2>{payload}</section>"
+         {error}{history}{output}{metadata}<section class=\"card\"><h2>Payload</h2>{payload}</section>"
     );
     Ok(Html(page(
         &base,

@@ -105,7 +105,7 @@ pub use jobqueue_macros::job;
 #[doc(inline)]
 pub use jobqueue_runtime::{
     Backoff, BoxError, CancelReason, Data, DataNeed, FromJobContext, IntoJobResult, Job,
-    JobCanceller, JobContext, JobContextBuilder, JobError, JobOptions,
+    JobCanceller, JobContext, JobContextBuilder, JobError, JobOptions, JobOutput, MAX_OUTPUT_BYTES,
 };
 // Enqueueing.
 #[doc(inline)]
@@ -117,6 +117,8 @@ pub use jobqueue_runtime::{Uniqueness, MAX_METADATA_BYTES, MAX_PROGRESS_BYTES};
 #[doc(inline)]
 pub use jobqueue_runtime::{shutdown_signal, Retention, Worker, WorkerBuilder, WorkerHandle};
 // Looking at and acting on jobs.
+#[doc(inline)]
+pub use jobqueue_runtime::{Attempt, AttemptOutcome, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY};
 #[doc(inline)]
 pub use jobqueue_runtime::{
     CancelOutcome, JobFilter, JobPage, JobQuery, JobRecord, JobStatus, MetricsSnapshot,

@@ -316,8 +316,8 @@ async fn claim_skips_a_locked_row_without_waiting() {
 
 // The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
 use jobqueue_runtime::__store::statements::{
-    key_history_sql, release_sql, BRING_FORWARD_SELECT, CLAIM_SELECT, COMPLETE_IN, PROGRESS_UPDATE,
-    PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
+    complete_in_sql, key_history_sql, release_sql, ATTEMPT_LOG_SELECT, BRING_FORWARD_SELECT,
+    CLAIM_SELECT, OUTPUT_SELECT, PROGRESS_UPDATE, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
 };
 
 /// One row of an `EXPLAIN`.
@@ -457,6 +457,16 @@ async fn maintenance_queries_use_their_indexes() {
     assert_eq!(statuses.len(), 6, "every status is present: {statuses:?}");
 
     let pool = queue.pool();
+    // A job's history and output: one row, by primary key.
+    for (what, sql) in [
+        ("attempt history", ATTEMPT_LOG_SELECT),
+        ("output", OUTPUT_SELECT),
+    ] {
+        let plan = explain(pool, sql, &["1000"]).await;
+        assert_eq!(plan.len(), 1, "{what}: {plan:#?}");
+        assert_eq!(plan[0].key.as_deref(), Some("PRIMARY"), "{what}: {plan:#?}");
+        assert_eq!(plan[0].access, "const", "{what}: {plan:#?}");
+    }
     assert_plan(
         pool,
         "claim",
@@ -498,7 +508,7 @@ async fn maintenance_queries_use_their_indexes() {
     assert_plan(
         pool,
         "complete in a transaction",
-        COMPLETE_IN,
+        &complete_in_sql(),
         &["7", "worker-0", "1"],
         "PRIMARY",
         Access::Range,

@@ -130,6 +130,74 @@ async fn every_value_from_the_database_is_escaped() {
     assert!(page.contains("q&lt;b&gt;x"), "{page}");
 }
 
+/// The job page lists the job's attempts, newest first, with their workers, outcomes and
+/// (escaped) errors, and its output.
+#[tokio::test]
+async fn the_job_page_lists_the_attempts_and_the_output() {
+    use jobqueue_runtime::__store::Finish;
+    let queue = fresh_queue("web_attempts").await;
+    let id = insert_job(
+        &queue,
+        "default",
+        "web_export",
+        "web:1",
+        "{}",
+        "ready",
+        None,
+    )
+    .await;
+    let store = queue.store();
+    let router = Dashboard::new(queue.clone()).router();
+    let page = get(&router, &format!("/jobs/{id}")).await.body;
+    assert!(page.contains("No attempt has ended yet."), "{page}");
+
+    assert_eq!(
+        store.claim("default", "worker-a", 1).await.unwrap().len(),
+        1
+    );
+    let retry = Finish::Retry {
+        delay: Duration::ZERO,
+        error: format!("smtp {HOSTILE}"),
+    };
+    store.finish("worker-a", id, 1, &retry).await.unwrap();
+    sqlx::query("UPDATE job_queue SET status = 'ready' WHERE id = ?")
+        .bind(id)
+        .execute(queue.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim("default", "worker-b", 1).await.unwrap().len(),
+        1
+    );
+    assert!(store
+        .complete_with_output("worker-b", id, 2, r#"{"rows":3}"#)
+        .await
+        .unwrap());
+
+    let page = get(&router, &format!("/jobs/{id}")).await.body;
+    assert!(!page.contains("not kept"), "{page}");
+    let table = &page[page
+        .find("<table class=\"attempts\">")
+        .expect("attempts table")..];
+    let table = &table[..table.find("</table>").unwrap()];
+    let rows: Vec<&str> = table.split("<tr>").skip(2).collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    assert!(
+        rows[0].starts_with("<td class=\"n\">2</td>"),
+        "newest first: {table}"
+    );
+    assert!(rows[0].contains("<td>worker-b</td>"), "{table}");
+    assert!(rows[0].contains(">done<"), "{table}");
+    assert!(rows[1].contains("<td>worker-a</td>"), "{table}");
+    assert!(rows[1].contains(">retry<"), "{table}");
+    assert!(
+        rows[1].contains("smtp &lt;script&gt;alert(1)&lt;/script&gt;"),
+        "the error, escaped: {table}"
+    );
+    assert!(page.contains("<h2>Output</h2>"), "{page}");
+    assert!(page.contains("&quot;rows&quot;: 3"), "{page}");
+}
+
 #[tokio::test]
 async fn actions_need_the_pages_token_and_a_same_site_request() {
     let queue = fresh_queue("web_csrf").await;

@@ -9,12 +9,19 @@ use crate::model::{
     CancelOutcome, JobFilter, JobQuery, JobRecord, JobStatus, QueueStats, RunningJob,
 };
 
-// An operator's retry is a fresh start: one more attempt, and the bounds on expired leases
-// and on waiting for a worker that can run the job count again from zero.
+// An operator's retry is a fresh start: one more attempt, and the bounds on expired leases,
+// on waiting for a worker that can run the job and on snoozes count again from zero.
 const RETRY_SET: &str = "UPDATE job_queue SET status = 'ready', run_at = UTC_TIMESTAMP(6), \
      max_attempts = GREATEST(max_attempts, attempts + 1), cancel_requested = 0, \
-     lease_expiries = 0, unrunnable_since = NULL, \
+     lease_expiries = 0, unrunnable_since = NULL, snoozes = 0, \
      lease_owner = NULL, lease_until = NULL, finished_at = NULL, updated_at = UTC_TIMESTAMP(6)";
+
+/// A job's attempt history, by primary key.
+pub const ATTEMPT_LOG_SELECT: &str = "SELECT attempt_log FROM job_queue WHERE id = ?";
+
+/// A job's kind, status and output, by primary key.
+pub const OUTPUT_SELECT: &str =
+    "SELECT kind, CAST(status AS CHAR), output FROM job_queue WHERE id = ?";
 
 /// Rows a bulk retry changes per statement.
 const RETRY_BATCH: u64 = 1000;
@@ -136,6 +143,35 @@ impl Store {
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(record_from_row).collect()
+    }
+
+    /// A job's attempt history (`attempt_log`, JSON text) by id: `None` when there is no
+    /// such job, `Some(None)` when no attempt has ended yet.
+    pub(crate) async fn attempt_log(&self, id: u64) -> Result<Option<Option<String>>> {
+        let row = sqlx::query(ATTEMPT_LOG_SELECT)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| opt_text(&r, 0).map_err(Into::into)).transpose()
+    }
+
+    /// A job's kind, status and output (JSON text), by id.
+    pub(crate) async fn output(
+        &self,
+        id: u64,
+    ) -> Result<Option<(String, JobStatus, Option<String>)>> {
+        let row = sqlx::query(OUTPUT_SELECT)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(r) = row else {
+            return Ok(None);
+        };
+        Ok(Some((
+            text(&r, 0)?,
+            text(&r, 1)?.parse()?,
+            opt_text(&r, 2)?,
+        )))
     }
 
     /// Jobs per status in one queue (all queues with `None`).

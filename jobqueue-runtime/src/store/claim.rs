@@ -53,7 +53,7 @@ impl Store {
                 let sql = format!(
                     "UPDATE job_queue SET status = 'running', lease_owner = ?, \
                      lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms * 1000 MICROSECOND, \
-                     attempts = attempts + 1, updated_at = UTC_TIMESTAMP(6) \
+                     attempts = attempts + 1, claimed_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
                      WHERE id IN ({}) AND status = 'ready'",
                     placeholders(padded_len(ids.len()))
                 );

@@ -26,7 +26,7 @@ pub(crate) async fn complete_in(
     owner: &str,
     attempt: u32,
 ) -> Result<Option<String>> {
-    let matched = sqlx::query(COMPLETE_IN)
+    let matched = sqlx::query(&complete_in_sql())
         .bind(id)
         .bind(owner)
         .bind(attempt)
@@ -72,9 +72,14 @@ pub(crate) async fn complete_in(
 }
 
 /// The statement of a job's completion in its own transaction (for the EXPLAIN test: it
-/// goes by primary key).
-pub const COMPLETE_IN: &str =
-    "UPDATE job_queue FORCE INDEX (PRIMARY) SET status = 'done', lease_owner = NULL, \
-     lease_until = NULL, finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
-     WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ? \
-       AND cancel_requested = 0";
+/// goes by primary key). Like every outcome write it appends the attempt to the job's
+/// history, in the same statement.
+pub fn complete_in_sql() -> String {
+    format!(
+        "UPDATE job_queue FORCE INDEX (PRIMARY) SET {log}, status = 'done', lease_owner = NULL, \
+         lease_until = NULL, finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
+         WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ? \
+           AND cancel_requested = 0",
+        log = super::outcome::log_attempt("'done'", "NULL"),
+    )
+}

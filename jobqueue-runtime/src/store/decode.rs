@@ -4,7 +4,9 @@ use sqlx::mysql::{MySqlPool, MySqlRow};
 use sqlx::Row;
 
 use crate::error::Result;
-use crate::model::{JobRecord, JobStatus, Uniqueness};
+use chrono::NaiveDateTime;
+
+use crate::model::{Attempt, AttemptOutcome, JobRecord, JobStatus, Uniqueness};
 
 /// Which row [`fetch_job`] reads.
 #[derive(Debug)]
@@ -16,7 +18,7 @@ pub(crate) enum JobLookup<'a> {
 /// A released job's `task_key` is not its key: its key is in `released_key`.
 pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, COALESCE(released_key, task_key) AS task_key, payload, CAST(status AS CHAR) AS status, priority, run_at, \
     attempts, max_attempts, lease_owner, lease_until, cancel_requested, last_error, created_at, updated_at, finished_at, \
-    lease_expiries, unrunnable_since, CAST(unique_policy AS CHAR) AS unique_policy, \
+    lease_expiries, unrunnable_since, snoozes, CAST(unique_policy AS CHAR) AS unique_policy, \
     TIMESTAMPDIFF(MICROSECOND, created_at, unique_until) AS unique_us, released_key IS NOT NULL AS key_released, \
     metadata, progress, progress_at";
 
@@ -80,6 +82,7 @@ pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
         metadata: json(r, "metadata")?,
         progress: json(r, "progress")?,
         progress_at: r.try_get("progress_at")?,
+        snoozes: r.try_get("snoozes")?,
     })
 }
 
@@ -89,6 +92,38 @@ fn json(r: &MySqlRow, name: &str) -> sqlx::Result<Option<serde_json::Value>> {
         r.try_get::<Option<sqlx::types::Json<serde_json::Value>>, _>(name)?
             .map(|j| j.0),
     )
+}
+
+/// The attempts of a job's `attempt_log` (a JSON array the outcome writes append to).
+pub(crate) fn attempts_from_log(log: &str) -> std::result::Result<Vec<Attempt>, String> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        attempt: u32,
+        started_at: Option<String>,
+        ended_at: String,
+        worker: Option<String>,
+        outcome: AttemptOutcome,
+        error: Option<String>,
+    }
+    fn time(s: &str) -> std::result::Result<NaiveDateTime, String> {
+        NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f")
+            .map_err(|e| format!("bad time {s:?} in the attempt history: {e}"))
+    }
+    let entries: Vec<Entry> = serde_json::from_str(log)
+        .map_err(|e| format!("the attempt history is not the JSON this library writes: {e}"))?;
+    entries
+        .into_iter()
+        .map(|e| {
+            Ok(Attempt {
+                attempt: e.attempt,
+                started_at: e.started_at.as_deref().map(time).transpose()?,
+                ended_at: time(&e.ended_at)?,
+                worker: e.worker,
+                outcome: e.outcome,
+                error: e.error,
+            })
+        })
+        .collect()
 }
 
 /// A text column. Columns with a binary collation (`utf8mb4_bin`, `ascii_bin`: keys and

@@ -124,12 +124,18 @@ impl Store {
                      last_error = 'cancelled on request; its worker stopped renewing the lease'",
                 ),
             ];
+            // The lost attempt goes into the job's history, first in each SET (it reads
+            // `lease_owner` before it is cleared).
+            let log = super::outcome::log_attempt(
+                "'lease_expired'",
+                "'the lease expired: its worker crashed, was stopped or stalled'",
+            );
             for (ids, set) in updates {
                 if ids.is_empty() {
                     continue;
                 }
                 let sql = format!(
-                    "UPDATE job_queue SET {set}, {COUNT} WHERE id IN ({}) {GUARD}",
+                    "UPDATE job_queue SET {log}, {set}, {COUNT} WHERE id IN ({}) {GUARD}",
                     placeholders(padded_len(ids.len()))
                 );
                 // Rare (only after a crash or a lost lease), and twelve texts in all: not
@@ -146,7 +152,7 @@ impl Store {
             // Each delayed job has a delay of its own: one statement each (they are rare).
             for (id, _, _, delay) in &out.delayed {
                 let sql = format!(
-                    "UPDATE job_queue SET status = 'scheduled', \
+                    "UPDATE job_queue SET {log}, status = 'scheduled', \
                      run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
                      last_error = LEFT(CONCAT('lease of ', COALESCE(lease_owner, '?'), \
                      ' expired during attempt ', attempts, ' (expiry ', lease_expiries + 1, ' of at most ', ?, \

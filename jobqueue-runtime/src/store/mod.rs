@@ -202,12 +202,15 @@ mod testing;
 mod workers;
 
 pub use admin::key_history_sql;
+pub use admin::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
 pub use claim::CLAIM_SELECT;
 pub(crate) use complete_in::complete_in;
-pub use complete_in::COMPLETE_IN;
+pub use complete_in::complete_in_sql;
 pub(crate) use connect::LeaseConnect;
 pub use dashboard::{dashboard_statements, Arg};
-pub(crate) use decode::{fetch_job, record_from_row, text, JobLookup, JOB_COLUMNS};
+pub(crate) use decode::{
+    attempts_from_log, fetch_job, opt_text, record_from_row, text, JobLookup, JOB_COLUMNS,
+};
 use enqueue::is_key_conflict;
 pub use enqueue::release_sql;
 pub(crate) use enqueue::{insert, insert_many};

@@ -6,7 +6,7 @@ use std::time::Duration;
 use sqlx::Row;
 
 use super::*;
-use crate::model::{Finish, JobStatus};
+use crate::model::{Finish, JobStatus, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY};
 
 /// The longest `last_error` kept, in bytes (the column is `TEXT`).
 const MAX_ERROR_BYTES: usize = 16 * 1024;
@@ -19,6 +19,31 @@ fn outcome_code(failed_if: &str) -> String {
     format!("IF(LAST_INSERT_ID(IF(cancel_requested = 1, 1, IF({failed_if}, 2, 0))) = 1, 1, 0)")
 }
 
+/// The assignment that appends this attempt to the job's history (`attempt_log`), keeping
+/// the latest [`MAX_ATTEMPT_HISTORY`] entries. `outcome` and `error` are SQL expressions.
+///
+/// It must come first in its `SET`: it reads `lease_owner`, `attempts`, `claimed_at` and
+/// whatever `outcome` reads as they were before the statement, which holds on MySQL (which
+/// assigns left to right) and on MariaDB with or without `SIMULTANEOUS_ASSIGNMENT`.
+/// Times are written as text in one format, since the two servers put a DATETIME into JSON
+/// differently.
+pub(super) fn log_attempt(outcome: &str, error: &str) -> String {
+    format!(
+        "attempt_log = JSON_ARRAY_APPEND(\
+           IF(JSON_LENGTH(COALESCE(attempt_log, '[]')) >= {MAX_ATTEMPT_HISTORY}, \
+              JSON_REMOVE(attempt_log, '$[0]'), COALESCE(attempt_log, '[]')), '$', \
+           JSON_OBJECT('attempt', attempts, \
+             'started_at', DATE_FORMAT(claimed_at, '%Y-%m-%d %H:%i:%s.%f'), \
+             'ended_at', DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f'), \
+             'worker', lease_owner, 'outcome', {outcome}, 'error', {error}))"
+    )
+}
+
+/// An attempt's error as its history keeps it.
+fn attempt_error(error: &str) -> String {
+    truncate(error, MAX_ATTEMPT_ERROR_BYTES)
+}
+
 /// `d` for a message: `24h`, `90min`, `45s`, or as `Debug` writes it when not whole.
 fn human_duration(d: Duration) -> String {
     let secs = d.as_secs();
@@ -28,6 +53,12 @@ fn human_duration(d: Duration) -> String {
         (s, _) if s % 60 == 0 => format!("{}min", s / 60),
         (s, _) => format!("{s}s"),
     }
+}
+
+/// A value bound to a mark of an outcome statement.
+enum Bind {
+    Text(String),
+    Micros(i64),
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -51,10 +82,11 @@ impl Store {
             let tokens: Vec<String> = chunk.iter().map(|(id, a)| format!("{id}:{a}")).collect();
             let n = padded_len(chunk.len());
             let sql = format!(
-                "UPDATE job_queue SET status = 'done', lease_owner = NULL, lease_until = NULL, \
+                "UPDATE job_queue SET {log}, status = 'done', lease_owner = NULL, lease_until = NULL, \
                  finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
                  WHERE id IN ({p}) AND status = 'running' AND lease_owner = ? \
                    AND CONCAT(id, ':', attempts) IN ({p})",
+                log = log_attempt("'done'", "NULL"),
                 p = placeholders(n)
             );
             let matched = autocommit!(self, |conn| {
@@ -76,6 +108,35 @@ impl Store {
             }
         }
         Ok(lost)
+    }
+
+    /// Marks one claim done with the job's `output` (JSON). Returns false when the lease
+    /// was lost: nothing was written.
+    pub async fn complete_with_output(
+        &self,
+        owner: &str,
+        id: u64,
+        attempt: u32,
+        output: &str,
+    ) -> Result<bool> {
+        let sql = format!(
+            "UPDATE job_queue SET {log}, status = 'done', output = ?, lease_owner = NULL, lease_until = NULL, \
+             finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
+             WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ?",
+            log = log_attempt("'done'", "NULL"),
+        );
+        let matched = autocommit!(self, |conn| sqlx::query(&sql)
+            .bind(output)
+            .bind(id)
+            .bind(owner)
+            .bind(attempt)
+            .execute(&mut *conn))?
+        .rows_affected();
+        if matched == 1 {
+            return Ok(true);
+        }
+        // A write whose reply was lost may have been made already.
+        Ok(self.ids_done_at(&[(id, attempt)]).await? == [id])
     }
 
     /// Which of `claims` (id, attempt) are `done` at that attempt: completed by that claim.
@@ -100,9 +161,10 @@ impl Store {
     }
 
     /// Ends one claim other than by success. Returns the status written (a retry, a
-    /// hand-back or a deferral ends `cancelled` when an operator's cancel was pending; a
-    /// hand-back of the last attempt, or a deferral past its bound, ends `failed`), or
-    /// `None` when the lease was lost: nothing was written.
+    /// hand-back, a deferral or a snooze ends `cancelled` when an operator's cancel was
+    /// pending; a hand-back of the last attempt, a deferral past its bound or a snooze past
+    /// `max_snoozes` ends `failed`), or `None` when the lease was lost: nothing was written.
+    /// The attempt is appended to the job's history by the same statement.
     pub async fn finish(
         &self,
         owner: &str,
@@ -112,37 +174,38 @@ impl Store {
     ) -> Result<Option<JobStatus>> {
         const FENCE: &str =
             "WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ?";
-        // Binds in the order of the statement's marks, before the fence's.
-        let mut delay_us = None;
-        let mut errors = Vec::new();
+        // Binds in the order of the statement's marks, before the fence's: the history
+        // entry's first (its assignment comes first), then the rest.
+        let mut binds: Vec<Bind> = Vec::new();
         let sql = match how {
             Finish::Retry { delay, error } => {
-                delay_us = Some(micros(*delay));
-                errors.push(error.clone());
+                binds.push(Bind::Text(attempt_error(error)));
+                binds.push(Bind::Micros(micros(*delay)));
+                binds.push(Bind::Text(truncate(error, MAX_ERROR_BYTES)));
                 format!(
-                    "UPDATE job_queue SET status = IF(cancel_requested = 1, 'cancelled', 'scheduled'), \
+                    "UPDATE job_queue SET {log}, status = IF(cancel_requested = 1, 'cancelled', 'scheduled'), \
                      run_at = IF(cancel_requested = 1, run_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
                      finished_at = IF(cancel_requested = 1, UTC_TIMESTAMP(6), NULL), \
                      cancel_requested = LAST_INSERT_ID(cancel_requested), unrunnable_since = NULL, \
-                     lease_owner = NULL, lease_until = NULL, last_error = ?, updated_at = UTC_TIMESTAMP(6) {FENCE}"
+                     lease_owner = NULL, lease_until = NULL, last_error = ?, updated_at = UTC_TIMESTAMP(6) {FENCE}",
+                    log = log_attempt("IF(cancel_requested = 1, 'cancelled', 'retry')", "?"),
                 )
             }
-            Finish::Fail { error } => {
-                errors.push(error.clone());
+            Finish::Fail { error } | Finish::Cancelled { error } => {
+                let status = match how {
+                    Finish::Fail { .. } => "failed",
+                    _ => "cancelled",
+                };
+                binds.push(Bind::Text(attempt_error(error)));
+                binds.push(Bind::Text(truncate(error, MAX_ERROR_BYTES)));
                 format!(
-                    "UPDATE job_queue SET status = 'failed', lease_owner = NULL, lease_until = NULL, last_error = ?, \
-                     finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) {FENCE}"
-                )
-            }
-            Finish::Cancelled { error } => {
-                errors.push(error.clone());
-                format!(
-                    "UPDATE job_queue SET status = 'cancelled', lease_owner = NULL, lease_until = NULL, last_error = ?, \
-                     finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) {FENCE}"
+                    "UPDATE job_queue SET {log}, status = '{status}', lease_owner = NULL, lease_until = NULL, last_error = ?, \
+                     finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) {FENCE}",
+                    log = log_attempt(&format!("'{status}'"), "?"),
                 )
             }
             Finish::HandBack => format!(
-                "UPDATE job_queue SET \
+                "UPDATE job_queue SET {log}, \
                  status = IF(cancel_requested = 1, 'cancelled', IF(attempts >= max_attempts, 'failed', 'ready')), \
                  finished_at = IF(cancel_requested = 1 OR attempts >= max_attempts, UTC_TIMESTAMP(6), NULL), \
                  last_error = IF(cancel_requested = 1, \
@@ -152,6 +215,10 @@ impl Store {
                      COALESCE(CONCAT('; previous error: ', last_error), '')), 16000), last_error)), \
                  cancel_requested = {code}, unrunnable_since = NULL, \
                  lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) {FENCE}",
+                log = log_attempt(
+                    "IF(cancel_requested = 1, 'cancelled', IF(attempts >= max_attempts, 'failed', 'handed_back'))",
+                    "'its worker shut down before the job ended'"
+                ),
                 code = outcome_code("attempts >= max_attempts"),
             ),
             Finish::Defer {
@@ -165,23 +232,28 @@ impl Store {
                     "(unrunnable_since < UTC_TIMESTAMP(6) - INTERVAL {} MICROSECOND)",
                     micros((*give_up_after).min(CENTURY))
                 );
-                delay_us = Some(micros(*delay));
+                binds.push(Bind::Text(attempt_error(error)));
+                binds.push(Bind::Micros(micros(*delay)));
                 let within = human_duration((*give_up_after).min(CENTURY));
-                errors.push(format!(
-                    "no worker could run it within {within} of the first try: {error}"
-                ));
-                errors.push(if *give_up_after >= CENTURY {
-                    format!(
+                binds.push(Bind::Text(truncate(
+                    &format!("no worker could run it within {within} of the first try: {error}"),
+                    MAX_ERROR_BYTES,
+                )));
+                binds.push(Bind::Text(truncate(
+                    &if *give_up_after >= CENTURY {
+                        format!(
                         "waiting for a worker that can run it: {error} (not counted as an attempt)"
                     )
-                } else {
-                    format!(
+                    } else {
+                        format!(
                         "waiting for a worker that can run it: {error} (not counted as an attempt; \
                          fails if no worker can run it within {within} of the first try)"
                     )
-                });
+                    },
+                    MAX_ERROR_BYTES,
+                )));
                 format!(
-                    "UPDATE job_queue SET \
+                    "UPDATE job_queue SET {log}, \
                      status = IF(cancel_requested = 1, 'cancelled', IF({give_up}, 'failed', 'scheduled')), \
                      run_at = IF(cancel_requested = 1 OR {give_up}, run_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
                      max_attempts = IF(cancel_requested = 1 OR {give_up}, max_attempts, max_attempts + 1), \
@@ -191,38 +263,71 @@ impl Store {
                      cancel_requested = {code}, \
                      unrunnable_since = COALESCE(unrunnable_since, UTC_TIMESTAMP(6)), \
                      lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) {FENCE}",
+                    log = log_attempt(
+                        &format!("IF(cancel_requested = 1, 'cancelled', IF({give_up}, 'failed', 'deferred'))"),
+                        "?"
+                    ),
                     code = outcome_code(&give_up),
                 )
             }
+            Finish::Snooze {
+                delay,
+                max_snoozes,
+                exhausted,
+            } => {
+                // The bound is the kind's constant: one statement text per kind at most.
+                let spent = format!("(snoozes >= {max_snoozes})");
+                binds.push(Bind::Text(attempt_error(exhausted)));
+                binds.push(Bind::Text(format!("snoozed for {}", human_duration(*delay))));
+                binds.push(Bind::Micros(micros(*delay)));
+                binds.push(Bind::Text(truncate(exhausted, MAX_ERROR_BYTES)));
+                // `snoozes` is assigned last: every expression before it reads the count
+                // from before the statement, on MySQL (left to right) as on MariaDB.
+                format!(
+                    "UPDATE job_queue SET {log}, \
+                     status = IF(cancel_requested = 1, 'cancelled', IF({spent}, 'failed', 'scheduled')), \
+                     run_at = IF(cancel_requested = 1 OR {spent}, run_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
+                     max_attempts = IF(cancel_requested = 1 OR {spent}, max_attempts, max_attempts + 1), \
+                     finished_at = IF(cancel_requested = 1 OR {spent}, UTC_TIMESTAMP(6), NULL), \
+                     last_error = IF(cancel_requested = 1, 'cancelled on request while it snoozed', \
+                       IF({spent}, ?, last_error)), \
+                     cancel_requested = {code}, unrunnable_since = NULL, \
+                     lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6), \
+                     snoozes = IF(cancel_requested = 1 OR {spent}, snoozes, snoozes + 1) {FENCE}",
+                    log = log_attempt(
+                        &format!("IF(cancel_requested = 1, 'cancelled', IF({spent}, 'failed', 'snoozed'))"),
+                        &format!("IF(cancel_requested = 1, NULL, IF({spent}, ?, ?))")
+                    ),
+                    code = outcome_code(&spent),
+                )
+            }
         };
-        let errors: Vec<String> = errors
-            .iter()
-            .map(|e| truncate(e, MAX_ERROR_BYTES))
-            .collect();
         let done = autocommit!(self, |conn| {
             let mut q = sqlx::query(&sql);
-            if let Some(us) = delay_us {
-                q = q.bind(us);
-            }
-            for e in &errors {
-                q = q.bind(e.as_str());
+            for b in &binds {
+                q = match b {
+                    Bind::Text(t) => q.bind(t.as_str()),
+                    Bind::Micros(us) => q.bind(*us),
+                };
             }
             q.bind(id).bind(owner).bind(attempt).execute(&mut *conn)
         })?;
         if done.rows_affected() != 1 {
             return Ok(None);
         }
-        // A retry, hand-back or deferral can end otherwise than asked: cancelled when an
-        // operator's request was pending, failed when out of attempts or time. The statement
-        // reports which through `LAST_INSERT_ID(expr)` (see [`outcome_code`]), which puts the
-        // value in the reply, so no second read is needed.
+        // A retry, hand-back, deferral or snooze can end otherwise than asked: cancelled
+        // when an operator's request was pending, failed when out of attempts, time or
+        // snoozes. The statement reports which through `LAST_INSERT_ID(expr)` (see
+        // [`outcome_code`]), which puts the value in the reply, so no second read is needed.
         Ok(Some(match (how, done.last_insert_id()) {
             (Finish::Fail { .. }, _) => JobStatus::Failed,
             (Finish::Cancelled { .. }, _) => JobStatus::Cancelled,
             (_, 1) => JobStatus::Cancelled,
             (_, 2) => JobStatus::Failed,
             (Finish::HandBack, _) => JobStatus::Ready,
-            (Finish::Retry { .. } | Finish::Defer { .. }, _) => JobStatus::Scheduled,
+            (Finish::Retry { .. } | Finish::Defer { .. } | Finish::Snooze { .. }, _) => {
+                JobStatus::Scheduled
+            }
         }))
     }
 }

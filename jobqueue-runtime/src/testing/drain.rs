@@ -70,19 +70,23 @@ pub struct DrainCounts {
     pub failed: u64,
     /// Runs that ended `cancelled`.
     pub cancelled: u64,
+    /// Runs that snoozed ([`JobError::snooze`](crate::JobError::snooze)): back to
+    /// `scheduled` without spending an attempt.
+    pub snoozed: u64,
 }
 
 impl DrainCounts {
     /// Every run counted.
     pub fn runs(&self) -> u64 {
-        self.done + self.retried + self.failed + self.cancelled
+        self.done + self.retried + self.failed + self.cancelled + self.snoozed
     }
 
-    fn count(&mut self, status: JobStatus) {
+    fn count(&mut self, (status, snoozed): (JobStatus, bool)) {
         match status {
             JobStatus::Done => self.done += 1,
             JobStatus::Failed => self.failed += 1,
             JobStatus::Cancelled => self.cancelled += 1,
+            _ if snoozed => self.snoozed += 1,
             _ => self.retried += 1,
         }
     }
@@ -233,7 +237,7 @@ async fn run_claimed(
     registry: &Registry,
     data: &DataMap,
     c: Claimed,
-) -> Result<JobStatus> {
+) -> Result<(JobStatus, bool)> {
     let ctx = JobContext::builder(c.id, c.task_key.clone())
         .max_attempts(c.max_attempts)
         .attempt(c.attempt)
@@ -262,18 +266,30 @@ async fn run_claimed(
     match decide(ran, &ctx, descriptor, Duration::from_secs(24 * 3600)) {
         // The drain's context holds no claim, so `complete_in` writes nothing there and the
         // drain completes the job itself, as for any job that returned Ok.
-        Some(Outcome::Done | Outcome::DoneInTransaction { .. }) => {
+        Some(Outcome::Done {
+            output: Some(output),
+        }) => {
+            if !store
+                .complete_with_output(owner, c.id, c.attempt, &output)
+                .await?
+            {
+                return Err(lost());
+            }
+            Ok((JobStatus::Done, false))
+        }
+        Some(Outcome::Done { output: None } | Outcome::DoneInTransaction { .. }) => {
             let lost_ids = store.complete(owner, &[(c.id, c.attempt)]).await?;
             if !lost_ids.is_empty() {
                 return Err(lost());
             }
-            Ok(JobStatus::Done)
+            Ok((JobStatus::Done, false))
         }
         Some(Outcome::Finish(finish)) => {
             let unrunnable = match &finish {
                 Finish::Defer { error, .. } => Some(error.clone()),
                 _ => None,
             };
+            let snoozed = matches!(finish, Finish::Snooze { .. });
             let status = store
                 .finish(owner, c.id, c.attempt, &finish)
                 .await?
@@ -284,7 +300,7 @@ async fn run_claimed(
                      worker that can: {error}",
                     c.id, c.kind
                 ))),
-                None => Ok(status),
+                None => Ok((status, snoozed)),
             }
         }
         None => Err(lost()),

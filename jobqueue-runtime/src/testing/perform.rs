@@ -24,6 +24,16 @@ use crate::worker::outcome::{decide, Outcome};
 pub enum Performed {
     /// The job succeeded: it would be `done`.
     Done,
+    /// The job succeeded and returned a value (not `()`): it would be `done`, with this
+    /// output (its JSON, as [`Queue::output`](crate::Queue::output) would read it).
+    DoneWithOutput(serde_json::Value),
+    /// The job snoozed ([`JobError::snooze`](crate::JobError::snooze)): back to
+    /// `scheduled`, due after `delay`, without spending an attempt (a worker fails it instead
+    /// once it has snoozed its kind's `max_snoozes` times).
+    Snoozed {
+        /// The wait before it runs again.
+        delay: Duration,
+    },
     /// The attempt failed and attempts are left: back to `scheduled`, due after `delay`
     /// (the kind's backoff for this attempt, with its jitter).
     Retry {
@@ -298,7 +308,16 @@ pub(crate) fn performed(outcome: Outcome) -> Performed {
     match outcome {
         // A performed job's context holds no claim: its `complete_in` writes nothing and
         // returns Ok, so the job is done as far as the test can tell.
-        Outcome::Done | Outcome::DoneInTransaction { .. } => Performed::Done,
+        Outcome::Done { output: None } | Outcome::DoneInTransaction { .. } => Performed::Done,
+        Outcome::Done { output: Some(json) } => match serde_json::from_str(&json) {
+            Ok(value) => Performed::DoneWithOutput(value),
+            // The worker stores the text it serialised; a value the JSON reader cannot
+            // read back would not be readable from the table either.
+            Err(e) => Performed::Failed {
+                error: format!("the job's output is not JSON: {e}"),
+            },
+        },
+        Outcome::Finish(Finish::Snooze { delay, .. }) => Performed::Snoozed { delay },
         Outcome::Finish(Finish::Retry { delay, error }) => Performed::Retry { delay, error },
         Outcome::Finish(Finish::Fail { error }) => Performed::Failed { error },
         Outcome::Finish(Finish::Cancelled { error }) => Performed::Cancelled { error },

@@ -153,6 +153,7 @@ impl Worker {
             data: self.data.clone(),
             claim: Some(Arc::new(ClaimFence::new(self.config.owner.clone()))),
             progress: Default::default(),
+            output: Default::default(),
         };
         let displaced = leases.insert(
             c.id,

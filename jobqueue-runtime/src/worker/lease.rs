@@ -418,6 +418,7 @@ mod tests {
                 data: Default::default(),
                 claim: None,
                 progress: Default::default(),
+                output: Default::default(),
             },
             cancel_seen: false,
             finishing: false,

@@ -24,6 +24,8 @@ pub(super) struct LeaseThread {
     pub(super) metrics: Arc<Metrics>,
     pub(super) stop: CancellationToken,
     pub(super) reports: mpsc::Receiver<Report>,
+    /// Told when outcomes are written, for the process's [`Queue::wait`](crate::Queue::wait).
+    pub(super) queue: crate::queue::Queue,
 }
 
 /// A running lease thread.
@@ -75,6 +77,7 @@ impl LeaseThread {
             self.leases,
             self.metrics,
             self.reports,
+            self.queue,
         )
         .await;
         let _ = writer_done.send(());

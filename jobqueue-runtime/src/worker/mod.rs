@@ -219,6 +219,7 @@ impl Worker {
             metrics: self.metrics.clone(),
             stop: background.clone(),
             reports: report_rx,
+            queue: self.queue.clone(),
         }
         .spawn()?;
         let maintenance = cfg.maintenance.then(|| {

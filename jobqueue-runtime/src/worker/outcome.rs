@@ -5,14 +5,17 @@ use std::time::Duration;
 
 use super::execute::Ran;
 use crate::job::{CancelReason, JobContext};
-use crate::model::Finish;
+use crate::model::{Finish, MAX_OUTPUT_BYTES};
 use crate::registry::{JobDescriptor, RunError};
 use crate::retry::Backoff;
 
 /// How one attempt ended, before it is written.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    Done,
+    /// Succeeded; with the JSON of what it returned, unless that is `()`.
+    Done {
+        output: Option<String>,
+    },
     Finish(Finish),
     /// The job wrote its own completion in its transaction ([`JobContext::complete_in`]):
     /// done if that transaction committed, else `otherwise`.
@@ -68,8 +71,22 @@ pub(crate) fn decide(
             }
         }
     };
+    let kind = descriptor.map(|d| d.kind()).unwrap_or(ctx.kind.as_str());
     let outcome = match ran {
-        Ran::Finished(Ok(())) => Outcome::Done,
+        Ran::Finished(Ok(())) => match ctx.output() {
+            None => Outcome::Done { output: None },
+            Some(Ok(json)) if json.len() <= MAX_OUTPUT_BYTES => Outcome::Done { output: Some(json) },
+            Some(Ok(json)) => Outcome::Finish(Finish::Fail {
+                error: format!(
+                    "the output of job `{kind}` is {} bytes of JSON, over the limit of {MAX_OUTPUT_BYTES} bytes; \
+                     store large results elsewhere (a table, a file) and return a reference to them (not retried)",
+                    json.len()
+                ),
+            }),
+            Some(Err(e)) => Outcome::Finish(Finish::Fail {
+                error: format!("cannot serialize the output of job `{kind}` as JSON: {e} (not retried)"),
+            }),
+        },
         Ran::Unreadable(msg) | Ran::Finished(Err(RunError::Payload(msg))) => {
             Outcome::Finish(Finish::Fail { error: msg })
         }
@@ -78,6 +95,27 @@ pub(crate) fn decide(
             error,
             give_up_after,
         }),
+        Ran::Finished(Err(RunError::Job(e))) if e.is_cancel() => Outcome::Finish(Finish::Cancelled {
+            error: format!("cancelled by the job: {e}"),
+        }),
+        // A snooze is the job's own choice, honoured at shutdown too; an operator's cancel
+        // still wins.
+        Ran::Finished(Err(RunError::Job(e)))
+            if reason != Some(CancelReason::Requested) && e.snoozed_for().is_some() =>
+        {
+            let delay = e.snoozed_for().unwrap_or_default();
+            let max_snoozes = descriptor
+                .map(|d| d.options().max_snoozes)
+                .unwrap_or(crate::job::JobOptions::DEFAULT.max_snoozes);
+            Outcome::Finish(Finish::Snooze {
+                delay,
+                max_snoozes,
+                exhausted: format!(
+                    "job `{kind}` snoozed {max_snoozes} times, the most its kind allows; \
+                     raise the bound with `#[job(max_snoozes = ...)]`, or return an error instead of snoozing"
+                ),
+            })
+        }
         Ran::Finished(Err(RunError::Job(e))) => {
             if reason == Some(CancelReason::Shutdown) {
                 Outcome::Finish(Finish::HandBack)
@@ -101,13 +139,12 @@ pub(crate) fn decide(
     // and writes this only if it did not.
     Some(Outcome::DoneInTransaction {
         otherwise: match outcome {
-            Outcome::Done => failed_attempt(NOT_COMMITTED.into()),
+            Outcome::Done { .. } => failed_attempt(NOT_COMMITTED.into()),
             Outcome::Finish(how) | Outcome::DoneInTransaction { otherwise: how } => how,
         },
     })
 }
 
-#[cfg(test)]
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +163,7 @@ mod tests {
             data: Default::default(),
             claim: None,
             progress: Default::default(),
+            output: Default::default(),
         }
     }
 
@@ -190,7 +228,7 @@ mod tests {
         // A job that never called it is done as ever; a lost lease writes nothing.
         assert!(matches!(
             decide(Ran::Finished(Ok(())), &ctx(1, 3), None, DAY),
-            Some(Outcome::Done)
+            Some(Outcome::Done { output: None })
         ));
         assert!(decide(
             Ran::Abandoned { hand_back: false },
@@ -226,11 +264,14 @@ mod tests {
             HandBack,
             Defer,
             Nothing,
+            Output(String),
+            Snooze(Duration),
         }
         fn write(o: Option<Outcome>) -> W {
             match o {
                 None => W::Nothing,
-                Some(Outcome::Done) => W::Done,
+                Some(Outcome::Done { output: None }) => W::Done,
+                Some(Outcome::Done { output: Some(json) }) => W::Output(json),
                 Some(Outcome::Finish(Finish::Retry { error, delay })) => {
                     assert!(delay > Duration::ZERO);
                     W::Retry(error)
@@ -240,9 +281,20 @@ mod tests {
                 Some(Outcome::Finish(Finish::HandBack)) => W::HandBack,
                 Some(Outcome::Finish(Finish::Defer { .. })) => W::Defer,
                 Some(Outcome::DoneInTransaction { .. }) => unreachable!("no `complete_in` here"),
+                Some(Outcome::Finish(Finish::Snooze {
+                    delay,
+                    max_snoozes,
+                    exhausted,
+                })) => {
+                    assert_eq!(max_snoozes, 100);
+                    assert!(exhausted.contains("snoozed 100 times"), "{exhausted}");
+                    W::Snooze(delay)
+                }
             }
         }
         let retryable = || Ran::Finished(Err(RunError::Job(JobError::retryable("boom"))));
+        let snooze = || Ran::Finished(Err(RunError::Job(JobError::snooze(Duration::from_secs(5)))));
+        let cancel = || Ran::Finished(Err(RunError::Job(JobError::cancel("order withdrawn"))));
         let permanent = || Ran::Finished(Err(RunError::Job(JobError::permanent("bad input"))));
         let case = |ran: Ran, attempt: u32, reason: Option<CancelReason>| {
             let c = ctx(attempt, 3);
@@ -315,9 +367,57 @@ mod tests {
                 case(Ran::Unreadable("not JSON".into()), 1, None),
                 W::Fail("not JSON".into()),
             ),
+            // A snooze spends no attempt, on the last one too, and at shutdown.
+            (case(snooze(), 3, None), W::Snooze(Duration::from_secs(5))),
+            (
+                case(snooze(), 1, Some(Shutdown)),
+                W::Snooze(Duration::from_secs(5)),
+            ),
+            (
+                case(snooze(), 1, Some(Requested)),
+                W::Cancelled("snoozed for 5s".into()),
+            ),
+            // A cancel from inside ends the job, whatever attempts remain.
+            (
+                case(cancel(), 1, None),
+                W::Cancelled("cancelled by the job: order withdrawn".into()),
+            ),
+            (
+                case(cancel(), 1, Some(Shutdown)),
+                W::Cancelled("cancelled by the job: order withdrawn".into()),
+            ),
         ];
         for (i, (got, want)) in table.into_iter().enumerate() {
             assert_eq!(got, want, "row {i}");
         }
+    }
+
+    #[test]
+    fn an_output_is_kept_within_its_limit_and_fails_the_job_beyond_it() {
+        let c = ctx(1, 3);
+        c.set_output(&vec![1, 2, 3]);
+        assert!(matches!(
+            decide(Ran::Finished(Ok(())), &c, None, DAY),
+            Some(Outcome::Done { output: Some(json) }) if json == "[1,2,3]"
+        ));
+        // `()` stores nothing.
+        let c = ctx(1, 3);
+        c.set_output(&());
+        assert!(matches!(
+            decide(Ran::Finished(Ok(())), &c, None, DAY),
+            Some(Outcome::Done { output: None })
+        ));
+        let c = ctx(1, 3);
+        c.set_output(&"x".repeat(MAX_OUTPUT_BYTES));
+        let Some(Outcome::Finish(Finish::Fail { error })) =
+            decide(Ran::Finished(Ok(())), &c, None, DAY)
+        else {
+            panic!("an oversized output must fail the job");
+        };
+        assert_eq!(
+            error,
+            "the output of job `k` is 65538 bytes of JSON, over the limit of 65536 bytes; \
+             store large results elsewhere (a table, a file) and return a reference to them (not retried)"
+        );
     }
 }

@@ -11,6 +11,7 @@ use super::outcome::{Outcome, Report};
 use crate::error::Result;
 use crate::metrics::Metrics;
 use crate::model::{Finish, JobStatus};
+use crate::queue::Queue;
 use crate::store::Store;
 
 /// How long one outcome write may wait for the server before it is given up, its connection
@@ -25,6 +26,7 @@ pub(super) async fn write_outcomes(
     leases: Leases,
     metrics: Arc<Metrics>,
     mut reports: mpsc::Receiver<Report>,
+    queue: Queue,
 ) {
     let mut batch = Vec::new();
     // Outcomes that arrive within one write's duration of the first are written with it:
@@ -75,6 +77,7 @@ pub(super) async fn write_outcomes(
         }
         write_took = began.elapsed().min(Duration::from_millis(50));
         batch.clear();
+        queue.jobs_ended();
     }
 }
 
@@ -87,15 +90,47 @@ async fn write_batch(
     metrics: &Metrics,
     batch: &mut Vec<Report>,
 ) -> Result<()> {
+    // Jobs that returned a value are recorded one by one, with it; the others (the common
+    // case) many per statement.
+    while let Some(i) = batch
+        .iter()
+        .position(|r| matches!(r.outcome, Outcome::Done { output: Some(_) }))
+    {
+        let r = &batch[i];
+        let Outcome::Done {
+            output: Some(output),
+        } = &r.outcome
+        else {
+            unreachable!("found above")
+        };
+        let written = store
+            .complete_with_output(owner, r.id, r.attempt, output)
+            .await?;
+        leases.release(r.id, r.attempt);
+        if written {
+            succeeded(metrics, r);
+        } else {
+            metrics.add_job(
+                &metrics.lease_lost,
+                "jobqueue_leases_lost_total",
+                &r.queue,
+                &r.kind,
+                1,
+            );
+            tracing::warn!(job.id = r.id, attempt = r.attempt, "lease lost before completion was recorded; another worker owns the job now, nothing was written");
+        }
+        batch.swap_remove(i);
+    }
+    let is_done = |r: &Report| matches!(r.outcome, Outcome::Done { .. });
     let done: Vec<(u64, u32)> = batch
         .iter()
-        .filter(|r| matches!(r.outcome, Outcome::Done))
+        .filter(|r| is_done(r))
         .map(|r| (r.id, r.attempt))
         .collect();
     done_in_transaction(store, leases, metrics, batch).await?;
     if !done.is_empty() {
         let lost = store.complete(owner, &done).await?;
-        for r in batch.iter().filter(|r| matches!(r.outcome, Outcome::Done)) {
+        for r in batch.iter().filter(|r| is_done(r)) {
             let (id, attempt) = (r.id, r.attempt);
             leases.release(id, attempt);
             if lost.contains(&id) {
@@ -111,13 +146,13 @@ async fn write_batch(
                 succeeded(metrics, r);
             }
         }
-        batch.retain(|r| !matches!(r.outcome, Outcome::Done));
+        batch.retain(|r| !is_done(r));
     }
     while let Some(r) = batch.last() {
         let (how, in_transaction) = match &r.outcome {
             Outcome::Finish(how) => (how, false),
             Outcome::DoneInTransaction { otherwise } => (otherwise, true),
-            Outcome::Done => {
+            Outcome::Done { .. } => {
                 batch.pop();
                 continue;
             }
@@ -196,6 +231,31 @@ async fn write_batch(
                     1,
                 );
                 tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "no worker could run the job within {give_up_after:?}; job failed");
+            }
+            (Some(JobStatus::Scheduled), Finish::Snooze { delay, .. }) => {
+                metrics.add_job(
+                    &metrics.snoozed,
+                    "jobqueue_jobs_snoozed_total",
+                    queue,
+                    kind,
+                    1,
+                );
+                tracing::info!(
+                    job.id = id,
+                    job.kind = kind,
+                    attempt,
+                    "job snoozed; runs again in {delay:.1?} (not counted as an attempt)"
+                );
+            }
+            (Some(JobStatus::Failed), Finish::Snooze { exhausted, .. }) => {
+                metrics.add_job(
+                    &metrics.failed,
+                    "jobqueue_jobs_failed_total",
+                    queue,
+                    kind,
+                    1,
+                );
+                tracing::error!(job.id = id, job.kind = kind, attempt, error = %exhausted, "job failed; not retrying");
             }
             (Some(JobStatus::Failed), _) => {
                 metrics.add_job(

@@ -18,5 +18,9 @@ use jobqueue::{
     QueueStats, Result, Retention, RunningJob, ServerInfo, Worker, WorkerBuilder, WorkerHandle,
 };
 use jobqueue::{Uniqueness, MAX_METADATA_BYTES, MAX_PROGRESS_BYTES};
+use jobqueue::{
+    Attempt, AttemptOutcome, JobOutput, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY,
+    MAX_OUTPUT_BYTES,
+};
 
 fn main() {}
