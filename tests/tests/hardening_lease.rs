@@ -244,7 +244,7 @@ async fn frozen_write(ctx: JobContext) -> Result<(), JobError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_outcome_write_is_retried_on_a_new_connection_and_shutdown_returns() {
     let rule = Rule {
-        pattern: "SET status = 'done'",
+        pattern: "status = 'done', lease_owner = NULL",
         after_next: false,
         hold: None,
     };
@@ -463,7 +463,7 @@ async fn late_reply(ctx: JobContext) -> Result<(), JobError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_completion_with_a_late_reply_is_not_a_lost_lease() {
     let rule = Rule {
-        pattern: "SET status = 'done'",
+        pattern: "status = 'done', lease_owner = NULL",
         after_next: true,
         hold: Some(Duration::from_millis(1200)),
     };

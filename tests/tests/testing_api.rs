@@ -101,6 +101,22 @@ async fn forever(queue: Data<Queue>, n: u64) -> Result<(), JobError> {
     Ok(())
 }
 
+/// Waits for a report another system prepares: snoozes until `ready`, then returns it.
+#[job(queue = "testing_report", max_snoozes = 5)]
+async fn fetch_report(report_id: u64, ready: bool) -> Result<Report, JobError> {
+    if !ready {
+        return Err(JobError::snooze(Duration::from_secs(60)));
+    }
+    Ok(Report { report_id, rows: 3 })
+}
+
+/// What `fetch_report` returns.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Report {
+    report_id: u64,
+    rows: u32,
+}
+
 /// The panic message of a task that panicked.
 async fn panic_of<T: Send + 'static>(
     fut: impl std::future::Future<Output = T> + Send + 'static,
@@ -694,4 +710,75 @@ async fn a_drain_stops_at_a_job_it_cannot_run_and_keeps_it() {
     );
     let row = queue.job(1).await.unwrap().unwrap();
     assert_eq!(row.status, JobStatus::Scheduled, "nothing is lost");
+}
+
+#[tokio::test]
+async fn perform_reports_a_snooze_and_an_output() {
+    assert_eq!(
+        perform(FetchReport {
+            report_id: 7,
+            ready: false
+        })
+        .await,
+        Performed::Snoozed {
+            delay: Duration::from_secs(60)
+        }
+    );
+    assert_eq!(
+        perform(FetchReport {
+            report_id: 7,
+            ready: true
+        })
+        .await,
+        Performed::DoneWithOutput(serde_json::json!({ "report_id": 7, "rows": 3 }))
+    );
+}
+
+#[tokio::test]
+async fn drain_counts_snoozes_apart_and_keeps_outputs() {
+    let db = TestDatabase::new("api_drain_snooze").await.unwrap();
+    let queue = db.queue();
+    let waiting = queue
+        .enqueue(FetchReport {
+            report_id: 1,
+            ready: false,
+        })
+        .await
+        .unwrap()
+        .id();
+    let ready = queue
+        .enqueue(FetchReport {
+            report_id: 2,
+            ready: true,
+        })
+        .await
+        .unwrap()
+        .id();
+
+    let summary = drain(queue).queues(["testing_report"]).await.unwrap();
+    let counts = summary.kind("fetch_report");
+    assert_eq!(
+        (counts.done, counts.snoozed, counts.retried, counts.runs()),
+        (1, 1, 0, 2),
+        "{summary:?}"
+    );
+    // The snoozed job spent no attempt: its budget grew by one.
+    let waiting = queue.job(waiting).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            waiting.status,
+            waiting.attempts,
+            waiting.max_attempts,
+            waiting.snoozes
+        ),
+        (JobStatus::Scheduled, 1, 26, 1)
+    );
+    // The other one's output is stored, readable typed.
+    assert_eq!(
+        queue.output::<FetchReport>(ready).await.unwrap(),
+        Some(Report {
+            report_id: 2,
+            rows: 3
+        })
+    );
 }

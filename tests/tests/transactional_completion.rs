@@ -16,7 +16,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use jobqueue::{job, CancelOutcome, Data, JobContext, JobError, JobStatus, Queue};
+use jobqueue::{job, AttemptOutcome, CancelOutcome, Data, JobContext, JobError, JobStatus, Queue};
 use serde_json::Value;
 use sqlx::mysql::MySqlPool;
 use tests::{
@@ -195,6 +195,18 @@ async fn the_effect_and_done_commit_together() {
         "{m:?}"
     );
     assert_eq!(row(&queue, id).await.updated_at, after.updated_at);
+    // The attempt is in the job's history, as for a completion the worker writes.
+    let history = queue.attempts(id).await.unwrap();
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(
+        (
+            history[0].attempt,
+            history[0].outcome,
+            history[0].error.as_deref()
+        ),
+        (1, AttemptOutcome::Done, None)
+    );
+    assert!(history[0].started_at.is_some() && history[0].worker.is_some());
 }
 
 // ---------------------------------------------------------------------------------------
