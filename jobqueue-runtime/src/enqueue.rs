@@ -8,7 +8,7 @@ use sqlx::mysql::MySqlConnection;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::key::{validate_key, validate_queue};
-use crate::model::{Enqueued, NewJob};
+use crate::model::{Enqueued, JobLimits, NewJob};
 use crate::queue::Queue;
 use crate::store;
 
@@ -41,6 +41,12 @@ pub struct EnqueueOptions {
     pub run_at: Option<DateTime<Utc>>,
     /// Do not start before this long from now (the database's now).
     pub delay: Option<Duration>,
+    /// The key of the kind's concurrency limit instead of [`Job::concurrency_key`]. Ignored
+    /// for a kind without a concurrency limit.
+    pub concurrency_key: Option<String>,
+    /// The key of the kind's rate limit instead of [`Job::rate_key`]. Ignored for a kind
+    /// without a rate limit.
+    pub rate_key: Option<String>,
 }
 
 impl EnqueueOptions {
@@ -77,6 +83,18 @@ impl EnqueueOptions {
     /// Starts the job no earlier than `delay` from now, measured by the database's clock.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
+        self
+    }
+
+    /// Sets the key of the kind's concurrency limit for this job.
+    pub fn concurrency_key(mut self, key: impl Into<String>) -> Self {
+        self.concurrency_key = Some(key.into());
+        self
+    }
+
+    /// Sets the key of the kind's rate limit for this job.
+    pub fn rate_key(mut self, key: impl Into<String>) -> Self {
+        self.rate_key = Some(key.into());
         self
     }
 }
@@ -255,6 +273,12 @@ impl Queue {
             run_at: options.run_at.map(|t| t.naive_utc()),
             delay_us,
             traceparent: crate::trace::current_traceparent(),
+            limits: job_limits(
+                J::KIND,
+                o,
+                || options.concurrency_key.clone().or_else(|| job.concurrency_key()),
+                || options.rate_key.clone().or_else(|| job.rate_key()),
+            )?,
         })
     }
 
@@ -289,6 +313,48 @@ impl Queue {
             }
         }
     }
+}
+
+/// The limits of a job of `kind`: its options' limits under the keys given (the kind's name
+/// when none is), each key checked as a task key is.
+pub(crate) fn job_limits(
+    kind: &str,
+    o: &crate::job::JobOptions,
+    concurrency_key: impl FnOnce() -> Option<String>,
+    rate_key: impl FnOnce() -> Option<String>,
+) -> Result<JobLimits> {
+    let key = |k: Option<String>, setting: &'static str| -> Result<String> {
+        let k = k.unwrap_or_else(|| kind.to_owned());
+        validate_key(&k).map_err(|e| Error::InvalidSetting {
+            setting,
+            reason: format!("job `{kind}`: {e}"),
+        })?;
+        Ok(k)
+    };
+    let mut limits = JobLimits::default();
+    if let Some(n) = o.concurrency {
+        if n == 0 {
+            return Err(Error::InvalidSetting {
+                setting: "concurrency",
+                reason: format!("job `{kind}`: a concurrency limit of 0 would never run a job; use at least 1, or no limit"),
+            });
+        }
+        limits.concurrency = Some((key(concurrency_key(), "concurrency_key")?, n));
+    }
+    if let Some(rate) = o.rate_limit {
+        let window = u32::try_from(rate.per.as_millis()).ok().filter(|ms| *ms >= 1);
+        let (Some(window), 1..) = (window, rate.starts) else {
+            return Err(Error::InvalidSetting {
+                setting: "rate_limit",
+                reason: format!(
+                    "job `{kind}`: a rate limit needs at least 1 start per window of 1 ms to about 49.7 days, not {} per {:?}",
+                    rate.starts, rate.per
+                ),
+            });
+        };
+        limits.rate = Some((key(rate_key(), "rate_key")?, rate.starts, window));
+    }
+    Ok(limits)
 }
 
 /// The longest lease the `lease_ms` column holds: `u32::MAX` milliseconds, about 49.7 days.

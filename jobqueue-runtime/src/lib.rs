@@ -22,7 +22,9 @@ mod worker;
 pub use data::{Data, DataNeed};
 pub use enqueue::EnqueueOptions;
 pub use error::{BoxError, Error, JobError, JobRef, Result};
-pub use job::{CancelReason, FromJobContext, IntoJobResult, Job, JobContext, JobOptions};
+pub use job::{
+    CancelReason, FromJobContext, IntoJobResult, Job, JobContext, JobOptions, RateLimit,
+};
 pub use metrics::MetricsSnapshot;
 pub use model::{
     CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats, Retention, RunningJob,

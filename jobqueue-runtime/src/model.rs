@@ -31,6 +31,10 @@ pub enum JobStatus {
     Failed,
     /// Cancelled before it ran, or stopped on request while running.
     Cancelled,
+    /// Ready, but its concurrency or rate limit key was at its limit when a worker tried to
+    /// claim it: it waits, out of the claim's way, until a slot of its key frees (see the
+    /// README's "Limits").
+    Blocked,
 }
 
 impl JobStatus {
@@ -43,13 +47,15 @@ impl JobStatus {
             JobStatus::Done => "done",
             JobStatus::Failed => "failed",
             JobStatus::Cancelled => "cancelled",
+            JobStatus::Blocked => "blocked",
         }
     }
 
     /// Every status, in lifecycle order.
-    pub const ALL: [JobStatus; 6] = [
+    pub const ALL: [JobStatus; 7] = [
         JobStatus::Scheduled,
         JobStatus::Ready,
+        JobStatus::Blocked,
         JobStatus::Running,
         JobStatus::Done,
         JobStatus::Failed,
@@ -224,6 +230,8 @@ pub struct QueueStats {
     pub scheduled: u64,
     /// Ready jobs.
     pub ready: u64,
+    /// Jobs waiting for a slot of their concurrency or rate limit key.
+    pub blocked: u64,
     /// Running jobs.
     pub running: u64,
     /// Done jobs (not yet pruned).
@@ -279,6 +287,17 @@ pub(crate) struct NewJob {
     pub(crate) delay_us: i64,
     /// The W3C `traceparent` of the code that enqueued it, if it was traced.
     pub(crate) traceparent: Option<String>,
+    /// Its concurrency and rate limits, if its kind has any.
+    pub(crate) limits: JobLimits,
+}
+
+/// The limits a job carries in its row (see the README's "Limits").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct JobLimits {
+    /// The concurrency key and how many jobs of it may run at once.
+    pub(crate) concurrency: Option<(String, u32)>,
+    /// The rate key, the starts allowed per window, and the window in milliseconds.
+    pub(crate) rate: Option<(String, u32, u32)>,
 }
 
 /// What one [`Store::schedule_ticks`](crate::store::Store::schedule_ticks) pass did for a periodic kind.

@@ -92,7 +92,7 @@ pub use jobqueue_macros::job;
 #[doc(inline)]
 pub use jobqueue_runtime::{
     Backoff, BoxError, CancelReason, Data, DataNeed, FromJobContext, IntoJobResult, Job,
-    JobContext, JobError, JobOptions,
+    JobContext, JobError, JobOptions, RateLimit,
 };
 // Enqueueing.
 #[doc(inline)]
