@@ -31,6 +31,9 @@ const OPTIONS: [(&str, &str); 15] = [
     ("crate", r#"crate = "jobqueue""#),
 ];
 
+/// The highest concurrency limit, and the most starts per rate window (slot rows per key).
+const MAX_SLOTS: u32 = 1000;
+
 /// The longest kind name, in bytes (the `kind` column).
 const MAX_NAME_BYTES: usize = 128;
 
@@ -256,15 +259,15 @@ impl JobArgs {
             },
             "concurrency" => {
                 let n = integer(option, example, value)?;
-                let n = u32::try_from(n).ok().filter(|n| *n >= 1).ok_or_else(|| {
-                    syn::Error::new_spanned(
-                        value,
-                        format!(
-                            "`concurrency` is how many jobs of one key may run at once: 1 to {}",
-                            u32::MAX
-                        ),
-                    )
-                })?;
+                let n = u32::try_from(n)
+                    .ok()
+                    .filter(|n| (1..=MAX_SLOTS).contains(n))
+                    .ok_or_else(|| {
+                        syn::Error::new_spanned(
+                            value,
+                            format!("`concurrency` is how many jobs of one key may run at once: 1 to {MAX_SLOTS}"),
+                        )
+                    })?;
                 self.concurrency = Some(n);
             }
             "concurrency_key" | "rate_key" => {
@@ -421,8 +424,8 @@ fn parse_rate(text: &str) -> Result<(u32, Millis), String> {
         .trim()
         .parse()
         .ok()
-        .filter(|n| *n >= 1)
-        .ok_or_else(|| format!("{:?} is not a count of 1 or more", count.trim()))?;
+        .filter(|n| (1..=MAX_SLOTS).contains(n))
+        .ok_or_else(|| format!("{:?} is not a count of 1 to {MAX_SLOTS}", count.trim()))?;
     let window = duration::parse(window.trim())
         .map_err(|e| format!("{e} ({})", duration::FORMS))?;
     if window < Millis(1) || window.0 > u64::from(u32::MAX) {

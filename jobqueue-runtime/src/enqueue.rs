@@ -333,22 +333,25 @@ pub(crate) fn job_limits(
     };
     let mut limits = JobLimits::default();
     if let Some(n) = o.concurrency {
-        if n == 0 {
+        if n == 0 || n > store::MAX_SLOTS {
             return Err(Error::InvalidSetting {
                 setting: "concurrency",
-                reason: format!("job `{kind}`: a concurrency limit of 0 would never run a job; use at least 1, or no limit"),
+                reason: format!(
+                    "job `{kind}`: a concurrency limit must be 1 to {} jobs at once, not {n}; leave it out for no limit",
+                    store::MAX_SLOTS
+                ),
             });
         }
         limits.concurrency = Some((key(concurrency_key(), "concurrency_key")?, n));
     }
     if let Some(rate) = o.rate_limit {
         let window = u32::try_from(rate.per.as_millis()).ok().filter(|ms| *ms >= 1);
-        let (Some(window), 1..) = (window, rate.starts) else {
+        let (Some(window), 1..=store::MAX_SLOTS) = (window, rate.starts) else {
             return Err(Error::InvalidSetting {
                 setting: "rate_limit",
                 reason: format!(
-                    "job `{kind}`: a rate limit needs at least 1 start per window of 1 ms to about 49.7 days, not {} per {:?}",
-                    rate.starts, rate.per
+                    "job `{kind}`: a rate limit must allow 1 to {} starts per window of 1 ms to about 49.7 days, not {} per {:?}",
+                    store::MAX_SLOTS, rate.starts, rate.per
                 ),
             });
         };

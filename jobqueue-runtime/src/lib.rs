@@ -48,6 +48,10 @@ pub mod __store {
     /// EXPLAIN tests.
     pub mod statements {
         pub use crate::store::{CLAIM_SELECT, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
+        // The limits' statements on their side tables.
+        pub use crate::store::{
+            BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS, WAKE_SCAN,
+        };
         // The operator dashboard's statements for a filter, with their arguments; run one
         // with `Store::explain`.
         pub use crate::store::{dashboard_statements, Arg};

@@ -123,6 +123,16 @@ pub struct JobRecord {
     /// Since when it waits for a worker that can run it (a worker found its kind unknown or
     /// its payload unfit), if it does; `last_error` says why.
     pub unrunnable_since: Option<NaiveDateTime>,
+    /// The key of its concurrency limit, if its kind has one.
+    pub concurrency_key: Option<String>,
+    /// How many jobs of `concurrency_key` may run at once (0: no limit).
+    pub concurrency_limit: u32,
+    /// The key of its rate limit, if its kind has one.
+    pub rate_key: Option<String>,
+    /// How many jobs of `rate_key` may start per window (0: no limit).
+    pub rate_limit: u32,
+    /// The rate limit's window, in milliseconds.
+    pub rate_window_ms: u32,
 }
 
 /// What an enqueue did.
@@ -341,6 +351,8 @@ pub struct Claimed {
     pub claimed_at: std::time::Instant,
     /// The W3C `traceparent` stored by the enqueue, if it was traced.
     pub traceparent: Option<String>,
+    /// Whether the claim holds a concurrency slot of the job's key, which the outcome frees.
+    pub holds_slot: bool,
 }
 
 /// Why a claim found nothing. None of these is an error.

@@ -15,7 +15,7 @@ pub(crate) enum JobLookup<'a> {
 
 pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, task_key, payload, CAST(status AS CHAR) AS status, priority, run_at, \
     attempts, max_attempts, lease_owner, lease_until, cancel_requested, last_error, created_at, updated_at, finished_at, \
-    lease_expiries, unrunnable_since";
+    lease_expiries, unrunnable_since, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_window_ms";
 
 pub(crate) async fn fetch_job(
     pool: &MySqlPool,
@@ -64,7 +64,18 @@ pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
         finished_at: r.try_get("finished_at")?,
         lease_expiries: r.try_get("lease_expiries")?,
         unrunnable_since: r.try_get("unrunnable_since")?,
+        concurrency_key: opt_key_text(r, "concurrency_key")?,
+        concurrency_limit: r.try_get("concurrency_limit")?,
+        rate_key: opt_key_text(r, "rate_key")?,
+        rate_limit: r.try_get("rate_limit")?,
+        rate_window_ms: r.try_get("rate_window_ms")?,
     })
+}
+
+/// A limit key column (bytes), as text.
+fn opt_key_text(r: &MySqlRow, column: &str) -> Result<Option<String>> {
+    let bytes: Option<Vec<u8>> = r.try_get(column)?;
+    Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
 }
 
 /// A text column. Columns with a binary collation (`utf8mb4_bin`, `ascii_bin`: keys and

@@ -164,6 +164,12 @@ impl Store {
                     return Ok((Reclaimed::default(), false));
                 }
             }
+            // The slots of the claims taken back are free again, in this transaction.
+            let claims: Vec<(u64, u32)> = rows
+                .iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                .collect::<sqlx::Result<_>>()?;
+            super::limits::release_claims(conn, &claims).await?;
             Ok((out, true))
         })
     }

@@ -84,13 +84,19 @@ async fn write_batch(
     metrics: &Metrics,
     batch: &mut Vec<Report>,
 ) -> Result<()> {
-    let done: Vec<(u64, u32)> = batch
+    let (limited, unlimited): (Vec<&Report>, Vec<&Report>) = batch
         .iter()
         .filter(|r| matches!(r.outcome, Outcome::Done))
-        .map(|r| (r.id, r.attempt))
-        .collect();
-    if !done.is_empty() {
-        let lost = store.complete(owner, &done).await?;
+        .partition(|r| r.holds_slot);
+    let claims = |reports: Vec<&Report>| -> Vec<(u64, u32)> {
+        reports.iter().map(|r| (r.id, r.attempt)).collect()
+    };
+    let (limited, unlimited) = (claims(limited), claims(unlimited));
+    if !limited.is_empty() || !unlimited.is_empty() {
+        // Claims holding a concurrency slot free it in the transaction that marks them
+        // done; the others need no transaction.
+        let mut lost = store.complete(owner, &limited).await?;
+        lost.extend(store.complete_unlimited(owner, &unlimited).await?);
         for r in batch.iter().filter(|r| matches!(r.outcome, Outcome::Done)) {
             let (id, attempt) = (r.id, r.attempt);
             leases.release(id, attempt);
