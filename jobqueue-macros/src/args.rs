@@ -25,7 +25,10 @@ const OPTIONS: [(&str, &str); 15] = [
     ("overlap", "overlap = true"),
     // Limits.
     ("concurrency", "concurrency = 2"),
-    ("concurrency_key", r#"concurrency_key = "account:{account_id}""#),
+    (
+        "concurrency_key",
+        r#"concurrency_key = "account:{account_id}""#,
+    ),
     ("rate_limit", r#"rate_limit = "100/1m""#),
     ("rate_key", r#"rate_key = "provider:{provider}""#),
     ("crate", r#"crate = "jobqueue""#),
@@ -426,8 +429,8 @@ fn parse_rate(text: &str) -> Result<(u32, Millis), String> {
         .ok()
         .filter(|n| (1..=MAX_SLOTS).contains(n))
         .ok_or_else(|| format!("{:?} is not a count of 1 to {MAX_SLOTS}", count.trim()))?;
-    let window = duration::parse(window.trim())
-        .map_err(|e| format!("{e} ({})", duration::FORMS))?;
+    let window =
+        duration::parse(window.trim()).map_err(|e| format!("{e} ({})", duration::FORMS))?;
     if window < Millis(1) || window.0 > u64::from(u32::MAX) {
         return Err(format!(
             "the window must be 1ms to about 49 days, not {window}"

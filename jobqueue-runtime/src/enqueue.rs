@@ -276,7 +276,12 @@ impl Queue {
             limits: job_limits(
                 J::KIND,
                 o,
-                || options.concurrency_key.clone().or_else(|| job.concurrency_key()),
+                || {
+                    options
+                        .concurrency_key
+                        .clone()
+                        .or_else(|| job.concurrency_key())
+                },
                 || options.rate_key.clone().or_else(|| job.rate_key()),
             )?,
         })
@@ -345,7 +350,9 @@ pub(crate) fn job_limits(
         limits.concurrency = Some((key(concurrency_key(), "concurrency_key")?, n));
     }
     if let Some(rate) = o.rate_limit {
-        let window = u32::try_from(rate.per.as_millis()).ok().filter(|ms| *ms >= 1);
+        let window = u32::try_from(rate.per.as_millis())
+            .ok()
+            .filter(|ms| *ms >= 1);
         let (Some(window), 1..=store::MAX_SLOTS) = (window, rate.starts) else {
             return Err(Error::InvalidSetting {
                 setting: "rate_limit",

@@ -67,7 +67,10 @@ pub(crate) async fn maintenance_loop(mut m: Maintenance, every: Duration, stop: 
 async fn wake_blocked(m: &Maintenance) -> Result<()> {
     let (freed, woken) = m.store.limits_pass().await?;
     if freed > 0 {
-        tracing::warn!(slots = freed, "freed concurrency slots whose claim had ended without releasing them");
+        tracing::warn!(
+            slots = freed,
+            "freed concurrency slots whose claim had ended without releasing them"
+        );
     }
     if woken > 0 {
         tracing::debug!(jobs = woken, "woke blocked jobs whose key has a free slot");

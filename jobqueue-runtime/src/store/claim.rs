@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use sqlx::Row;
 
-use super::*;
 use super::limits;
+use super::*;
 use crate::model::{Claimed, EmptyClaim};
 
 /// The claim's locking read: ready jobs of one queue in claim order, over the claim index,

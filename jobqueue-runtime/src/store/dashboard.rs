@@ -222,7 +222,7 @@ impl Store {
                 status => match status.parse::<JobStatus>()? {
                     JobStatus::Scheduled => s.scheduled = n,
                     JobStatus::Ready => s.ready = n,
-                JobStatus::Blocked => s.blocked = n,
+                    JobStatus::Blocked => s.blocked = n,
                     JobStatus::Running => s.running = n,
                     JobStatus::Done => s.done = n,
                     JobStatus::Failed => s.failed = n,

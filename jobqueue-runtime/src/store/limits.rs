@@ -314,9 +314,9 @@ impl Store {
     /// Maintenance's part of the limits: frees slots whose claim ended without releasing
     /// them, then wakes the blocked jobs of every key with free slots. Returns (slots freed,
     /// jobs woken).
-    pub(crate) async fn limits_pass(&self) -> Result<(u64, u64)> {
-        let orphans = on_connection!(self, |conn| sqlx::query(ORPHAN_SLOTS).fetch_all(&mut *conn))
-            .await?;
+    pub async fn limits_pass(&self) -> Result<(u64, u64)> {
+        let orphans =
+            on_connection!(self, |conn| sqlx::query(ORPHAN_SLOTS).fetch_all(&mut *conn)).await?;
         let mut freed = 0;
         for r in &orphans {
             let (key, no, id, attempt): (Vec<u8>, u32, u64, u32) =
@@ -333,8 +333,8 @@ impl Store {
             .execute(&mut *conn))?
             .rows_affected();
         }
-        let keys = on_connection!(self, |conn| sqlx::query(WAKE_SCAN).fetch_all(&mut *conn))
-            .await?;
+        let keys =
+            on_connection!(self, |conn| sqlx::query(WAKE_SCAN).fetch_all(&mut *conn)).await?;
         let mut woken = 0u64;
         for r in &keys {
             let (key, free): (Vec<u8>, i64) = (r.try_get(0)?, r.try_get(1)?);

@@ -205,10 +205,8 @@ pub use dashboard::{dashboard_statements, Arg};
 pub(crate) use decode::{fetch_job, record_from_row, text, JobLookup, JOB_COLUMNS};
 use enqueue::is_key_conflict;
 pub(crate) use enqueue::{insert, insert_many};
-pub use limits::{
-    BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS, WAKE_SCAN,
-};
 pub(crate) use limits::MAX_SLOTS;
+pub use limits::{BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS, WAKE_SCAN};
 pub use maintenance::DEFAULT_MAX_LEASE_EXPIRIES;
 pub use maintenance::{PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
 pub use server::ServerInfo;

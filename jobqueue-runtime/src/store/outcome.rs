@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use sqlx::Row;
 
-use super::*;
 use super::limits;
+use super::*;
 use crate::model::{Finish, JobStatus};
 
 /// The longest `last_error` kept, in bytes (the column is `TEXT`).
@@ -235,7 +235,12 @@ impl Store {
             for e in &errors {
                 q = q.bind(e.as_str());
             }
-            let done = q.bind(id).bind(owner).bind(attempt).execute(&mut *conn).await?;
+            let done = q
+                .bind(id)
+                .bind(owner)
+                .bind(attempt)
+                .execute(&mut *conn)
+                .await?;
             if done.rows_affected() == 1 {
                 limits::release_claims(conn, &[(id, attempt)]).await?;
             }

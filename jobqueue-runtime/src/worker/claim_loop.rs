@@ -165,7 +165,12 @@ impl Worker {
             if want == 0 {
                 break;
             }
-            let want = match self.config.queue_concurrency.iter().find(|(q, _)| q == queue) {
+            let want = match self
+                .config
+                .queue_concurrency
+                .iter()
+                .find(|(q, _)| q == queue)
+            {
                 Some((_, bound)) => want.min(bound.saturating_sub(run.per_queue.running(queue))),
                 None => want,
             };
