@@ -25,12 +25,14 @@ use sqlx::Row;
 use super::*;
 
 /// A free concurrency slot of a key, in slot order, skipping slots other claims hold locked.
-pub const FREE_CONCURRENCY_SLOT: &str = "SELECT slot_no FROM job_queue_slot \
+/// Over the primary key: a key's few rows, locked in one order by every claim (the holder
+/// index would also serve, but its entries move with every take and release).
+pub const FREE_CONCURRENCY_SLOT: &str = "SELECT slot_no FROM job_queue_slot FORCE INDEX (PRIMARY) \
      WHERE slot_key = ? AND slot_no < ? AND job_id IS NULL \
      ORDER BY slot_no LIMIT 1 FOR UPDATE SKIP LOCKED";
 
 /// A rate slot of a key that may start a job now.
-pub const FREE_RATE_SLOT: &str = "SELECT slot_no FROM job_queue_slot \
+pub const FREE_RATE_SLOT: &str = "SELECT slot_no FROM job_queue_slot FORCE INDEX (PRIMARY) \
      WHERE slot_key = ? AND slot_no < ? AND free_at <= UTC_TIMESTAMP(6) \
      ORDER BY slot_no LIMIT 1 FOR UPDATE SKIP LOCKED";
 
