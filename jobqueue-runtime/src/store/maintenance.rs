@@ -302,7 +302,10 @@ impl Store {
                         .bind(id)
                         .fetch_optional(&mut *conn)
                         .await?;
-                        if matches!(status.as_deref(), Some("scheduled" | "ready" | "running")) {
+                        if matches!(
+                            status.as_deref(),
+                            Some("scheduled" | "ready" | "blocked" | "running")
+                        ) {
                             skipped += 1;
                             continue;
                         }
