@@ -295,10 +295,47 @@ async fn drain_once(
     prefix: &str,
     empty_first: bool,
 ) -> anyhow::Result<Measured> {
+    drain_limited(
+        url,
+        admin,
+        mode,
+        processes,
+        concurrency,
+        jobs,
+        prefix,
+        empty_first,
+        false,
+    )
+    .await
+}
+
+/// [`drain_once`], the jobs each with a concurrency limit of 1 on a key of its own when
+/// `limited`.
+#[allow(clippy::too_many_arguments)]
+async fn drain_limited(
+    url: &str,
+    admin: &MySqlPool,
+    mode: Mode,
+    processes: usize,
+    concurrency: usize,
+    jobs: u64,
+    prefix: &str,
+    empty_first: bool,
+    limited: bool,
+) -> anyhow::Result<Measured> {
     if empty_first {
         env::truncate(admin).await?;
     }
     env::fill(admin, Rows::Ready, prefix, jobs).await?;
+    if limited {
+        sqlx::query(
+            "UPDATE job_queue SET concurrency_key = task_key, concurrency_limit = 1 \
+             WHERE task_key LIKE ?",
+        )
+        .bind(format!("{prefix}%"))
+        .execute(admin)
+        .await?;
+    }
     let mut counters = MySqlConnection::connect(url).await?;
     let mut group = Group::start(url, mode, processes, concurrency, false).await?;
     let before = server_counters(&mut counters).await?;
@@ -502,21 +539,10 @@ async fn limits(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
         // Alternate which goes first, as the modes do.
         for with_limits in [run % 2 == 0, run % 2 == 1] {
             let prefix = format!("l{run}{}:", with_limits as u8);
-            env::truncate(&admin).await?;
             sqlx::query("DELETE FROM job_queue_slot")
                 .execute(&admin)
                 .await?;
-            env::fill(&admin, Rows::Ready, &prefix, jobs).await?;
-            if with_limits {
-                sqlx::query(
-                    "UPDATE job_queue SET concurrency_key = task_key, concurrency_limit = 1 \
-                     WHERE task_key LIKE ?",
-                )
-                .bind(format!("{prefix}%"))
-                .execute(&admin)
-                .await?;
-            }
-            let d = drain_once(
+            let d = drain_limited(
                 &url,
                 &admin,
                 Mode::Framework,
@@ -524,7 +550,8 @@ async fn limits(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
                 conc,
                 jobs,
                 &prefix,
-                false,
+                true,
+                with_limits,
             )
             .await?;
             eprintln!(

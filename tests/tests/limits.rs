@@ -160,6 +160,7 @@ async fn a_slot_belongs_to_its_claim_and_a_stale_worker_frees_nothing() {
     // One claim of three: the first job takes the key's only slot; the other two step aside.
     let claimed = store.claim("default", "worker-a", 3).await.unwrap();
     assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [ids[0]]);
+    assert!(claimed[0].holds_slot, "the worker knows to free the slot");
     assert_eq!(
         statuses(&queue, &ids).await,
         [JobStatus::Running, JobStatus::Blocked, JobStatus::Blocked]
@@ -331,10 +332,22 @@ async fn a_full_key_does_not_hold_up_the_jobs_behind_it() {
         "one job per account, the full one's waiting skipped"
     );
     assert_eq!(count_status(&queue, JobStatus::Blocked).await, 49);
+    // A rate-limited or unlimited claim holds no slot that its outcome would free.
+    let plain = queue
+        .enqueue(LimitsMail {
+            provider: "x".into(),
+            n: 0,
+        })
+        .await
+        .unwrap()
+        .id();
+    let claimed = store.claim("default", "worker-b", 1).await.unwrap();
+    assert_eq!((claimed[0].id, claimed[0].holds_slot), (plain, false));
     let stats = queue.stats().await.unwrap();
+    // Six of accounts 1 to 6, and the rate-limited one.
     assert_eq!(
         (stats[0].blocked, stats[0].ready, stats[0].running),
-        (49, 0, 6)
+        (49, 0, 7)
     );
     // A blocked job lists as such.
     let blocked = queue

@@ -52,9 +52,6 @@ impl Store {
                 taken.clear();
                 let mut want = limit;
                 let mut changed = false;
-                // Keys found at their limit in this claim: their other jobs are blocked
-                // without asking for a slot again.
-                let mut full: Vec<Vec<u8>> = Vec::new();
                 for round in 0..CLAIM_ROUNDS {
                     // After a round that blocked jobs, a wider read: a key with a long
                     // backlog is moved out of the way many jobs at a time.
@@ -71,33 +68,32 @@ impl Store {
                     let mut ids: Vec<u64> = Vec::new();
                     let mut round_taken = Vec::new();
                     let mut blocked = Vec::new();
+                    // (id, attempt, limits): the row was read before the UPDATE increments
+                    // `attempts`.
+                    let mut read_rows = Vec::with_capacity(rows.len());
                     for r in &rows {
-                        if ids.len() == want {
-                            break;
-                        }
-                        let id: u64 = r.try_get(0)?;
-                        // The row was read before the UPDATE increments `attempts`.
                         let attempt = r.try_get::<u32, _>(1)? + 1;
-                        if let Some(row_limits) = limits::RowLimits::read(r, 5)? {
-                            let known_full = [&row_limits.concurrency.as_ref().map(|c| &c.0), &row_limits.rate.as_ref().map(|r| &r.0)]
-                                .into_iter()
-                                .flatten()
-                                .find(|k| full.contains(k))
-                                .cloned();
-                            let wait_for = match known_full {
-                                Some(key) => Some(key.clone()),
-                                None => limits::take_slots(conn, id, attempt, &row_limits).await?,
-                            };
-                            if let Some(key) = wait_for {
-                                if !full.contains(&key) {
-                                    full.push(key.clone());
-                                }
-                                blocked.push((id, r.try_get::<i16, _>(4)?, key));
-                                continue;
+                        read_rows.push((r.try_get::<u64, _>(0)?, attempt, limits::RowLimits::read(r, 5)?));
+                    }
+                    let verdicts = if read_rows.iter().any(|r| r.2.is_some()) {
+                        limits::take_slots_batch(conn, &read_rows, want).await?
+                    } else {
+                        // No limits: the first `want` rows, as ever.
+                        (0..read_rows.len())
+                            .map(|i| if i < want { limits::Verdict::Take } else { limits::Verdict::Leave })
+                            .collect()
+                    };
+                    for ((r, (id, attempt, _)), verdict) in rows.iter().zip(&read_rows).zip(verdicts) {
+                        match verdict {
+                            limits::Verdict::Take => {
+                                ids.push(*id);
+                                round_taken.push((*id, *attempt, r.try_get(2)?, r.try_get(3)?));
                             }
+                            limits::Verdict::Block(key) => {
+                                blocked.push((*id, r.try_get::<i16, _>(4)?, key));
+                            }
+                            limits::Verdict::Leave => {}
                         }
-                        ids.push(id);
-                        round_taken.push((id, attempt, r.try_get(2)?, r.try_get(3)?));
                     }
                     if !blocked.is_empty() {
                         limits::block(conn, &blocked).await?;

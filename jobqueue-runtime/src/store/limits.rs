@@ -140,6 +140,197 @@ pub(super) async fn take_slots(
     Ok(None)
 }
 
+/// What a claim does with one row it read.
+#[derive(Debug)]
+pub(super) enum Verdict {
+    /// Claim it (its slots, if it needs any, are taken).
+    Take,
+    /// Block it: its key (this slot key) is at its limit.
+    Block(Vec<u8>),
+    /// Leave it ready: the claim has as many jobs as it wants.
+    Leave,
+}
+
+/// The slots of the jobs of one claim read (id, attempt, limits if any, in claim order),
+/// taken for the first `want` jobs that can run, with a few statements for the whole read
+/// instead of a few per job: one locking read of the free slots of every key, one plain
+/// read and one insert for keys whose slots do not exist yet, and one update per slot taken
+/// from an existing key.
+pub(super) async fn take_slots_batch(
+    conn: &mut MySqlConnection,
+    jobs: &[(u64, u32, Option<RowLimits>)],
+    want: usize,
+) -> sqlx::Result<Vec<Verdict>> {
+    use std::collections::{BTreeMap, VecDeque};
+    // Each key's limit (and window), as the first of its jobs in the batch states it.
+    let mut limit_of: BTreeMap<Vec<u8>, (u32, Option<u32>)> = BTreeMap::new();
+    for (_, _, l) in jobs {
+        let Some(l) = l else { continue };
+        if let Some((k, n)) = &l.concurrency {
+            limit_of.entry(k.clone()).or_insert((*n, None));
+        }
+        if let Some((k, n, w)) = &l.rate {
+            limit_of.entry(k.clone()).or_insert((*n, Some(*w)));
+        }
+    }
+    let keys: Vec<Vec<u8>> = limit_of.keys().cloned().collect();
+    // Free slots, locked: held or locked ones are left to their holders.
+    let mut free: BTreeMap<Vec<u8>, VecDeque<u32>> = BTreeMap::new();
+    for chunk in keys.chunks(128) {
+        let sql = format!(
+            "SELECT slot_key, slot_no FROM job_queue_slot FORCE INDEX (PRIMARY) \
+             WHERE slot_key IN ({}) AND job_id IS NULL AND free_at <= UTC_TIMESTAMP(6) \
+             ORDER BY slot_key, slot_no FOR UPDATE SKIP LOCKED",
+            placeholders(padded_len(chunk.len()))
+        );
+        let mut q = sqlx::query(&sql);
+        for k in padded(chunk) {
+            q = q.bind(k);
+        }
+        for r in q.fetch_all(&mut *conn).await? {
+            let (k, no): (Vec<u8>, u32) = (r.try_get(0)?, r.try_get(1)?);
+            if limit_of.get(&k).is_some_and(|(n, _)| no < *n) {
+                free.entry(k).or_default().push_back(no);
+            }
+        }
+    }
+    // Keys with nothing free: are their slots missing (a new key, a raised limit)?
+    let mut created: Vec<(Vec<u8>, u32)> = Vec::new();
+    let short: Vec<Vec<u8>> = keys
+        .iter()
+        .filter(|k| !free.contains_key(*k))
+        .cloned()
+        .collect();
+    for chunk in short.chunks(128) {
+        let sql = format!(
+            "SELECT slot_key, slot_no FROM job_queue_slot WHERE slot_key IN ({})",
+            placeholders(padded_len(chunk.len()))
+        );
+        let mut q = sqlx::query(&sql);
+        for k in padded(chunk) {
+            q = q.bind(k);
+        }
+        let mut existing: BTreeMap<Vec<u8>, Vec<u32>> = BTreeMap::new();
+        for r in q.fetch_all(&mut *conn).await? {
+            let (k, no): (Vec<u8>, u32) = (r.try_get(0)?, r.try_get(1)?);
+            existing.entry(k).or_default().push(no);
+        }
+        for k in chunk {
+            let n = limit_of[k].0;
+            let have = existing.get(k).map(Vec::as_slice).unwrap_or(&[]);
+            for no in (0..n).filter(|no| !have.contains(no)) {
+                created.push((k.clone(), no));
+                free.entry(k.clone()).or_default().push_back(no);
+            }
+        }
+    }
+    // Hand out slots in claim order.
+    let mut out = Vec::with_capacity(jobs.len());
+    // (key, slot_no) -> the claim holding it (concurrency) or the window (rate).
+    let mut taken: BTreeMap<(Vec<u8>, u32), (Option<(u64, u32)>, u64)> = BTreeMap::new();
+    let mut takers = 0;
+    for (id, attempt, l) in jobs {
+        if takers == want {
+            out.push(Verdict::Leave);
+            continue;
+        }
+        let Some(l) = l else {
+            takers += 1;
+            out.push(Verdict::Take);
+            continue;
+        };
+        let c = match &l.concurrency {
+            None => None,
+            Some((k, _)) => match free.get_mut(k).and_then(VecDeque::pop_front) {
+                Some(no) => Some((k, no)),
+                None => {
+                    out.push(Verdict::Block(k.clone()));
+                    continue;
+                }
+            },
+        };
+        let r = match &l.rate {
+            None => None,
+            Some((k, _, window)) => match free.get_mut(k).and_then(VecDeque::pop_front) {
+                Some(no) => Some((k, no, *window)),
+                None => {
+                    if let Some((ck, no)) = c {
+                        free.get_mut(ck).expect("taken from it").push_front(no);
+                    }
+                    out.push(Verdict::Block(k.clone()));
+                    continue;
+                }
+            },
+        };
+        if let Some((k, no)) = c {
+            taken.insert((k.clone(), no), (Some((*id, *attempt)), 0));
+        }
+        if let Some((k, no, window)) = r {
+            taken.insert((k.clone(), no), (None, u64::from(window) * 1000));
+        }
+        takers += 1;
+        out.push(Verdict::Take);
+    }
+    // New slots in one insert, in key order (two claims creating the same keys wait for each
+    // other in one direction). One that another claim created meanwhile fails the insert
+    // (1062): its slots are then taken one job at a time, as that path expects.
+    if !created.is_empty() {
+        created.sort();
+        for chunk in created.chunks(256) {
+            let sql = format!(
+                "INSERT INTO job_queue_slot (slot_key, slot_no, job_id, attempt, free_at) VALUES {}",
+                vec!["(?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"; chunk.len()].join(", ")
+            );
+            let mut q = sqlx::query(&sql).persistent(false);
+            for (k, no) in chunk {
+                let (holder, window_us) = taken.remove(&(k.clone(), *no)).unwrap_or((None, 0));
+                q = q
+                    .bind(k)
+                    .bind(*no)
+                    .bind(holder.map(|h| h.0))
+                    .bind(holder.map(|h| h.1))
+                    .bind(window_us);
+            }
+            if let Err(e) = q.execute(&mut *conn).await {
+                if is_key_conflict(&e) {
+                    let mut one_by_one = Vec::with_capacity(jobs.len());
+                    let mut takers = 0;
+                    for (id, attempt, l) in jobs {
+                        let verdict = match l {
+                            _ if takers == want => Verdict::Leave,
+                            None => Verdict::Take,
+                            Some(l) => match take_slots(conn, *id, *attempt, l).await? {
+                                None => Verdict::Take,
+                                Some(key) => Verdict::Block(key),
+                            },
+                        };
+                        takers += matches!(verdict, Verdict::Take) as usize;
+                        one_by_one.push(verdict);
+                    }
+                    return Ok(one_by_one);
+                }
+                return Err(e);
+            }
+        }
+    }
+    for ((k, no), (holder, window_us)) in taken {
+        let q = match holder {
+            Some((id, attempt)) => sqlx::query(
+                "UPDATE job_queue_slot SET job_id = ?, attempt = ? WHERE slot_key = ? AND slot_no = ?",
+            )
+            .bind(id)
+            .bind(attempt),
+            None => sqlx::query(
+                "UPDATE job_queue_slot SET free_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+                 WHERE slot_key = ? AND slot_no = ?",
+            )
+            .bind(window_us),
+        };
+        q.bind(k).bind(no).execute(&mut *conn).await?;
+    }
+    Ok(out)
+}
+
 /// A free slot of `key` by `select`, locked; the key's missing slots are created first when
 /// it has fewer than `n`.
 async fn free_slot(
@@ -267,7 +458,20 @@ pub(crate) async fn release_claims(
             q = q.bind(t);
         }
         freed += q.execute(&mut *conn).await?.rows_affected();
-        for key in &keys {
+        // Only keys with blocked jobs are woken: one read finds them.
+        let mut distinct = keys.clone();
+        distinct.sort();
+        distinct.dedup();
+        let sql = format!(
+            "SELECT DISTINCT slot_key FROM job_queue_blocked WHERE slot_key IN ({})",
+            placeholders(padded_len(distinct.len()))
+        );
+        let mut q = sqlx::query_scalar(&sql);
+        for k in padded(&distinct) {
+            q = q.bind(k);
+        }
+        let waiting: Vec<Vec<u8>> = q.fetch_all(&mut *conn).await?;
+        for key in keys.iter().filter(|k| waiting.contains(k)) {
             wake(conn, key, 1).await?;
         }
     }
