@@ -140,6 +140,10 @@ pub(super) async fn take_slots(
     Ok(None)
 }
 
+/// What a claim does with a slot it takes: the claim (job id, attempt) that holds a
+/// concurrency slot, or the window in microseconds that a rate slot is busy for.
+type SlotUse = (Option<(u64, u32)>, u64);
+
 /// What a claim does with one row it read.
 #[derive(Debug)]
 pub(super) enum Verdict {
@@ -226,8 +230,8 @@ pub(super) async fn take_slots_batch(
     }
     // Hand out slots in claim order.
     let mut out = Vec::with_capacity(jobs.len());
-    // (key, slot_no) -> the claim holding it (concurrency) or the window (rate).
-    let mut taken: BTreeMap<(Vec<u8>, u32), (Option<(u64, u32)>, u64)> = BTreeMap::new();
+    // (key, slot_no) -> the claim holding it (concurrency) or the window in µs (rate).
+    let mut taken: BTreeMap<(Vec<u8>, u32), SlotUse> = BTreeMap::new();
     let mut takers = 0;
     for (id, attempt, l) in jobs {
         if takers == want {
