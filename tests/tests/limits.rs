@@ -835,7 +835,8 @@ async fn three_workers_sixteen_slots_a_hundred_keys() {
     let (queue, effects_pool) = fresh_queue_with_effects("limits_many").await;
     MANY_DB.set(effects_pool.clone()).unwrap();
     queue
-        .enqueue_many((0..1000).map(|n| LimitsMany { key: n % 100, n }))
+        // Ten jobs of each key in a row: a claim of 16 meets a key ten times.
+        .enqueue_many((0..1000).map(|n| LimitsMany { key: n / 10, n }))
         .await
         .unwrap();
     let url = queue_url(&queue).await;
