@@ -69,6 +69,9 @@ pub(crate) enum Scenario {
     Resources,
     /// Time of each operator dashboard page on a large table, through its router in-process.
     Dashboard,
+    /// Drain speed of jobs with a concurrency limit (every key distinct) against the same
+    /// drain without limits, both through jobqueue.
+    Limits,
 }
 
 #[derive(Subcommand, Debug)]

@@ -118,13 +118,14 @@ pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
     }
     let want = |s: Scenario| args.only.is_empty() || args.only.contains(&s);
     let mut rows = Vec::new();
-    let all: [(Scenario, &str); 6] = [
+    let all: [(Scenario, &str); 7] = [
         (Scenario::Drain, "drain"),
         (Scenario::Enqueue, "enqueue"),
         (Scenario::Latency, "latency"),
         (Scenario::Scale, "scale"),
         (Scenario::Resources, "resources"),
         (Scenario::Dashboard, "dashboard"),
+        (Scenario::Limits, "limits"),
     ];
     for (scenario, name) in all {
         if !want(scenario) {
@@ -142,6 +143,7 @@ pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
             Scenario::Scale => scale(&mut cx).await,
             Scenario::Resources => resources(&mut cx).await,
             Scenario::Dashboard => dashboard(&mut cx).await,
+            Scenario::Limits => limits(&mut cx).await,
         }
         .with_context(|| format!("scenario `{name}` failed"))?;
         eprintln!("   ({name}: {:.0} s)", began.elapsed().as_secs_f64());
@@ -293,10 +295,47 @@ async fn drain_once(
     prefix: &str,
     empty_first: bool,
 ) -> anyhow::Result<Measured> {
+    drain_limited(
+        url,
+        admin,
+        mode,
+        processes,
+        concurrency,
+        jobs,
+        prefix,
+        empty_first,
+        false,
+    )
+    .await
+}
+
+/// [`drain_once`], the jobs each with a concurrency limit of 1 on a key of its own when
+/// `limited`.
+#[allow(clippy::too_many_arguments)]
+async fn drain_limited(
+    url: &str,
+    admin: &MySqlPool,
+    mode: Mode,
+    processes: usize,
+    concurrency: usize,
+    jobs: u64,
+    prefix: &str,
+    empty_first: bool,
+    limited: bool,
+) -> anyhow::Result<Measured> {
     if empty_first {
         env::truncate(admin).await?;
     }
     env::fill(admin, Rows::Ready, prefix, jobs).await?;
+    if limited {
+        sqlx::query(
+            "UPDATE job_queue SET concurrency_key = task_key, concurrency_limit = 1 \
+             WHERE task_key LIKE ?",
+        )
+        .bind(format!("{prefix}%"))
+        .execute(admin)
+        .await?;
+    }
     let mut counters = MySqlConnection::connect(url).await?;
     let mut group = Group::start(url, mode, processes, concurrency, false).await?;
     let before = server_counters(&mut counters).await?;
@@ -314,7 +353,7 @@ async fn drain_once(
         "{mode:?} recorded {completed} jobs done for {jobs} enqueued"
     );
     let open: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM job_queue WHERE status IN ('ready', 'running', 'scheduled') AND task_key LIKE ?",
+        "SELECT COUNT(*) FROM job_queue WHERE status IN ('ready', 'running', 'scheduled', 'blocked') AND task_key LIKE ?",
     )
     .bind(format!("{prefix}%"))
     .fetch_one(admin)
@@ -479,6 +518,75 @@ async fn drain(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
     }
     admin.close().await;
     Ok(rows)
+}
+
+// ---------------------------------------------------------------------------------------
+// Limits
+
+/// The drain of `drain` (4 processes x 16), through jobqueue only: every job with a
+/// concurrency limit of 1 on a key of its own (so the limit never holds a job back, and
+/// every claim takes a slot and every completion frees one), against the same drain
+/// without limits. The "baseline" column is the drain without limits.
+async fn limits(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
+    let url = cx.env.database("limits").await?;
+    let admin = baseline::pool(&url, 2).await?;
+    let jobs = cx.sizes.drain_jobs;
+    let (procs, conc) = (4, 16);
+    warm_up(&url, &admin, jobs).await?;
+    let mut limited = Vec::new();
+    let mut plain = Vec::new();
+    for run in 0..cx.runs {
+        // Alternate which goes first, as the modes do.
+        for with_limits in [run % 2 == 0, run % 2 == 1] {
+            let prefix = format!("l{run}{}:", with_limits as u8);
+            sqlx::query("DELETE FROM job_queue_slot")
+                .execute(&admin)
+                .await?;
+            let d = drain_limited(
+                &url,
+                &admin,
+                Mode::Framework,
+                procs,
+                conc,
+                jobs,
+                &prefix,
+                true,
+                with_limits,
+            )
+            .await?;
+            eprintln!(
+                "   run {run} {procs} x {conc} {:<14} {:>8} jobs/s",
+                if with_limits {
+                    "with limits"
+                } else {
+                    "without limits"
+                },
+                thousands(d.rate)
+            );
+            if with_limits {
+                limited.push(d);
+            } else {
+                plain.push(d);
+            }
+        }
+    }
+    let row = Row::new(
+        "limits",
+        format!(
+            "{} no-op jobs, {procs} processes x {conc}, a concurrency limit per job (distinct keys) vs none; baseline column = jobqueue without limits",
+            thousands(jobs as f64)
+        ),
+        "jobs/s",
+    )
+    .figures(
+        limited.iter().map(|d| d.rate).collect(),
+        plain.iter().map(|d| d.rate).collect(),
+    )
+    .target(TargetOn::Ratio, 0.7);
+    let row = counter_notes(row, &limited, &plain);
+    progress(&row);
+    admin.close().await;
+    Ok(vec![row])
 }
 
 // ---------------------------------------------------------------------------------------

@@ -229,6 +229,8 @@ pub(crate) enum StatusArg {
     Scheduled,
     /// May be claimed now.
     Ready,
+    /// Waiting for a slot of its concurrency or rate limit.
+    Blocked,
     /// Claimed by a worker.
     Running,
     /// Finished successfully.
@@ -244,6 +246,7 @@ impl From<StatusArg> for JobStatus {
         match s {
             StatusArg::Scheduled => JobStatus::Scheduled,
             StatusArg::Ready => JobStatus::Ready,
+            StatusArg::Blocked => JobStatus::Blocked,
             StatusArg::Running => JobStatus::Running,
             StatusArg::Done => JobStatus::Done,
             StatusArg::Failed => JobStatus::Failed,

@@ -31,6 +31,11 @@ pub(crate) fn job_json(job: &JobRecord) -> Value {
         "lease_expiries": job.lease_expiries,
         "unrunnable_since": job.unrunnable_since.map(utc),
         "snoozes": job.snoozes,
+        "concurrency_key": job.concurrency_key,
+        "concurrency_limit": job.concurrency_limit,
+        "rate_key": job.rate_key,
+        "rate_limit": job.rate_limit,
+        "rate_window_ms": job.rate_window_ms,
         "last_error": job.last_error,
         "payload": job.payload,
         "unique": job.unique,
@@ -240,6 +245,32 @@ pub(crate) async fn show(queue: &Queue, lookup: &Lookup, json: bool) -> Result<(
                     "for a worker that can run it, since {}; attempts are not spent meanwhile (see the last error)",
                     when(since)
                 ),
+            ),
+        ));
+    }
+    if let Some(key) = &job.concurrency_key {
+        fields.push((
+            "limit",
+            format!("at most {} of key {key:?} at once", job.concurrency_limit),
+        ));
+    }
+    if let Some(key) = &job.rate_key {
+        fields.push((
+            "rate",
+            format!(
+                "at most {} starts of key {key:?} per {}",
+                job.rate_limit,
+                crate::render::span(f64::from(job.rate_window_ms) / 1e3)
+            ),
+        ));
+    }
+    if job.status == JobStatus::Blocked {
+        fields.push((
+            "waiting",
+            p.paint(
+                Paint::Yellow,
+                "for a slot of its limit (the key was at its limit when a worker tried to claim it); \
+                 it is ready again as soon as a job of the key ends, or within a maintenance interval",
             ),
         ));
     }

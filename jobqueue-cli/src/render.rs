@@ -44,7 +44,7 @@ impl Paint {
     pub(crate) fn of_status(status: JobStatus) -> Paint {
         match status {
             JobStatus::Scheduled => Paint::Dim,
-            JobStatus::Ready => Paint::Yellow,
+            JobStatus::Ready | JobStatus::Blocked => Paint::Yellow,
             JobStatus::Running => Paint::Cyan,
             JobStatus::Done => Paint::Green,
             JobStatus::Failed => Paint::Red,

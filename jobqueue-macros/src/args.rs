@@ -12,7 +12,7 @@ use jobqueue_spec::duration::{self, Millis};
 use jobqueue_spec::queue::{self, QueueNameError, MAX_QUEUE_CHARS};
 
 /// Every option, with the example its error messages show.
-const OPTIONS: [(&str, &str); 14] = [
+const OPTIONS: [(&str, &str); 18] = [
     ("name", r#"name = "export_order""#),
     ("queue", r#"queue = "exports""#),
     ("max_attempts", "max_attempts = 5"),
@@ -26,8 +26,19 @@ const OPTIONS: [(&str, &str); 14] = [
     ("unique", r#"unique = "while_active""#),
     ("unique_for", r#"unique_for = "1h""#),
     ("max_snoozes", "max_snoozes = 1000"),
+    // Limits.
+    ("concurrency", "concurrency = 2"),
+    (
+        "concurrency_key",
+        r#"concurrency_key = "account:{account_id}""#,
+    ),
+    ("rate_limit", r#"rate_limit = "100/1m""#),
+    ("rate_key", r#"rate_key = "provider:{provider}""#),
     ("crate", r#"crate = "jobqueue""#),
 ];
+
+/// The highest concurrency limit, and the most starts per rate window (slot rows per key).
+const MAX_SLOTS: u32 = 1000;
 
 /// The longest kind name, in bytes (the `kind` column).
 const MAX_NAME_BYTES: usize = 128;
@@ -47,6 +58,11 @@ pub(crate) struct JobArgs {
     pub(crate) overlap: Option<syn::LitBool>,
     pub(crate) unique: Option<Unique>,
     pub(crate) max_snoozes: Option<u32>,
+    // Limits: `concurrency` jobs of one key at once, `rate_limit` starts per window.
+    pub(crate) concurrency: Option<u32>,
+    pub(crate) concurrency_key: Option<KeyTemplate>,
+    pub(crate) rate_limit: Option<(u32, Millis)>,
+    pub(crate) rate_key: Option<KeyTemplate>,
     pub(crate) krate: Option<syn::Path>,
 }
 
@@ -137,10 +153,27 @@ pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> JobArgs {
             "`overlap` is an option of periodic jobs; add a schedule (`cron = \"0 */5 * * * *\"`) or remove it",
         );
     }
+    args.check_limits(errors);
     args
 }
 
 impl JobArgs {
+    /// A limit's key without its limit is a mistake the build reports.
+    fn check_limits(&self, errors: &mut Errors) {
+        if let (Some(key), None) = (&self.concurrency_key, self.concurrency) {
+            errors.push_spanned(
+                &key.lit,
+                "`concurrency_key` names the key of a concurrency limit; add the limit (`concurrency = 2`) or remove it",
+            );
+        }
+        if let (Some(key), None) = (&self.rate_key, self.rate_limit) {
+            errors.push_spanned(
+                &key.lit,
+                "`rate_key` names the key of a rate limit; add the limit (`rate_limit = \"100/1m\"`) or remove it",
+            );
+        }
+    }
+
     fn set(&mut self, option: &str, example: &str, value: &Expr) -> syn::Result<()> {
         match option {
             "name" => {
@@ -282,6 +315,41 @@ impl JobArgs {
                     Unique::For(d)
                 });
             }
+            "concurrency" => {
+                let n = integer(option, example, value)?;
+                let n = u32::try_from(n)
+                    .ok()
+                    .filter(|n| (1..=MAX_SLOTS).contains(n))
+                    .ok_or_else(|| {
+                        syn::Error::new_spanned(
+                            value,
+                            format!("`concurrency` is how many jobs of one key may run at once: 1 to {MAX_SLOTS}"),
+                        )
+                    })?;
+                self.concurrency = Some(n);
+            }
+            "concurrency_key" | "rate_key" => {
+                let lit = string(option, example, value)?;
+                let segments = parse_template(&lit.value()).map_err(|e| {
+                    syn::Error::new_spanned(&lit, format!("invalid `{option}` template: {e}"))
+                })?;
+                let template = Some(KeyTemplate { lit, segments });
+                if option == "rate_key" {
+                    self.rate_key = template;
+                } else {
+                    self.concurrency_key = template;
+                }
+            }
+            "rate_limit" => {
+                let lit = string(option, example, value)?;
+                let rate = parse_rate(&lit.value()).map_err(|e| {
+                    syn::Error::new_spanned(
+                        &lit,
+                        format!("invalid `rate_limit`: {e}; write starts per window: `{example}`"),
+                    )
+                })?;
+                self.rate_limit = Some(rate);
+            }
             "crate" => {
                 let lit = string(option, example, value)?;
                 let path = lit.parse::<syn::Path>().map_err(|_| {
@@ -403,6 +471,27 @@ fn check_cron(expr: &str) -> Result<(), String> {
         ),
         other => format!("invalid `cron` schedule: {other}"),
     })
+}
+
+/// `N/window`: at most N starts in any window of that length.
+fn parse_rate(text: &str) -> Result<(u32, Millis), String> {
+    let Some((count, window)) = text.split_once('/') else {
+        return Err(format!("{text:?} has no `/`"));
+    };
+    let count: u32 = count
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n| (1..=MAX_SLOTS).contains(n))
+        .ok_or_else(|| format!("{:?} is not a count of 1 to {MAX_SLOTS}", count.trim()))?;
+    let window =
+        duration::parse(window.trim()).map_err(|e| format!("{e} ({})", duration::FORMS))?;
+    if window < Millis(1) || window.0 > u64::from(u32::MAX) {
+        return Err(format!(
+            "the window must be 1ms to about 49 days, not {window}"
+        ));
+    }
+    Ok((count, window))
 }
 
 /// Splits a key template into text and `{argument}` placeholders; `{{` and `}}` are braces.

@@ -33,8 +33,24 @@ pub(crate) fn job(args: TokenStream, item: TokenStream) -> syn::Result<TokenStre
         .key
         .as_ref()
         .map(|key| key_format(key, &func, &sig, &mut errors));
+    let limit_keys = LimitKeys {
+        concurrency: args
+            .concurrency_key
+            .as_ref()
+            .map(|key| key_format(key, &func, &sig, &mut errors)),
+        rate: args
+            .rate_key
+            .as_ref()
+            .map(|key| key_format(key, &func, &sig, &mut errors)),
+    };
     errors.finish()?;
-    Ok(generate(&args, &func, &sig, key))
+    Ok(generate(&args, &func, &sig, key, limit_keys))
+}
+
+/// The `format!`s of the limit key templates, when given.
+struct LimitKeys {
+    concurrency: Option<TokenStream>,
+    rate: Option<TokenStream>,
 }
 
 fn generate(
@@ -42,6 +58,7 @@ fn generate(
     func: &ItemFn,
     sig: &JobSignature<'_>,
     key: Option<TokenStream>,
+    limit_keys: LimitKeys,
 ) -> TokenStream {
     let root = match &args.krate {
         Some(path) => path.to_token_stream(),
@@ -81,6 +98,21 @@ fn generate(
         quote! {
             fn task_key(&self) -> #root::Result<::std::string::String> {
                 ::core::result::Result::Ok(#root::__private::fit_key(#format))
+            }
+        }
+    });
+
+    let concurrency_key = limit_keys.concurrency.map(|format| {
+        quote! {
+            fn concurrency_key(&self) -> ::core::option::Option<::std::string::String> {
+                ::core::option::Option::Some(#root::__private::fit_key(#format))
+            }
+        }
+    });
+    let rate_key = limit_keys.rate.map(|format| {
+        quote! {
+            fn rate_key(&self) -> ::core::option::Option<::std::string::String> {
+                ::core::option::Option::Some(#root::__private::fit_key(#format))
             }
         }
     });
@@ -163,6 +195,8 @@ fn generate(
             const OPTIONS: #root::JobOptions = #options;
             #data_needs
             #task_key
+            #concurrency_key
+            #rate_key
             async fn run(self, ctx: #root::JobContext) -> ::core::result::Result<(), #root::JobError> {
                 #(#take_data)*
                 // The function may take the context: its output slot is kept aside.
@@ -280,6 +314,14 @@ fn job_options(args: &JobArgs, root: &TokenStream) -> TokenStream {
     if let Some(n) = args.max_snoozes {
         let n = Literal::u32_unsuffixed(n);
         options.extend(quote!(.max_snoozes(#n)));
+    }
+    if let Some(n) = args.concurrency {
+        let n = Literal::u32_unsuffixed(n);
+        options.extend(quote!(.concurrency(#n)));
+    }
+    if let Some((n, window)) = args.rate_limit {
+        let (n, window) = (Literal::u32_unsuffixed(n), duration(window));
+        options.extend(quote!(.rate_limit(#n, #window)));
     }
     options
 }

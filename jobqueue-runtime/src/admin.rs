@@ -212,7 +212,7 @@ impl Queue {
         Ok(n)
     }
 
-    /// Cancels every `scheduled` or `ready` job matching `query`: they will never run.
+    /// Cancels every `scheduled`, `ready` or `blocked` job matching `query`: they will never run.
     /// Running jobs are left alone (cancel them one by one with [`Queue::cancel`]). Returns
     /// how many jobs changed.
     pub async fn cancel_matching(&self, query: &JobQuery) -> Result<u64> {

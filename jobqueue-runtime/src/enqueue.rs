@@ -8,7 +8,7 @@ use sqlx::mysql::MySqlConnection;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::key::{validate_key, validate_queue};
-use crate::model::{Enqueued, NewJob, Uniqueness};
+use crate::model::{Enqueued, JobLimits, NewJob, Uniqueness};
 use crate::queue::Queue;
 use crate::store;
 
@@ -47,6 +47,12 @@ pub struct EnqueueOptions {
     /// [`MAX_METADATA_BYTES`] as JSON, keys of 1 to 64 ASCII letters, digits, `_`, `-` or
     /// `.`. Shown by `jobqueue show`, filtered on with [`JobFilter::meta`](crate::JobFilter::meta).
     pub metadata: Option<serde_json::Value>,
+    /// The key of the kind's concurrency limit instead of [`Job::concurrency_key`]. Ignored
+    /// for a kind without a concurrency limit.
+    pub concurrency_key: Option<String>,
+    /// The key of the kind's rate limit instead of [`Job::rate_key`]. Ignored for a kind
+    /// without a rate limit.
+    pub rate_key: Option<String>,
 }
 
 /// The largest metadata object a job may carry, in bytes of JSON.
@@ -122,6 +128,18 @@ impl EnqueueOptions {
         let mut map = map;
         map.insert(key.into(), value.into());
         self.metadata = Some(serde_json::Value::Object(map));
+        self
+    }
+
+    /// Sets the key of the kind's concurrency limit for this job.
+    pub fn concurrency_key(mut self, key: impl Into<String>) -> Self {
+        self.concurrency_key = Some(key.into());
+        self
+    }
+
+    /// Sets the key of the kind's rate limit for this job.
+    pub fn rate_key(mut self, key: impl Into<String>) -> Self {
+        self.rate_key = Some(key.into());
         self
     }
 }
@@ -357,6 +375,17 @@ impl Queue {
             traceparent: crate::trace::current_traceparent(),
             unique,
             metadata,
+            limits: job_limits(
+                J::KIND,
+                o,
+                || {
+                    options
+                        .concurrency_key
+                        .clone()
+                        .or_else(|| job.concurrency_key())
+                },
+                || options.rate_key.clone().or_else(|| job.rate_key()),
+            )?,
         })
     }
 
@@ -391,6 +420,53 @@ impl Queue {
             }
         }
     }
+}
+
+/// The limits of a job of `kind`: its options' limits under the keys given (the kind's name
+/// when none is), each key checked as a task key is.
+pub(crate) fn job_limits(
+    kind: &str,
+    o: &crate::job::JobOptions,
+    concurrency_key: impl FnOnce() -> Option<String>,
+    rate_key: impl FnOnce() -> Option<String>,
+) -> Result<JobLimits> {
+    let key = |k: Option<String>, setting: &'static str| -> Result<String> {
+        let k = k.unwrap_or_else(|| kind.to_owned());
+        validate_key(&k).map_err(|e| Error::InvalidSetting {
+            setting,
+            reason: format!("job `{kind}`: {e}"),
+        })?;
+        Ok(k)
+    };
+    let mut limits = JobLimits::default();
+    if let Some(n) = o.concurrency {
+        if n == 0 || n > store::MAX_SLOTS {
+            return Err(Error::InvalidSetting {
+                setting: "concurrency",
+                reason: format!(
+                    "job `{kind}`: a concurrency limit must be 1 to {} jobs at once, not {n}; leave it out for no limit",
+                    store::MAX_SLOTS
+                ),
+            });
+        }
+        limits.concurrency = Some((key(concurrency_key(), "concurrency_key")?, n));
+    }
+    if let Some(rate) = o.rate_limit {
+        let window = u32::try_from(rate.per.as_millis())
+            .ok()
+            .filter(|ms| *ms >= 1);
+        let (Some(window), 1..=store::MAX_SLOTS) = (window, rate.starts) else {
+            return Err(Error::InvalidSetting {
+                setting: "rate_limit",
+                reason: format!(
+                    "job `{kind}`: a rate limit must allow 1 to {} starts per window of 1 ms to about 49.7 days, not {} per {:?}",
+                    store::MAX_SLOTS, rate.starts, rate.per
+                ),
+            });
+        };
+        limits.rate = Some((key(rate_key(), "rate_key")?, rate.starts, window));
+    }
+    Ok(limits)
 }
 
 /// The longest lease the `lease_ms` column holds: `u32::MAX` milliseconds, about 49.7 days.

@@ -43,6 +43,19 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
         crate::key::derived_task_key(Self::KIND, self)
     }
 
+    /// The key of this job's concurrency limit ([`JobOptions::concurrency`]): jobs with equal
+    /// keys share the limit. `None` (the default): the kind's name, one limit for the whole
+    /// kind. `#[job(concurrency_key = "account:{account_id}")]` renders its template here.
+    fn concurrency_key(&self) -> Option<String> {
+        None
+    }
+
+    /// The key of this job's rate limit ([`JobOptions::rate_limit`]), as
+    /// [`Job::concurrency_key`] is of its concurrency limit. `None`: the kind's name.
+    fn rate_key(&self) -> Option<String> {
+        None
+    }
+
     /// Runs one attempt of the job.
     fn run(self, ctx: JobContext) -> impl Future<Output = Result<(), JobError>> + Send;
 }
@@ -85,6 +98,22 @@ pub struct JobOptions {
     /// How many times a job of this kind may snooze ([`JobError::snooze`]) before the next
     /// snooze fails it. Default 100.
     pub max_snoozes: u32,
+    /// At most this many jobs of one concurrency key run at once, across every worker.
+    /// Default: no limit. The key is [`Job::concurrency_key`] (the kind's name unless the
+    /// kind or the enqueue names one).
+    pub concurrency: Option<u32>,
+    /// At most this many jobs of one rate key start in any window of this length, across
+    /// every worker. Default: no limit. The key is [`Job::rate_key`].
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// A rate limit: at most `starts` jobs of one key start in any window of length `per`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    /// Starts allowed per window, at least 1.
+    pub starts: u32,
+    /// The window's length, from 1 ms to about 49.7 days (`u32::MAX` ms).
+    pub per: Duration,
 }
 
 impl JobOptions {
@@ -102,6 +131,8 @@ impl JobOptions {
         overlap: false,
         unique: Uniqueness::UntilPruned,
         max_snoozes: 100,
+        concurrency: None,
+        rate_limit: None,
     };
 
     /// Sets the queue.
@@ -161,6 +192,20 @@ impl JobOptions {
     /// Sets how many times a job may snooze (see [`JobOptions::max_snoozes`]).
     pub const fn max_snoozes(mut self, max_snoozes: u32) -> Self {
         self.max_snoozes = max_snoozes;
+        self
+    }
+}
+
+impl JobOptions {
+    /// Sets the concurrency limit per key (see [`JobOptions::concurrency`]).
+    pub const fn concurrency(mut self, limit: u32) -> Self {
+        self.concurrency = Some(limit);
+        self
+    }
+
+    /// Sets the rate limit per key: at most `starts` starts in any window of length `per`.
+    pub const fn rate_limit(mut self, starts: u32, per: Duration) -> Self {
+        self.rate_limit = Some(RateLimit { starts, per });
         self
     }
 }

@@ -29,7 +29,7 @@ pub use enqueue::{EnqueueOptions, MAX_METADATA_BYTES};
 pub use error::{BoxError, Error, JobError, JobRef, Result};
 pub use job::{
     CancelReason, FromJobContext, IntoJobResult, Job, JobCanceller, JobContext, JobContextBuilder,
-    JobOptions, JobOutput,
+    JobOptions, JobOutput, RateLimit,
 };
 pub use metrics::MetricsSnapshot;
 pub use model::Uniqueness;
@@ -62,6 +62,10 @@ pub mod __store {
         };
         // A job's history and output, read by primary key.
         pub use crate::store::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
+        // The limits' statements on their side tables.
+        pub use crate::store::{
+            BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS, WAKE_SCAN,
+        };
         // The operator dashboard's statements for a filter, with their arguments; run one
         // with `Store::explain`.
         pub use crate::store::{dashboard_statements, Arg};

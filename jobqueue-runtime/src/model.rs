@@ -31,6 +31,10 @@ pub enum JobStatus {
     Failed,
     /// Cancelled before it ran, or stopped on request while running.
     Cancelled,
+    /// Ready, but its concurrency or rate limit key was at its limit when a worker tried to
+    /// claim it: it waits, out of the claim's way, until a slot of its key frees (see the
+    /// README's "Limits").
+    Blocked,
 }
 
 impl JobStatus {
@@ -43,13 +47,15 @@ impl JobStatus {
             JobStatus::Done => "done",
             JobStatus::Failed => "failed",
             JobStatus::Cancelled => "cancelled",
+            JobStatus::Blocked => "blocked",
         }
     }
 
     /// Every status, in lifecycle order.
-    pub const ALL: [JobStatus; 6] = [
+    pub const ALL: [JobStatus; 7] = [
         JobStatus::Scheduled,
         JobStatus::Ready,
+        JobStatus::Blocked,
         JobStatus::Running,
         JobStatus::Done,
         JobStatus::Failed,
@@ -132,6 +138,16 @@ pub struct JobRecord {
     /// How many times it snoozed ([`JobError::snooze`](crate::JobError::snooze)); each
     /// snooze raised `max_attempts` by one.
     pub snoozes: u32,
+    /// The key of its concurrency limit, if its kind has one.
+    pub concurrency_key: Option<String>,
+    /// How many jobs of `concurrency_key` may run at once (0: no limit).
+    pub concurrency_limit: u32,
+    /// The key of its rate limit, if its kind has one.
+    pub rate_key: Option<String>,
+    /// How many jobs of `rate_key` may start per window (0: no limit).
+    pub rate_limit: u32,
+    /// The rate limit's window, in milliseconds.
+    pub rate_window_ms: u32,
 }
 
 /// How long a job's task key blocks another enqueue of the same key.
@@ -381,6 +397,8 @@ pub struct QueueStats {
     pub scheduled: u64,
     /// Ready jobs.
     pub ready: u64,
+    /// Jobs waiting for a slot of their concurrency or rate limit key.
+    pub blocked: u64,
     /// Running jobs.
     pub running: u64,
     /// Done jobs (not yet pruned).
@@ -440,6 +458,17 @@ pub(crate) struct NewJob {
     pub(crate) unique: Uniqueness,
     /// The metadata object, as JSON text.
     pub(crate) metadata: Option<String>,
+    /// Its concurrency and rate limits, if its kind has any.
+    pub(crate) limits: JobLimits,
+}
+
+/// The limits a job carries in its row (see the README's "Limits").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct JobLimits {
+    /// The concurrency key and how many jobs of it may run at once.
+    pub(crate) concurrency: Option<(String, u32)>,
+    /// The rate key, the starts allowed per window, and the window in milliseconds.
+    pub(crate) rate: Option<(String, u32, u32)>,
 }
 
 /// What one [`Store::schedule_ticks`](crate::store::Store::schedule_ticks) pass did for a periodic kind.
@@ -483,6 +512,8 @@ pub struct Claimed {
     pub claimed_at: std::time::Instant,
     /// The W3C `traceparent` stored by the enqueue, if it was traced.
     pub traceparent: Option<String>,
+    /// Whether the claim holds a concurrency slot of the job's key, which the outcome frees.
+    pub holds_slot: bool,
 }
 
 /// Why a claim found nothing. None of these is an error.

@@ -105,7 +105,8 @@ pub use jobqueue_macros::job;
 #[doc(inline)]
 pub use jobqueue_runtime::{
     Backoff, BoxError, CancelReason, Data, DataNeed, FromJobContext, IntoJobResult, Job,
-    JobCanceller, JobContext, JobContextBuilder, JobError, JobOptions, JobOutput, MAX_OUTPUT_BYTES,
+    JobCanceller, JobContext, JobContextBuilder, JobError, JobOptions, JobOutput, RateLimit,
+    MAX_OUTPUT_BYTES,
 };
 // Enqueueing.
 #[doc(inline)]

@@ -494,6 +494,8 @@ async fn an_idle_worker_is_quiet_and_survives_a_revoked_privilege() {
          GRANT SELECT ON `{db}`.`job_queue_pause` TO {{u}}; \
          GRANT SELECT, INSERT, DELETE ON `{db}`.`job_queue_gauges` TO {{u}}; \
          GRANT SELECT, UPDATE ON `{db}`.`job_queue_gauge_refresh` TO {{u}}; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.`job_queue_slot` TO {{u}}; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.`job_queue_blocked` TO {{u}}; \
          GRANT SELECT, INSERT ON `{db}`.`effects` TO {{u}}"
     );
     for_each_host(pool, &user, &grants).await;

@@ -112,11 +112,13 @@ async fn jobqueue_then_app_migrator_then_jobqueue_again() {
         [
             "_sqlx_migrations",
             "job_queue",
+            "job_queue_blocked",
             "job_queue_cron",
             "job_queue_gauge_refresh",
             "job_queue_gauges",
             "job_queue_migrations",
             "job_queue_pause",
+            "job_queue_slot",
             "job_queue_worker",
             "orders"
         ]

@@ -561,6 +561,95 @@ async fn maintenance_queries_use_their_indexes() {
     );
 }
 
+/// The limits' statements on their side tables: a key's slots and blocked jobs are found
+/// by the key (a prefix of the primary key), a claim's slots by the holder index; none
+/// scans a table or sorts.
+#[tokio::test(flavor = "multi_thread")]
+async fn limit_statements_use_their_indexes() {
+    use jobqueue_runtime::__store::statements::{
+        BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS, WAKE_SCAN,
+    };
+    let queue = fresh_queue("store_explain_limits").await;
+    let pool = queue.pool();
+    // 500 keys of 8 slots, half of them held; 500 keys with 10 blocked jobs each.
+    sqlx::query(
+        "INSERT INTO job_queue_slot (slot_key, slot_no, job_id, attempt) \
+         WITH RECURSIVE k (i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < 499), \
+           s (j) AS (SELECT 0 UNION ALL SELECT j + 1 FROM s WHERE j < 7) \
+         SELECT CONCAT('c:key-', i), j, IF(j % 2 = 0, i * 8 + j, NULL), IF(j % 2 = 0, 1, NULL) FROM k, s",
+    )
+    .execute(pool)
+    .await
+    .expect("fill slots");
+    sqlx::query(
+        "INSERT INTO job_queue_blocked (slot_key, priority, job_id) \
+         WITH RECURSIVE k (i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < 499), \
+           s (j) AS (SELECT 0 UNION ALL SELECT j + 1 FROM s WHERE j < 9) \
+         SELECT CONCAT('c:key-', i), j % 3, i * 10 + j FROM k, s",
+    )
+    .execute(pool)
+    .await
+    .expect("fill blocked");
+    for table in ["job_queue_slot", "job_queue_blocked"] {
+        sqlx::query(&format!("ANALYZE TABLE {table}"))
+            .execute(pool)
+            .await
+            .expect("analyze");
+    }
+    let cases: [(&str, &str, &[&str], &str, &str); 5] = [
+        (
+            "free concurrency slot",
+            FREE_CONCURRENCY_SLOT,
+            &["c:key-7", "8"],
+            "job_queue_slot",
+            "PRIMARY",
+        ),
+        (
+            "free rate slot",
+            FREE_RATE_SLOT,
+            &["c:key-7", "8"],
+            "job_queue_slot",
+            "PRIMARY",
+        ),
+        (
+            "blocked jobs of a key",
+            BLOCKED_SELECT,
+            &["c:key-7", "1"],
+            "job_queue_blocked",
+            "PRIMARY",
+        ),
+        (
+            "orphaned slots",
+            ORPHAN_SLOTS,
+            &[],
+            "s",
+            "job_queue_slot_holder",
+        ),
+        ("keys to wake", WAKE_SCAN, &[], "s", "PRIMARY"),
+    ];
+    for (what, sql, binds, table, index) in cases {
+        let plan = explain(pool, sql, binds).await;
+        let row = plan
+            .iter()
+            .find(|r| r.table == table)
+            .unwrap_or_else(|| panic!("{what}: no plan row for {table}: {plan:#?}"));
+        assert_eq!(row.key.as_deref(), Some(index), "{what}: {plan:#?}");
+        for r in plan.iter().filter(|r| !r.table.starts_with('<')) {
+            assert_ne!(r.access, "ALL", "{what}: full scan: {plan:#?}");
+            assert!(!r.extra.contains("filesort"), "{what} sorts: {plan:#?}");
+        }
+    }
+    // The claim read of the job table is the one above; the job rows it joins are read
+    // by primary key.
+    let plan = explain(pool, ORPHAN_SLOTS, &[]).await;
+    let jobs = plan.iter().find(|r| r.table == "j").expect("the job table");
+    assert_eq!(
+        (jobs.access.as_str(), jobs.key.as_deref()),
+        ("eq_ref", Some("PRIMARY")),
+        "{plan:#?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // 4. Fencing
 // ---------------------------------------------------------------------------------------

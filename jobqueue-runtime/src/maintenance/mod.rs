@@ -62,6 +62,23 @@ pub(crate) async fn maintenance_loop(mut m: Maintenance, every: Duration, stop: 
     }
 }
 
+/// Frees concurrency slots whose claim ended without releasing them and wakes blocked jobs
+/// whose key has a free slot (see `store/limits.rs`).
+async fn wake_blocked(m: &Maintenance) -> Result<()> {
+    let (freed, woken) = m.store.limits_pass().await?;
+    if freed > 0 {
+        tracing::warn!(
+            slots = freed,
+            "freed concurrency slots whose claim had ended without releasing them"
+        );
+    }
+    if woken > 0 {
+        tracing::debug!(jobs = woken, "woke blocked jobs whose key has a free slot");
+        m.queue.wake_workers();
+    }
+    Ok(())
+}
+
 /// One maintenance pass. Each step runs even if an earlier one failed (a periodic job
 /// that cannot be enqueued must not stop reclaims); the first error is returned after all.
 async fn maintain(m: &mut Maintenance) -> Result<()> {
@@ -69,6 +86,7 @@ async fn maintain(m: &mut Maintenance) -> Result<()> {
         ("periodic jobs", enqueue_ticks(m).await),
         ("promotion", promote_due(m).await),
         ("reclaim", reclaim_expired(m).await),
+        ("limits", wake_blocked(m).await),
         ("pruning", prune_finished(m).await),
         ("queue gauges", refresh_gauges(m).await),
     ];

@@ -137,6 +137,8 @@ impl Scheduler {
             let payload = or_next_kind!(make().map_err(|source| Error::Serialize { kind, source }))
                 .to_string();
             let lease_ms = or_next_kind!(crate::enqueue::lease_ms(kind, o.lease));
+            // A tick's arguments are the defaults: its limits take the kind's name as key.
+            let limits = or_next_kind!(crate::enqueue::job_limits(kind, o, || None, || None));
             let job_of = |tick: chrono::NaiveDateTime| NewJob {
                 kind: kind.to_owned(),
                 queue: o.queue.to_owned(),
@@ -153,6 +155,7 @@ impl Scheduler {
                 // the kind's policy has nothing to free.
                 unique: crate::model::Uniqueness::UntilPruned,
                 metadata: None,
+                limits: limits.clone(),
             };
             let (schedule, window) = (&e.schedule, self.window);
             let due = |last: chrono::NaiveDateTime| {

@@ -42,7 +42,9 @@ impl Store {
             return Ok(None);
         };
         let outcome = match status.parse::<JobStatus>()? {
-            JobStatus::Scheduled | JobStatus::Ready => {
+            // A blocked job's row in `job_queue_blocked` is left behind: the next wake of its
+            // key finds the job no longer blocked and deletes the row.
+            JobStatus::Scheduled | JobStatus::Ready | JobStatus::Blocked => {
                 sqlx::query(
                     "UPDATE job_queue SET status = 'cancelled', finished_at = UTC_TIMESTAMP(6), \
                      updated_at = UTC_TIMESTAMP(6), last_error = 'cancelled by an operator before it ran' \
@@ -272,6 +274,7 @@ impl Store {
             match status {
                 JobStatus::Scheduled => s.scheduled = n,
                 JobStatus::Ready => s.ready = n,
+                JobStatus::Blocked => s.blocked = n,
                 JobStatus::Running => s.running = n,
                 JobStatus::Done => s.done = n,
                 JobStatus::Failed => s.failed = n,

@@ -5,15 +5,25 @@ use std::time::Duration;
 
 use sqlx::Row;
 
+use super::limits;
 use super::*;
 use crate::model::{Claimed, EmptyClaim};
 
-/// The claim's locking read: ready jobs of one queue in claim order, over the claim index.
-pub const CLAIM_SELECT: &str = "SELECT id, attempts, max_attempts, lease_ms \
+/// The claim's locking read: ready jobs of one queue in claim order, over the claim index,
+/// with their limits.
+pub const CLAIM_SELECT: &str = "SELECT id, attempts, max_attempts, lease_ms, priority, \
+     concurrency_key, concurrency_limit, rate_key, rate_limit, rate_window_ms \
      FROM job_queue FORCE INDEX (job_queue_claim) \
      WHERE queue = ? AND status = 'ready' \
      AND NOT EXISTS (SELECT 1 FROM job_queue_pause p WHERE p.queue = ?) \
      ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED";
+
+/// How many locking reads one claim makes at most when it finds jobs at their key's limit
+/// (it blocks them and reads on, so that they do not hold up the jobs behind them).
+const CLAIM_ROUNDS: usize = 4;
+
+/// How many rows a claim's later reads take, when earlier ones found jobs to block.
+const BLOCK_BATCH: usize = 100;
 
 impl Store {
     /// Claims up to `limit` ready jobs of `queue` for `owner`: `SELECT ... FOR UPDATE SKIP
@@ -40,44 +50,92 @@ impl Store {
         let committed: Result<()> = async {
             transaction!(self, |conn| {
                 taken.clear();
-                let rows = sqlx::query(CLAIM_SELECT)
-                    .bind(queue)
-                    .bind(queue)
-                    .bind(limit as u64)
-                    .fetch_all(&mut *conn)
-                    .await?;
-                if rows.is_empty() {
+                let mut want = limit;
+                let mut changed = false;
+                for round in 0..CLAIM_ROUNDS {
+                    // After a round that blocked jobs, a wider read: a key with a long
+                    // backlog is moved out of the way many jobs at a time.
+                    let read = if round == 0 { want } else { want.max(BLOCK_BATCH) };
+                    let rows = sqlx::query(CLAIM_SELECT)
+                        .bind(queue)
+                        .bind(queue)
+                        .bind(read as u64)
+                        .fetch_all(&mut *conn)
+                        .await?;
+                    if rows.is_empty() {
+                        break;
+                    }
+                    let mut ids: Vec<u64> = Vec::new();
+                    let mut round_taken = Vec::new();
+                    let mut blocked = Vec::new();
+                    // (id, attempt, limits): the row was read before the UPDATE increments
+                    // `attempts`.
+                    let mut read_rows = Vec::with_capacity(rows.len());
+                    for r in &rows {
+                        let attempt = r.try_get::<u32, _>(1)? + 1;
+                        read_rows.push((r.try_get::<u64, _>(0)?, attempt, limits::RowLimits::read(r, 5)?));
+                    }
+                    let verdicts = if read_rows.iter().any(|r| r.2.is_some()) {
+                        limits::take_slots_batch(conn, &read_rows, want).await?
+                    } else {
+                        // No limits: the first `want` rows, as ever.
+                        (0..read_rows.len())
+                            .map(|i| if i < want { limits::Verdict::Take } else { limits::Verdict::Leave })
+                            .collect()
+                    };
+                    for ((r, (id, attempt, _)), verdict) in rows.iter().zip(&read_rows).zip(verdicts) {
+                        match verdict {
+                            limits::Verdict::Take => {
+                                ids.push(*id);
+                                round_taken.push((*id, *attempt, r.try_get(2)?, r.try_get(3)?));
+                            }
+                            limits::Verdict::Block(key) => {
+                                blocked.push((*id, r.try_get::<i16, _>(4)?, key));
+                            }
+                            limits::Verdict::Leave => {}
+                        }
+                    }
+                    if !blocked.is_empty() {
+                        limits::block(conn, &blocked).await?;
+                        changed = true;
+                    }
+                    if !ids.is_empty() {
+                        let sql = format!(
+                            "UPDATE job_queue SET status = 'running', lease_owner = ?, \
+                             lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms * 1000 MICROSECOND, \
+                             attempts = attempts + 1, claimed_at = UTC_TIMESTAMP(6), \
+                             updated_at = UTC_TIMESTAMP(6) \
+                             WHERE id IN ({}) AND status = 'ready'",
+                            placeholders(padded_len(ids.len()))
+                        );
+                        let mut q = sqlx::query(&sql).bind(owner);
+                        for id in padded(&ids) {
+                            q = q.bind(id);
+                        }
+                        // The server's lease starts while this statement runs: a local clock
+                        // read just before it is never later than the server's, so deadlines
+                        // derived from it are conservative.
+                        sent = std::time::Instant::now();
+                        let matched = q.execute(&mut *conn).await?.rows_affected();
+                        if matched != ids.len() as u64 {
+                            tracing::warn!(
+                                locked = ids.len(),
+                                matched,
+                                "claim matched fewer rows than it locked; rolled back"
+                            );
+                            taken.clear();
+                            return Ok(((), false));
+                        }
+                        want -= ids.len();
+                        taken.extend(round_taken);
+                        changed = true;
+                    }
+                    if blocked.is_empty() || want == 0 || rows.len() < read {
+                        break;
+                    }
+                }
+                if !changed {
                     return Ok(((), false));
-                }
-                let ids: Vec<u64> = rows.iter().map(|r| r.get::<u64, _>(0)).collect();
-                let sql = format!(
-                    "UPDATE job_queue SET status = 'running', lease_owner = ?, \
-                     lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms * 1000 MICROSECOND, \
-                     attempts = attempts + 1, claimed_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
-                     WHERE id IN ({}) AND status = 'ready'",
-                    placeholders(padded_len(ids.len()))
-                );
-                let mut q = sqlx::query(&sql).bind(owner);
-                for id in padded(&ids) {
-                    q = q.bind(id);
-                }
-                // The server's lease starts while this statement runs: a local clock read
-                // just before it is never later than the server's, so deadlines derived from
-                // it are conservative.
-                sent = std::time::Instant::now();
-                let matched = q.execute(&mut *conn).await?.rows_affected();
-                if matched != ids.len() as u64 {
-                    tracing::warn!(
-                        locked = ids.len(),
-                        matched,
-                        "claim matched fewer rows than it locked; rolled back"
-                    );
-                    return Ok(((), false));
-                }
-                for r in &rows {
-                    // The row was read before the UPDATE incremented `attempts`.
-                    let attempts: u32 = r.try_get(1)?;
-                    taken.push((r.try_get(0)?, attempts + 1, r.try_get(2)?, r.try_get(3)?));
                 }
                 Ok(((), true))
             })
@@ -133,7 +191,8 @@ impl Store {
         let ids: Vec<u64> = taken.iter().map(|t| t.0).collect();
         let sql = format!(
             "SELECT id, attempts, status = 'running' AND lease_owner <=> ?, queue, kind, \
-             COALESCE(released_key, task_key) AS task_key, payload, traceparent \
+             COALESCE(released_key, task_key) AS task_key, payload, traceparent, \
+             concurrency_key IS NOT NULL AND concurrency_limit > 0 AS holds_slot \
              FROM job_queue WHERE id IN ({})",
             placeholders(padded_len(ids.len()))
         );
@@ -184,6 +243,7 @@ impl Store {
                 claimed_at,
                 // A context that cannot be read only costs the job its trace.
                 traceparent: super::decode::opt_text(r, "traceparent").ok().flatten(),
+                holds_slot: r.try_get("holds_slot")?,
             });
         }
         Ok(claimed)

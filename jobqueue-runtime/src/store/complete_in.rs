@@ -34,6 +34,9 @@ pub(crate) async fn complete_in(
         .await?
         .rows_affected();
     if matched == 1 {
+        // The claim's concurrency slot is freed with the completion: both commit with the
+        // caller's transaction, or neither does.
+        super::limits::release_claims(conn, &[(id, attempt)]).await?;
         return Ok(None);
     }
     // Why not, for the error: a plain read of the row, which takes no lock. Under REPEATABLE

@@ -168,13 +168,13 @@ impl Store {
         Ok(n as u64)
     }
 
-    /// Cancels every `scheduled` or `ready` job matching `query`. Returns how many.
+    /// Cancels every `scheduled`, `ready` or `blocked` job matching `query`. Returns how many.
     pub(crate) async fn cancel_matching(&self, query: &JobQuery) -> Result<u64> {
         self.bulk(
             "UPDATE job_queue SET status = 'cancelled', finished_at = UTC_TIMESTAMP(6), \
              updated_at = UTC_TIMESTAMP(6), last_error = 'cancelled by an operator before it ran'",
             query,
-            "status IN ('scheduled', 'ready')",
+            "status IN ('scheduled', 'ready', 'blocked')",
         )
         .await
     }
@@ -232,6 +232,7 @@ impl Store {
                 status => match status.parse::<JobStatus>()? {
                     JobStatus::Scheduled => s.scheduled = n,
                     JobStatus::Ready => s.ready = n,
+                    JobStatus::Blocked => s.blocked = n,
                     JobStatus::Running => s.running = n,
                     JobStatus::Done => s.done = n,
                     JobStatus::Failed => s.failed = n,

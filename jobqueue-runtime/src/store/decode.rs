@@ -20,7 +20,7 @@ pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, COALESCE(released_key, ta
     attempts, max_attempts, lease_owner, lease_until, cancel_requested, last_error, created_at, updated_at, finished_at, \
     lease_expiries, unrunnable_since, snoozes, CAST(unique_policy AS CHAR) AS unique_policy, \
     TIMESTAMPDIFF(MICROSECOND, created_at, unique_until) AS unique_us, released_key IS NOT NULL AS key_released, \
-    metadata, progress, progress_at";
+    metadata, progress, progress_at, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_window_ms";
 
 pub(crate) async fn fetch_job(
     pool: &MySqlPool,
@@ -83,6 +83,11 @@ pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
         progress: json(r, "progress")?,
         progress_at: r.try_get("progress_at")?,
         snoozes: r.try_get("snoozes")?,
+        concurrency_key: opt_key_text(r, "concurrency_key")?,
+        concurrency_limit: r.try_get("concurrency_limit")?,
+        rate_key: opt_key_text(r, "rate_key")?,
+        rate_limit: r.try_get("rate_limit")?,
+        rate_window_ms: r.try_get("rate_window_ms")?,
     })
 }
 
@@ -124,6 +129,12 @@ pub(crate) fn attempts_from_log(log: &str) -> std::result::Result<Vec<Attempt>, 
             })
         })
         .collect()
+}
+
+/// A limit key column (bytes), as text.
+fn opt_key_text(r: &MySqlRow, column: &str) -> Result<Option<String>> {
+    let bytes: Option<Vec<u8>> = r.try_get(column)?;
+    Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
 }
 
 /// A text column. Columns with a binary collation (`utf8mb4_bin`, `ascii_bin`: keys and

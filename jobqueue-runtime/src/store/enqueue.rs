@@ -8,22 +8,22 @@ use crate::error::JobRef;
 use crate::model::{Enqueued, NewJob};
 
 const INSERT_ONE: &str = "INSERT INTO job_queue \
-     (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, traceparent, created_at, updated_at, unique_policy, unique_until, metadata) \
+     (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, traceparent, created_at, updated_at, unique_policy, unique_until, metadata, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_window_ms) \
      VALUES (?, ?, ?, ?, \
        IF(COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) > UTC_TIMESTAMP(6), 'scheduled', 'ready'), \
        ?, COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), 0, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), \
-       ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?)";
+       ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, ?, ?, ?, ?, ?)";
 
 const VALUES_ROW: &str = "(?, ?, ?, ?, \
        IF(COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) > UTC_TIMESTAMP(6), 'scheduled', 'ready'), \
        ?, COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), 0, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), \
-       ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?)";
+       ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, ?, ?, ?, ?, ?)";
 
 /// [`VALUES_ROW`] for a job due now: queue, kind, key, payload, priority, max_attempts,
 /// lease_ms, traceparent, unique_policy, the uniqueness period (NULL: no `unique_until`),
-/// metadata.
+/// metadata, then the limits: concurrency key and limit, rate key, limit and window.
 const VALUES_ROW_NOW: &str = "(?, ?, ?, ?, 'ready', ?, UTC_TIMESTAMP(6), 0, ?, ?, ?, \
-       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?)";
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, ?, ?, ?, ?, ?)";
 
 /// Binds one job's values for [`VALUES_ROW`] (or, with `due_now`, [`VALUES_ROW_NOW`]).
 fn bind_new<'q>(
@@ -47,12 +47,18 @@ fn bind_new<'q>(
     } else {
         q.bind(job.run_at).bind(job.delay_us)
     };
+    let (concurrency, rate) = (&job.limits.concurrency, &job.limits.rate);
     q.bind(job.max_attempts)
         .bind(job.lease_ms)
         .bind(job.traceparent.as_deref())
         .bind(job.unique.as_str())
         .bind(job.unique.period_us())
         .bind(job.metadata.as_deref())
+        .bind(concurrency.as_ref().map(|c| c.0.as_str()))
+        .bind(concurrency.as_ref().map_or(0, |c| c.1))
+        .bind(rate.as_ref().map(|r| r.0.as_str()))
+        .bind(rate.as_ref().map_or(0, |r| r.1))
+        .bind(rate.as_ref().map_or(0, |r| r.2))
 }
 
 pub(super) fn is_key_conflict(e: &sqlx::Error) -> bool {
@@ -273,7 +279,7 @@ async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec
         // take the plain row, without the per-row expressions and their four parameters.
         let now = fresh.iter().all(|j| j.run_at.is_none() && j.delay_us == 0);
         let sql = format!(
-            "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, traceparent, created_at, updated_at, unique_policy, unique_until, metadata) VALUES {}",
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, traceparent, created_at, updated_at, unique_policy, unique_until, metadata, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_window_ms) VALUES {}",
             vec![if now { VALUES_ROW_NOW } else { VALUES_ROW }; fresh.len()].join(", ")
         );
         // A full chunk, the usual case of a large batch, has one arity: keep it prepared

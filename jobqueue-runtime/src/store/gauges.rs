@@ -105,7 +105,7 @@ impl Store {
                 }
                 JobStatus::Running => g.running = n,
                 JobStatus::Failed => g.failed = n,
-                JobStatus::Done | JobStatus::Cancelled => {}
+                JobStatus::Done | JobStatus::Cancelled | JobStatus::Blocked => {}
             }
         }
         Ok(out)

@@ -170,6 +170,12 @@ impl Store {
                     return Ok((Reclaimed::default(), false));
                 }
             }
+            // The slots of the claims taken back are free again, in this transaction.
+            let claims: Vec<(u64, u32)> = rows
+                .iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                .collect::<sqlx::Result<_>>()?;
+            super::limits::release_claims(conn, &claims).await?;
             Ok((out, true))
         })
     }
@@ -302,7 +308,10 @@ impl Store {
                         .bind(id)
                         .fetch_optional(&mut *conn)
                         .await?;
-                        if matches!(status.as_deref(), Some("scheduled" | "ready" | "running")) {
+                        if matches!(
+                            status.as_deref(),
+                            Some("scheduled" | "ready" | "blocked" | "running")
+                        ) {
                             skipped += 1;
                             continue;
                         }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use sqlx::Row;
 
+use super::limits;
 use super::*;
 use crate::model::{Finish, JobStatus, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY};
 
@@ -73,9 +74,25 @@ fn truncate(s: &str, max: usize) -> String {
 }
 
 impl Store {
-    /// Marks claims done, many per statement. `claims` are (id, attempt). Returns the ids
-    /// whose lease this owner no longer held: nothing was written for them.
+    /// Marks claims done, many per statement, and frees the concurrency slots they hold (in
+    /// the same transaction; see [`limits::release_claims`]). `claims` are (id, attempt).
+    /// Returns the ids whose lease this owner no longer held: nothing was written for them.
     pub async fn complete(&self, owner: &str, claims: &[(u64, u32)]) -> Result<Vec<u64>> {
+        self.complete_with(owner, claims, true).await
+    }
+
+    /// [`Store::complete`] for claims known to hold no concurrency slot (their job has no
+    /// concurrency limit): one autocommit statement per chunk, nothing to release.
+    pub async fn complete_unlimited(&self, owner: &str, claims: &[(u64, u32)]) -> Result<Vec<u64>> {
+        self.complete_with(owner, claims, false).await
+    }
+
+    async fn complete_with(
+        &self,
+        owner: &str,
+        claims: &[(u64, u32)],
+        release: bool,
+    ) -> Result<Vec<u64>> {
         let mut lost = Vec::new();
         for chunk in claims.chunks(128) {
             let ids: Vec<u64> = chunk.iter().map(|c| c.0).collect();
@@ -89,7 +106,7 @@ impl Store {
                 log = log_attempt("'done'", "NULL"),
                 p = placeholders(n)
             );
-            let matched = autocommit!(self, |conn| {
+            let query = || {
                 let mut q = sqlx::query(&sql);
                 for id in padded(&ids) {
                     q = q.bind(id);
@@ -98,9 +115,19 @@ impl Store {
                 for t in padded(&tokens) {
                     q = q.bind(t);
                 }
-                q.execute(&mut *conn)
-            })?
-            .rows_affected();
+                q
+            };
+            let matched = if release {
+                transaction!(self, |conn| {
+                    let matched = query().execute(&mut *conn).await?.rows_affected();
+                    // A claim this owner no longer holds matched nothing above; its slot was
+                    // freed by whoever ended it, and its attempt matches no slot here.
+                    limits::release_claims(conn, chunk).await?;
+                    Ok((matched, true))
+                })?
+            } else {
+                autocommit!(self, |conn| query().execute(&mut *conn))?.rows_affected()
+            };
             if matched != chunk.len() as u64 {
                 // Find out which: a row is ours if it is now done at our attempt.
                 let done: Vec<u64> = self.ids_done_at(chunk).await?;
@@ -110,8 +137,9 @@ impl Store {
         Ok(lost)
     }
 
-    /// Marks one claim done with the job's `output` (JSON). Returns false when the lease
-    /// was lost: nothing was written.
+    /// Marks one claim done with the job's `output` (JSON), and frees the concurrency slot
+    /// it holds in the same transaction. Returns false when the lease was lost: nothing was
+    /// written.
     pub async fn complete_with_output(
         &self,
         owner: &str,
@@ -125,13 +153,20 @@ impl Store {
              WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ?",
             log = log_attempt("'done'", "NULL"),
         );
-        let matched = autocommit!(self, |conn| sqlx::query(&sql)
-            .bind(output)
-            .bind(id)
-            .bind(owner)
-            .bind(attempt)
-            .execute(&mut *conn))?
-        .rows_affected();
+        let matched = transaction!(self, |conn| {
+            let matched = sqlx::query(&sql)
+                .bind(output)
+                .bind(id)
+                .bind(owner)
+                .bind(attempt)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            if matched == 1 {
+                limits::release_claims(conn, &[(id, attempt)]).await?;
+            }
+            Ok((matched, true))
+        })?;
         if matched == 1 {
             return Ok(true);
         }
@@ -302,7 +337,9 @@ impl Store {
                 )
             }
         };
-        let done = autocommit!(self, |conn| {
+        // The row's new state and the release of the claim's concurrency slot commit
+        // together; a claim this owner no longer holds writes and frees nothing.
+        let done = transaction!(self, |conn| {
             let mut q = sqlx::query(&sql);
             for b in &binds {
                 q = match b {
@@ -310,7 +347,16 @@ impl Store {
                     Bind::Micros(us) => q.bind(*us),
                 };
             }
-            q.bind(id).bind(owner).bind(attempt).execute(&mut *conn)
+            let done = q
+                .bind(id)
+                .bind(owner)
+                .bind(attempt)
+                .execute(&mut *conn)
+                .await?;
+            if done.rows_affected() == 1 {
+                limits::release_claims(conn, &[(id, attempt)]).await?;
+            }
+            Ok((done, true))
         })?;
         if done.rows_affected() != 1 {
             return Ok(None);

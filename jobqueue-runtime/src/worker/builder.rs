@@ -18,6 +18,8 @@ use crate::registry::Registry;
 pub(super) struct Config {
     pub(super) queues: Vec<String>,
     pub(super) concurrency: usize,
+    /// Jobs run at once per queue, for the queues given (within `concurrency`).
+    pub(super) queue_concurrency: Vec<(String, usize)>,
     pub(super) poll_min: Duration,
     pub(super) poll_max: Duration,
     pub(super) grace: Duration,
@@ -55,6 +57,18 @@ impl WorkerBuilder {
     /// Jobs run at once by this worker. Default 10. Each claim takes exactly the free slots.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.config.concurrency = n;
+        self
+    }
+
+    /// Jobs of `queue` run at once by this worker, at most; the worker's
+    /// [`concurrency`](WorkerBuilder::concurrency) still bounds all its queues together.
+    /// Default: only that bound. A queue at its bound is not claimed from while its other
+    /// queues are, so a slow queue cannot take every slot. Per worker: for a bound across
+    /// every worker, give the kind a concurrency limit (`#[job(concurrency = 4)]`).
+    pub fn queue_concurrency(mut self, queue: impl Into<String>, n: usize) -> Self {
+        let queue = queue.into();
+        self.config.queue_concurrency.retain(|(q, _)| *q != queue);
+        self.config.queue_concurrency.push((queue, n));
         self
     }
 
@@ -200,6 +214,23 @@ impl WorkerBuilder {
                 reason: "`concurrency` must be at least 1".into(),
             });
         }
+        for (q, n) in &c.queue_concurrency {
+            if !c.queues.contains(q) {
+                return Err(Error::InvalidSetting {
+                    setting: "queue_concurrency",
+                    reason: format!(
+                        "queue {q:?} has a concurrency but is not one of this worker's queues ({}); add it to `.queues(...)` or remove its `.queue_concurrency`",
+                        c.queues.join(", ")
+                    ),
+                });
+            }
+            if *n == 0 {
+                return Err(Error::InvalidSetting {
+                    setting: "queue_concurrency",
+                    reason: format!("the concurrency of queue {q:?} must be at least 1; to stop serving it, remove it from `.queues(...)`"),
+                });
+            }
+        }
         if c.poll_min.is_zero() || c.poll_min > c.poll_max {
             return Err(Error::InvalidSetting {
                 setting: "poll_interval",
@@ -274,6 +305,7 @@ impl Worker {
             config: Config {
                 queues: vec!["default".into()],
                 concurrency: 10,
+                queue_concurrency: Vec::new(),
                 poll_min: Duration::from_millis(50),
                 poll_max: Duration::from_secs(2),
                 grace: Worker::DEFAULT_SHUTDOWN_GRACE,

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures_util::FutureExt;
@@ -27,6 +28,54 @@ pub(super) struct Running<'a> {
     pub(super) reports: &'a mpsc::Sender<Report>,
     /// Fired in phase two of a shutdown.
     pub(super) shutdown: &'a CancellationToken,
+    /// Jobs running per served queue.
+    pub(super) per_queue: &'a PerQueue,
+}
+
+/// How many jobs of each served queue this worker runs, for
+/// [`WorkerBuilder::queue_concurrency`](crate::WorkerBuilder::queue_concurrency).
+#[derive(Debug)]
+pub(super) struct PerQueue {
+    running: std::sync::Arc<[(String, AtomicUsize)]>,
+}
+
+/// Counts one job of a queue as running until dropped (the job's task ends).
+struct QueueSlot {
+    running: std::sync::Arc<[(String, AtomicUsize)]>,
+    index: usize,
+}
+
+impl Drop for QueueSlot {
+    fn drop(&mut self) {
+        self.running[self.index].1.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl PerQueue {
+    pub(super) fn new(queues: &[String]) -> Self {
+        PerQueue {
+            running: queues
+                .iter()
+                .map(|q| (q.clone(), AtomicUsize::new(0)))
+                .collect(),
+        }
+    }
+
+    fn running(&self, queue: &str) -> usize {
+        self.running
+            .iter()
+            .find(|(q, _)| q == queue)
+            .map_or(0, |(_, n)| n.load(Ordering::Relaxed))
+    }
+
+    fn hold(&self, queue: &str) -> Option<QueueSlot> {
+        let index = self.running.iter().position(|(q, _)| q == queue)?;
+        self.running[index].1.fetch_add(1, Ordering::Relaxed);
+        Some(QueueSlot {
+            running: self.running.clone(),
+            index,
+        })
+    }
 }
 
 pub(super) async fn drain(jobs: &mut JoinSet<()>) {
@@ -117,6 +166,18 @@ impl Worker {
             if want == 0 {
                 break;
             }
+            let want = match self
+                .config
+                .queue_concurrency
+                .iter()
+                .find(|(q, _)| q == queue)
+            {
+                Some((_, bound)) => want.min(bound.saturating_sub(run.per_queue.running(queue))),
+                None => want,
+            };
+            if want == 0 {
+                continue;
+            }
             let batch = self.store.claim(queue, &self.config.owner, want).await?;
             claimed += batch.len();
             if !batch.is_empty() {
@@ -197,6 +258,7 @@ impl Worker {
         let leases = leases.clone();
         let (id, attempt) = (c.id, c.attempt);
         let task_ctx = ctx.clone();
+        let queue_slot = run.per_queue.hold(&c.queue);
         let progress_done = CancellationToken::new();
         let progress = tokio::spawn(super::progress::write_progress(
             self.store.clone(),
@@ -208,6 +270,7 @@ impl Worker {
         let task = async move {
             // Stops the progress writer however this task ends, a panic included.
             let _stop_progress = progress_done.clone().drop_guard();
+            let _queue_slot = queue_slot;
             let outcome = run_one(
                 c.kind.clone(),
                 descriptor,
@@ -232,6 +295,7 @@ impl Worker {
                 attempt: c.attempt,
                 kind: c.kind,
                 queue: c.queue,
+                holds_slot: c.holds_slot,
                 outcome,
             };
             if reports.send(report).await.is_err() {

@@ -269,10 +269,12 @@ impl Worker {
             leases: leases.clone(),
         };
         let shutdown = CancellationToken::new();
+        let per_queue = claim_loop::PerQueue::new(&cfg.queues);
         let run = Running {
             leases: &leases,
             reports: &report_tx,
             shutdown: &shutdown,
+            per_queue: &per_queue,
         };
         let mut jobs = JoinSet::new();
         self.claim_loop(signal, &run, &mut jobs).await;

@@ -32,6 +32,8 @@ pub(super) struct Report {
     pub(super) attempt: u32,
     pub(super) kind: String,
     pub(super) queue: String,
+    /// Whether the claim holds a concurrency slot (see [`crate::model::Claimed::holds_slot`]).
+    pub(super) holds_slot: bool,
     pub(super) outcome: Outcome,
 }
 

@@ -121,15 +121,21 @@ async fn write_batch(
         }
         batch.swap_remove(i);
     }
+    done_in_transaction(store, leases, metrics, batch).await?;
     let is_done = |r: &Report| matches!(r.outcome, Outcome::Done { .. });
-    let done: Vec<(u64, u32)> = batch
+    let (limited, unlimited): (Vec<&Report>, Vec<&Report>) = batch
         .iter()
         .filter(|r| is_done(r))
-        .map(|r| (r.id, r.attempt))
-        .collect();
-    done_in_transaction(store, leases, metrics, batch).await?;
-    if !done.is_empty() {
-        let lost = store.complete(owner, &done).await?;
+        .partition(|r| r.holds_slot);
+    let claims = |reports: Vec<&Report>| -> Vec<(u64, u32)> {
+        reports.iter().map(|r| (r.id, r.attempt)).collect()
+    };
+    let (limited, unlimited) = (claims(limited), claims(unlimited));
+    if !limited.is_empty() || !unlimited.is_empty() {
+        // Claims holding a concurrency slot free it in the transaction that marks them
+        // done; the others need no transaction.
+        let mut lost = store.complete(owner, &limited).await?;
+        lost.extend(store.complete_unlimited(owner, &unlimited).await?);
         for r in batch.iter().filter(|r| is_done(r)) {
             let (id, attempt) = (r.id, r.attempt);
             leases.release(id, attempt);

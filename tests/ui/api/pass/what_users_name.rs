@@ -15,7 +15,7 @@ use jobqueue::{
     Data, DataNeed, EnqueueOptions, FromJobContext, Enqueued, Error, IntoJobResult, Job, JobCanceller, JobContext, JobContextBuilder, JobError,
     JobFilter, JobOptions, JobPage, JobQuery, JobRecord, JobRef, PeriodicJob, ThroughputMinute,
     WorkerInfo, HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER, JobStatus, MetricsSnapshot, Queue, QueueConfig,
-    QueueStats, Result, Retention, RunningJob, ServerInfo, Worker, WorkerBuilder, WorkerHandle,
+    QueueStats, RateLimit, Result, Retention, RunningJob, ServerInfo, Worker, WorkerBuilder, WorkerHandle,
 };
 use jobqueue::{Uniqueness, MAX_METADATA_BYTES, MAX_PROGRESS_BYTES};
 use jobqueue::{

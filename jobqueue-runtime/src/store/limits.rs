@@ -1,0 +1,562 @@
+//! Concurrency and rate limits by key, shared by every worker: slots taken by the claim,
+//! released in the transaction that ends the claim, blocked jobs woken when a slot frees.
+//!
+//! A key's slots are rows of `job_queue_slot`, `slot_no` 0..limit-1 under `c:<key>`
+//! (concurrency) or `r:<key>` (rate), created by the first claim that needs them. A claim
+//! takes a free slot with `FOR UPDATE SKIP LOCKED`: no claim waits for another, and a key
+//! with N slots has N rows to spread its locks over. A concurrency slot names the claim
+//! holding it, (job id, attempt), and is freed with `WHERE job_id = ? AND attempt = ?` in
+//! the transaction that ends the claim, so that a worker that lost its lease (whose own
+//! write is fenced off) frees nothing, and nothing is freed twice. A rate slot holds the
+//! time it may start another job: a start takes a slot whose `free_at` has passed and sets
+//! it to now + the window, so at most `limit` jobs of the key start in any window.
+//!
+//! A job whose key has no free slot is `blocked`: out of the claim index's `ready` range, so
+//! that it does not hold up the jobs behind it, and listed in `job_queue_blocked` under the
+//! slot key it waits for. A freed concurrency slot wakes the first blocked job of its key
+//! (back to `ready`) in the same transaction; maintenance wakes blocked jobs of any key
+//! that has a free slot (rate slots free with time, and a wake can be missed when a release
+//! and a block commit at the same moment), and frees slots whose claim has ended without
+//! releasing them.
+
+use sqlx::mysql::MySqlConnection;
+use sqlx::Row;
+
+use super::*;
+
+/// A free concurrency slot of a key, in slot order, skipping slots other claims hold locked.
+/// Over the primary key: a key's few rows, locked in one order by every claim (the holder
+/// index would also serve, but its entries move with every take and release).
+pub const FREE_CONCURRENCY_SLOT: &str = "SELECT slot_no FROM job_queue_slot FORCE INDEX (PRIMARY) \
+     WHERE slot_key = ? AND slot_no < ? AND job_id IS NULL \
+     ORDER BY slot_no LIMIT 1 FOR UPDATE SKIP LOCKED";
+
+/// A rate slot of a key that may start a job now.
+pub const FREE_RATE_SLOT: &str = "SELECT slot_no FROM job_queue_slot FORCE INDEX (PRIMARY) \
+     WHERE slot_key = ? AND slot_no < ? AND free_at <= UTC_TIMESTAMP(6) \
+     ORDER BY slot_no LIMIT 1 FOR UPDATE SKIP LOCKED";
+
+/// The blocked jobs a freed slot wakes, first in claim order.
+pub const BLOCKED_SELECT: &str = "SELECT job_id FROM job_queue_blocked \
+     WHERE slot_key = ? ORDER BY priority, job_id LIMIT ? FOR UPDATE SKIP LOCKED";
+
+/// The keys with blocked jobs and how many of their slots are free now (maintenance). A
+/// concurrency slot's `free_at` stays in the past and a rate slot's `job_id` stays NULL, so
+/// one condition serves both.
+pub const WAKE_SCAN: &str = "SELECT b.slot_key, \
+       (SELECT COUNT(*) FROM job_queue_slot s WHERE s.slot_key = b.slot_key \
+          AND s.job_id IS NULL AND s.free_at <= UTC_TIMESTAMP(6)) \
+     FROM (SELECT DISTINCT slot_key FROM job_queue_blocked) b LIMIT 1000";
+
+/// Held slots whose claim is over (maintenance): the job is no longer running at that
+/// attempt, so no worker can release the slot any more.
+pub const ORPHAN_SLOTS: &str = "SELECT s.slot_key, s.slot_no, s.job_id, s.attempt \
+     FROM job_queue_slot s FORCE INDEX (job_queue_slot_holder) \
+     LEFT JOIN job_queue j ON j.id = s.job_id \
+     WHERE s.job_id IS NOT NULL \
+       AND (j.id IS NULL OR j.status <> 'running' OR j.attempts <> s.attempt) \
+     LIMIT 100";
+
+/// The most slots one key may have (a concurrency of 1,000, or 1,000 starts per window).
+pub(crate) const MAX_SLOTS: u32 = 1000;
+
+/// The limits of a job the claim has locked, as its row holds them.
+#[derive(Debug, Clone)]
+pub(super) struct RowLimits {
+    pub(super) concurrency: Option<(Vec<u8>, u32)>,
+    pub(super) rate: Option<(Vec<u8>, u32, u32)>,
+}
+
+impl RowLimits {
+    /// Reads the limit columns (`concurrency_key`, `concurrency_limit`, `rate_key`,
+    /// `rate_limit`, `rate_window_ms`) from `first` on; `None` for an unlimited job.
+    pub(super) fn read(r: &sqlx::mysql::MySqlRow, first: usize) -> sqlx::Result<Option<Self>> {
+        let ckey: Option<Vec<u8>> = r.try_get(first)?;
+        let climit: u32 = r.try_get(first + 1)?;
+        let rkey: Option<Vec<u8>> = r.try_get(first + 2)?;
+        let rlimit: u32 = r.try_get(first + 3)?;
+        let window: u32 = r.try_get(first + 4)?;
+        let concurrency = ckey
+            .filter(|_| climit > 0)
+            .map(|k| (slot_key(b"c:", &k), climit.min(MAX_SLOTS)));
+        let rate = rkey
+            .filter(|_| rlimit > 0 && window > 0)
+            .map(|k| (slot_key(b"r:", &k), rlimit.min(MAX_SLOTS), window));
+        Ok((concurrency.is_some() || rate.is_some()).then_some(RowLimits { concurrency, rate }))
+    }
+}
+
+fn slot_key(prefix: &[u8], key: &[u8]) -> Vec<u8> {
+    let mut k = prefix.to_vec();
+    k.extend_from_slice(key);
+    k
+}
+
+/// Takes the slots job `id`'s claim number `attempt` needs, in the claim's transaction.
+/// `None`: taken (or none needed). `Some(slot_key)`: a limit is full; nothing was taken, and
+/// the job must wait for a slot of that key.
+pub(super) async fn take_slots(
+    conn: &mut MySqlConnection,
+    id: u64,
+    attempt: u32,
+    limits: &RowLimits,
+) -> sqlx::Result<Option<Vec<u8>>> {
+    let concurrency = match &limits.concurrency {
+        None => None,
+        Some((key, n)) => match free_slot(conn, FREE_CONCURRENCY_SLOT, key, *n).await? {
+            Some(no) => Some((key, no)),
+            None => return Ok(Some(key.clone())),
+        },
+    };
+    let rate = match &limits.rate {
+        None => None,
+        Some((key, n, window)) => match free_slot(conn, FREE_RATE_SLOT, key, *n).await? {
+            Some(no) => Some((key, no, *window)),
+            None => return Ok(Some(key.clone())),
+        },
+    };
+    if let Some((key, no)) = concurrency {
+        sqlx::query(
+            "UPDATE job_queue_slot SET job_id = ?, attempt = ? WHERE slot_key = ? AND slot_no = ?",
+        )
+        .bind(id)
+        .bind(attempt)
+        .bind(key)
+        .bind(no)
+        .execute(&mut *conn)
+        .await?;
+    }
+    if let Some((key, no, window)) = rate {
+        sqlx::query(
+            "UPDATE job_queue_slot SET free_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+             WHERE slot_key = ? AND slot_no = ?",
+        )
+        .bind(u64::from(window) * 1000)
+        .bind(key)
+        .bind(no)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(None)
+}
+
+/// What a claim does with a slot it takes: the claim (job id, attempt) that holds a
+/// concurrency slot, or the window in microseconds that a rate slot is busy for.
+type SlotUse = (Option<(u64, u32)>, u64);
+
+/// What a claim does with one row it read.
+#[derive(Debug)]
+pub(super) enum Verdict {
+    /// Claim it (its slots, if it needs any, are taken).
+    Take,
+    /// Block it: its key (this slot key) is at its limit.
+    Block(Vec<u8>),
+    /// Leave it ready: the claim has as many jobs as it wants.
+    Leave,
+}
+
+/// The slots of the jobs of one claim read (id, attempt, limits if any, in claim order),
+/// taken for the first `want` jobs that can run, with a few statements for the whole read
+/// instead of a few per job: one locking read of the free slots of every key, one plain
+/// read and one insert for keys whose slots do not exist yet, and one update per slot taken
+/// from an existing key.
+pub(super) async fn take_slots_batch(
+    conn: &mut MySqlConnection,
+    jobs: &[(u64, u32, Option<RowLimits>)],
+    want: usize,
+) -> sqlx::Result<Vec<Verdict>> {
+    use std::collections::{BTreeMap, VecDeque};
+    // Each key's limit (and window), as the first of its jobs in the batch states it.
+    let mut limit_of: BTreeMap<Vec<u8>, (u32, Option<u32>)> = BTreeMap::new();
+    for (_, _, l) in jobs {
+        let Some(l) = l else { continue };
+        if let Some((k, n)) = &l.concurrency {
+            limit_of.entry(k.clone()).or_insert((*n, None));
+        }
+        if let Some((k, n, w)) = &l.rate {
+            limit_of.entry(k.clone()).or_insert((*n, Some(*w)));
+        }
+    }
+    let keys: Vec<Vec<u8>> = limit_of.keys().cloned().collect();
+    // Free slots, locked: held or locked ones are left to their holders.
+    let mut free: BTreeMap<Vec<u8>, VecDeque<u32>> = BTreeMap::new();
+    for chunk in keys.chunks(128) {
+        let sql = format!(
+            "SELECT slot_key, slot_no FROM job_queue_slot FORCE INDEX (PRIMARY) \
+             WHERE slot_key IN ({}) AND job_id IS NULL AND free_at <= UTC_TIMESTAMP(6) \
+             ORDER BY slot_key, slot_no FOR UPDATE SKIP LOCKED",
+            placeholders(padded_len(chunk.len()))
+        );
+        let mut q = sqlx::query(&sql);
+        for k in padded(chunk) {
+            q = q.bind(k);
+        }
+        for r in q.fetch_all(&mut *conn).await? {
+            let (k, no): (Vec<u8>, u32) = (r.try_get(0)?, r.try_get(1)?);
+            if limit_of.get(&k).is_some_and(|(n, _)| no < *n) {
+                free.entry(k).or_default().push_back(no);
+            }
+        }
+    }
+    // Keys with nothing free: are their slots missing (a new key, a raised limit)?
+    let mut created: Vec<(Vec<u8>, u32)> = Vec::new();
+    let short: Vec<Vec<u8>> = keys
+        .iter()
+        .filter(|k| !free.contains_key(*k))
+        .cloned()
+        .collect();
+    for chunk in short.chunks(128) {
+        let sql = format!(
+            "SELECT slot_key, slot_no FROM job_queue_slot WHERE slot_key IN ({})",
+            placeholders(padded_len(chunk.len()))
+        );
+        let mut q = sqlx::query(&sql);
+        for k in padded(chunk) {
+            q = q.bind(k);
+        }
+        let mut existing: BTreeMap<Vec<u8>, Vec<u32>> = BTreeMap::new();
+        for r in q.fetch_all(&mut *conn).await? {
+            let (k, no): (Vec<u8>, u32) = (r.try_get(0)?, r.try_get(1)?);
+            existing.entry(k).or_default().push(no);
+        }
+        for k in chunk {
+            let n = limit_of[k].0;
+            let have = existing.get(k).map(Vec::as_slice).unwrap_or(&[]);
+            for no in (0..n).filter(|no| !have.contains(no)) {
+                created.push((k.clone(), no));
+                free.entry(k.clone()).or_default().push_back(no);
+            }
+        }
+    }
+    // Hand out slots in claim order.
+    let mut out = Vec::with_capacity(jobs.len());
+    // (key, slot_no) -> the claim holding it (concurrency) or the window in µs (rate).
+    let mut taken: BTreeMap<(Vec<u8>, u32), SlotUse> = BTreeMap::new();
+    let mut takers = 0;
+    for (id, attempt, l) in jobs {
+        if takers == want {
+            out.push(Verdict::Leave);
+            continue;
+        }
+        let Some(l) = l else {
+            takers += 1;
+            out.push(Verdict::Take);
+            continue;
+        };
+        let c = match &l.concurrency {
+            None => None,
+            Some((k, _)) => match free.get_mut(k).and_then(VecDeque::pop_front) {
+                Some(no) => Some((k, no)),
+                None => {
+                    out.push(Verdict::Block(k.clone()));
+                    continue;
+                }
+            },
+        };
+        let r = match &l.rate {
+            None => None,
+            Some((k, _, window)) => match free.get_mut(k).and_then(VecDeque::pop_front) {
+                Some(no) => Some((k, no, *window)),
+                None => {
+                    if let Some((ck, no)) = c {
+                        free.get_mut(ck).expect("taken from it").push_front(no);
+                    }
+                    out.push(Verdict::Block(k.clone()));
+                    continue;
+                }
+            },
+        };
+        if let Some((k, no)) = c {
+            taken.insert((k.clone(), no), (Some((*id, *attempt)), 0));
+        }
+        if let Some((k, no, window)) = r {
+            taken.insert((k.clone(), no), (None, u64::from(window) * 1000));
+        }
+        takers += 1;
+        out.push(Verdict::Take);
+    }
+    // New slots in one insert, in key order (two claims creating the same keys wait for each
+    // other in one direction). One that another claim created meanwhile fails the insert
+    // (1062): its slots are then taken one job at a time, as that path expects.
+    if !created.is_empty() {
+        created.sort();
+        for chunk in created.chunks(256) {
+            let sql = format!(
+                "INSERT INTO job_queue_slot (slot_key, slot_no, job_id, attempt, free_at) VALUES {}",
+                vec!["(?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"; chunk.len()].join(", ")
+            );
+            let mut q = sqlx::query(&sql).persistent(false);
+            for (k, no) in chunk {
+                let (holder, window_us) = taken.remove(&(k.clone(), *no)).unwrap_or((None, 0));
+                q = q
+                    .bind(k)
+                    .bind(*no)
+                    .bind(holder.map(|h| h.0))
+                    .bind(holder.map(|h| h.1))
+                    .bind(window_us);
+            }
+            if let Err(e) = q.execute(&mut *conn).await {
+                if is_key_conflict(&e) {
+                    let mut one_by_one = Vec::with_capacity(jobs.len());
+                    let mut takers = 0;
+                    for (id, attempt, l) in jobs {
+                        let verdict = match l {
+                            _ if takers == want => Verdict::Leave,
+                            None => Verdict::Take,
+                            Some(l) => match take_slots(conn, *id, *attempt, l).await? {
+                                None => Verdict::Take,
+                                Some(key) => Verdict::Block(key),
+                            },
+                        };
+                        takers += matches!(verdict, Verdict::Take) as usize;
+                        one_by_one.push(verdict);
+                    }
+                    return Ok(one_by_one);
+                }
+                return Err(e);
+            }
+        }
+    }
+    for ((k, no), (holder, window_us)) in taken {
+        let q = match holder {
+            Some((id, attempt)) => sqlx::query(
+                "UPDATE job_queue_slot SET job_id = ?, attempt = ? WHERE slot_key = ? AND slot_no = ?",
+            )
+            .bind(id)
+            .bind(attempt),
+            None => sqlx::query(
+                "UPDATE job_queue_slot SET free_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+                 WHERE slot_key = ? AND slot_no = ?",
+            )
+            .bind(window_us),
+        };
+        q.bind(k).bind(no).execute(&mut *conn).await?;
+    }
+    Ok(out)
+}
+
+/// A free slot of `key` by `select`, locked; the key's missing slots are created first when
+/// it has fewer than `n`.
+async fn free_slot(
+    conn: &mut MySqlConnection,
+    select: &str,
+    key: &[u8],
+    n: u32,
+) -> sqlx::Result<Option<u32>> {
+    async fn take(
+        conn: &mut MySqlConnection,
+        select: &str,
+        key: &[u8],
+        n: u32,
+    ) -> sqlx::Result<Option<u32>> {
+        sqlx::query_scalar(select)
+            .bind(key)
+            .bind(n)
+            .fetch_optional(conn)
+            .await
+    }
+    if let Some(no) = take(conn, select, key, n).await? {
+        return Ok(Some(no));
+    }
+    // None free: held, locked by other claims, or not created yet. A plain read tells the
+    // last apart; only the missing slot numbers are inserted, so that the insert takes no
+    // lock on a slot another claim holds.
+    let existing: Vec<u32> = sqlx::query_scalar(
+        "SELECT slot_no FROM job_queue_slot WHERE slot_key = ? AND slot_no < ? ORDER BY slot_no",
+    )
+    .bind(key)
+    .bind(n)
+    .fetch_all(&mut *conn)
+    .await?;
+    if existing.len() >= n as usize {
+        return Ok(None);
+    }
+    let missing: Vec<u32> = (0..n).filter(|no| !existing.contains(no)).collect();
+    // Created in slot order by every claim, so two claims creating one key's slots wait
+    // for each other in one direction only. Rare (once per key): not kept prepared.
+    for chunk in missing.chunks(100) {
+        let sql = format!(
+            "INSERT IGNORE INTO job_queue_slot (slot_key, slot_no) VALUES {}",
+            vec!["(?, ?)"; chunk.len()].join(", ")
+        );
+        let mut q = sqlx::query(&sql).persistent(false);
+        for no in chunk {
+            q = q.bind(key).bind(*no);
+        }
+        q.execute(&mut *conn).await?;
+    }
+    take(conn, select, key, n).await
+}
+
+/// Marks jobs blocked (each with the slot key it waits for and its priority), in the
+/// claim's transaction, where their rows are locked.
+pub(super) async fn block(
+    conn: &mut MySqlConnection,
+    blocked: &[(u64, i16, Vec<u8>)],
+) -> sqlx::Result<()> {
+    if blocked.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<u64> = blocked.iter().map(|b| b.0).collect();
+    let sql = format!(
+        "UPDATE job_queue SET status = 'blocked', updated_at = UTC_TIMESTAMP(6) \
+         WHERE id IN ({}) AND status = 'ready'",
+        placeholders(padded_len(ids.len()))
+    );
+    let mut q = sqlx::query(&sql);
+    for id in padded(&ids) {
+        q = q.bind(id);
+    }
+    q.execute(&mut *conn).await?;
+    // Padded by repeating the last row, which IGNORE drops, to keep the arities few.
+    let rows = padded(blocked);
+    let sql = format!(
+        "INSERT IGNORE INTO job_queue_blocked (slot_key, priority, job_id) VALUES {}",
+        vec!["(?, ?, ?)"; rows.len()].join(", ")
+    );
+    let mut q = sqlx::query(&sql);
+    for (id, priority, key) in &rows {
+        q = q.bind(key).bind(*priority).bind(*id);
+    }
+    q.execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// Frees the concurrency slots that `claims` (job id, attempt) hold and wakes a blocked job
+/// of each freed key, inside the caller's transaction. Every path that ends a claim calls
+/// this where it writes the row's new state: success, retry, failure, cancel, hand-back,
+/// deferral, reclaim. A claim that holds no slot (an unlimited job), or whose slot was freed
+/// already, matches nothing. Returns how many slots were freed.
+pub(crate) async fn release_claims(
+    conn: &mut MySqlConnection,
+    claims: &[(u64, u32)],
+) -> sqlx::Result<u64> {
+    let mut freed = 0;
+    for chunk in claims.chunks(128) {
+        let ids: Vec<u64> = chunk.iter().map(|c| c.0).collect();
+        let tokens: Vec<String> = chunk.iter().map(|(id, a)| format!("{id}:{a}")).collect();
+        let where_held = format!(
+            "WHERE job_id IN ({p}) AND CONCAT(job_id, ':', attempt) IN ({p})",
+            p = placeholders(padded_len(chunk.len()))
+        );
+        let keys: Vec<Vec<u8>> = {
+            let sql = format!("SELECT slot_key FROM job_queue_slot {where_held} FOR UPDATE");
+            let mut q = sqlx::query_scalar(&sql);
+            for id in padded(&ids) {
+                q = q.bind(id);
+            }
+            for t in padded(&tokens) {
+                q = q.bind(t);
+            }
+            q.fetch_all(&mut *conn).await?
+        };
+        if keys.is_empty() {
+            continue;
+        }
+        let sql = format!("UPDATE job_queue_slot SET job_id = NULL, attempt = NULL {where_held}");
+        let mut q = sqlx::query(&sql);
+        for id in padded(&ids) {
+            q = q.bind(id);
+        }
+        for t in padded(&tokens) {
+            q = q.bind(t);
+        }
+        freed += q.execute(&mut *conn).await?.rows_affected();
+        // Only keys with blocked jobs are woken: one read finds them.
+        let mut distinct = keys.clone();
+        distinct.sort();
+        distinct.dedup();
+        let sql = format!(
+            "SELECT DISTINCT slot_key FROM job_queue_blocked WHERE slot_key IN ({})",
+            placeholders(padded_len(distinct.len()))
+        );
+        let mut q = sqlx::query_scalar(&sql);
+        for k in padded(&distinct) {
+            q = q.bind(k);
+        }
+        let waiting: Vec<Vec<u8>> = q.fetch_all(&mut *conn).await?;
+        for key in keys.iter().filter(|k| waiting.contains(k)) {
+            wake(conn, key, 1).await?;
+        }
+    }
+    Ok(freed)
+}
+
+/// Puts up to `n` blocked jobs of `key` back to `ready`, first in claim order, skipping
+/// jobs another transaction is waking. Returns how many. Rows of jobs no longer blocked
+/// (cancelled meanwhile) are deleted on the way.
+pub(super) async fn wake(conn: &mut MySqlConnection, key: &[u8], n: u32) -> sqlx::Result<u32> {
+    let mut woken = 0;
+    // A few rounds at most: each drops the rows of jobs that were no longer blocked.
+    for _ in 0..4 {
+        if woken >= n {
+            break;
+        }
+        let ids: Vec<u64> = sqlx::query_scalar(BLOCKED_SELECT)
+            .bind(key)
+            .bind(n - woken)
+            .fetch_all(&mut *conn)
+            .await?;
+        if ids.is_empty() {
+            break;
+        }
+        let p = placeholders(padded_len(ids.len()));
+        let sql = format!(
+            "UPDATE job_queue SET status = 'ready', updated_at = UTC_TIMESTAMP(6) \
+             WHERE id IN ({p}) AND status = 'blocked'"
+        );
+        let mut q = sqlx::query(&sql);
+        for id in padded(&ids) {
+            q = q.bind(id);
+        }
+        woken += q.execute(&mut *conn).await?.rows_affected() as u32;
+        let sql = format!("DELETE FROM job_queue_blocked WHERE slot_key = ? AND job_id IN ({p})");
+        let mut q = sqlx::query(&sql).bind(key);
+        for id in padded(&ids) {
+            q = q.bind(id);
+        }
+        q.execute(&mut *conn).await?;
+    }
+    Ok(woken)
+}
+
+impl Store {
+    /// Maintenance's part of the limits: frees slots whose claim ended without releasing
+    /// them, then wakes the blocked jobs of every key with free slots. Returns (slots freed,
+    /// jobs woken).
+    pub async fn limits_pass(&self) -> Result<(u64, u64)> {
+        let orphans =
+            on_connection!(self, |conn| sqlx::query(ORPHAN_SLOTS).fetch_all(&mut *conn)).await?;
+        let mut freed = 0;
+        for r in &orphans {
+            let (key, no, id, attempt): (Vec<u8>, u32, u64, u32) =
+                (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
+            // Fenced by the holder: a slot taken again since the read is left alone.
+            freed += autocommit!(self, |conn| sqlx::query(
+                "UPDATE job_queue_slot SET job_id = NULL, attempt = NULL \
+                 WHERE slot_key = ? AND slot_no = ? AND job_id = ? AND attempt = ?"
+            )
+            .bind(&key)
+            .bind(no)
+            .bind(id)
+            .bind(attempt)
+            .execute(&mut *conn))?
+            .rows_affected();
+        }
+        let keys =
+            on_connection!(self, |conn| sqlx::query(WAKE_SCAN).fetch_all(&mut *conn)).await?;
+        let mut woken = 0u64;
+        for r in &keys {
+            let (key, free): (Vec<u8>, i64) = (r.try_get(0)?, r.try_get(1)?);
+            if free <= 0 {
+                continue;
+            }
+            let free = free.min(i64::from(MAX_SLOTS)) as u32;
+            woken += u64::from(transaction!(self, |conn| {
+                let n = wake(conn, &key, free).await?;
+                Ok((n, n > 0))
+            })?);
+        }
+        Ok((freed, woken))
+    }
+}
