@@ -383,14 +383,14 @@ async fn status_counts_match_the_table() {
             .map(str::to_owned)
             .collect()
     };
-    // QUEUE STATE SCHEDULED READY RUNNING DONE FAILED CANCELLED ...
+    // QUEUE STATE SCHEDULED READY BLOCKED RUNNING DONE FAILED CANCELLED ...
     assert_eq!(
-        line("exports")[..8],
-        ["exports", "active", "0", "2", "2", "0", "2", "0"]
+        line("exports")[..9],
+        ["exports", "active", "0", "2", "0", "2", "0", "2", "0"]
     );
     assert_eq!(
-        line("default")[..8],
-        ["default", "active", "1", "0", "0", "3", "1", "1"]
+        line("default")[..9],
+        ["default", "active", "1", "0", "0", "0", "3", "1", "1"]
     );
     assert!(text.contains("worker-a"), "{text}");
     assert!(text.contains("waits for reclaim"), "{text}");

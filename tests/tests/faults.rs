@@ -323,7 +323,7 @@ fn message(r: &Value) -> &str {
 fn recovered(r: &Value) -> bool {
     matches!(
         message(r),
-        "maintenance recovered" | "database reachable again; claiming resumed"
+        "maintenance step recovered" | "database reachable again; claiming resumed"
     )
 }
 
@@ -1219,7 +1219,7 @@ async fn bad_input_gets_a_clear_error_and_harms_nothing_else() {
         ),
         (
             unknown,
-            "job kind `no_such_kind` is not registered in this worker (it knows: crash, effect, slow, tick)",
+            "job kind `no_such_kind` is not registered in this worker (it knows: crash, effect, ledger, slow, tick)",
         ),
     ];
     // Another release of the program may run them: they wait for it, said so in

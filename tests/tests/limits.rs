@@ -657,11 +657,13 @@ async fn queue_url(queue: &Queue) -> String {
         .unwrap();
     let base = std::env::var("JOBQUEUE_TEST_DATABASE_URL")
         .unwrap_or_else(|_| tests::server().url().to_owned());
-    let base = base
-        .rsplit_once('/')
-        .map_or(base.as_str(), |b| b.0)
-        .to_owned();
-    format!("{base}/{db}")
+    // The server part only (`scheme://user@host:port`), with or without a database path.
+    let authority_end = base
+        .find("://")
+        .map(|i| i + 3)
+        .and_then(|start| base[start..].find('/').map(|j| start + j))
+        .unwrap_or(base.len());
+    format!("{}/{db}", &base[..authority_end])
 }
 
 // A worker shutting down hands its jobs back; their slots free with them.
