@@ -105,9 +105,13 @@ async fn direct_url(queue: &Queue) -> String {
         .fetch_one(queue.pool())
         .await
         .expect("the database name");
-    let base = tests::server().url();
-    let base = base.split('?').next().unwrap_or(base).trim_end_matches('/');
-    format!("{base}/{db}")
+    let url = tests::server().url();
+    // The server's URL may name a database of its own (`.../test`) or none: keep only the
+    // scheme and authority, then name the queue's.
+    let base = url.split('?').next().unwrap_or(url);
+    let (scheme, rest) = base.split_once("://").expect("a URL");
+    let authority = rest.split('/').next().expect("an authority");
+    format!("{scheme}://{authority}/{db}")
 }
 
 async fn pipe(client: TcpStream, upstream: TcpStream, state: Arc<ProxyState>) {
