@@ -39,6 +39,20 @@ pub async fn fresh_database(prefix: &str) -> String {
         .keep()
 }
 
+/// The URL of the database `pool` is connected to, on the test server: the server's URL
+/// with its database part, if it has one (`JOBQUEUE_TEST_DATABASE_URL` may name one, as in
+/// `mysql://root@127.0.0.1:3306/test`), replaced by the pool's, and without options. For a
+/// second pool on a test's database, as another node would have.
+pub async fn database_url(pool: &MySqlPool) -> String {
+    let name: String = sqlx::query_scalar("SELECT CAST(DATABASE() AS CHAR)")
+        .fetch_one(pool)
+        .await
+        .expect("the database name");
+    let (scheme, rest) = server().url().split_once("://").expect("a URL");
+    let authority = rest.split(['/', '?']).next().expect("an authority");
+    format!("{scheme}://{authority}/{name}")
+}
+
 /// A queue on the database at `url`, migrated.
 pub async fn migrated_queue(url: &str) -> Queue {
     let queue = Queue::connect(url).await.expect("connect");

@@ -610,7 +610,7 @@ async fn three_workers_never_run_more_than_the_limit_of_a_key() {
         };
         ids.push(id.unwrap().id());
     }
-    let url = queue_url(&queue).await;
+    let url = tests::database_url(queue.pool()).await;
     let mut workers = Vec::new();
     for i in 0..3 {
         // Each worker on its own pool, as on its own node.
@@ -657,20 +657,6 @@ async fn three_workers_never_run_more_than_the_limit_of_a_key() {
             .await
             .unwrap();
     assert_eq!(held, 0, "every slot is free once every job has ended");
-}
-
-async fn queue_url(queue: &Queue) -> String {
-    let db: String = sqlx::query_scalar("SELECT DATABASE()")
-        .fetch_one(queue.pool())
-        .await
-        .unwrap();
-    let base = std::env::var("JOBQUEUE_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| tests::server().url().to_owned());
-    let base = base
-        .rsplit_once('/')
-        .map_or(base.as_str(), |b| b.0)
-        .to_owned();
-    format!("{base}/{db}")
 }
 
 // A worker shutting down hands its jobs back; their slots free with them.
@@ -759,7 +745,7 @@ async fn a_long_backlog_of_one_key_does_not_starve_the_others() {
         .await
         .unwrap();
     let total = i64::from(big + small_keys * per_small);
-    let url = queue_url(&queue).await;
+    let url = tests::database_url(queue.pool()).await;
     let mut workers = Vec::new();
     for i in 0..2 {
         let own = Queue::connect(&url).await.unwrap();
@@ -854,7 +840,7 @@ async fn three_workers_sixteen_slots_a_hundred_keys() {
         .enqueue_many((0..1000).map(|n| LimitsMany { key: n / 10, n }))
         .await
         .unwrap();
-    let url = queue_url(&queue).await;
+    let url = tests::database_url(queue.pool()).await;
     let mut workers = Vec::new();
     for i in 0..3 {
         let own = Queue::connect(&url).await.unwrap();
