@@ -194,23 +194,12 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 /// with `rule`, the effects pool directly.
 async fn proxied(prefix: &str, rule: Rule) -> (Queue, Queue, MySqlPool, Proxy) {
     let (direct, effects) = fresh_queue_with_effects(prefix).await;
-    let url = database_url(&effects).await;
+    let url = tests::database_url(&effects).await;
     let proxy = Proxy::start(host_port(&url), rule).await;
     let via_proxy = Queue::connect(&proxy.url(&url))
         .await
         .expect("connect via proxy");
     (direct, via_proxy, effects, proxy)
-}
-
-/// The URL of the database `pool` is connected to.
-async fn database_url(pool: &MySqlPool) -> String {
-    let name: String = sqlx::query_scalar("SELECT CAST(DATABASE() AS CHAR)")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    let (scheme, rest) = tests::server().url().split_once("://").expect("a URL");
-    let server = rest.split(['/', '?']).next().unwrap();
-    format!("{scheme}://{server}/{name}")
 }
 
 /// Shuts the worker down and requires it to return within `within`.

@@ -103,21 +103,6 @@ fn server_addr(url: &str) -> String {
         .to_owned()
 }
 
-/// The URL of `queue`'s database on the test server.
-async fn direct_url(queue: &Queue) -> String {
-    let db: String = sqlx::query_scalar("SELECT DATABASE()")
-        .fetch_one(queue.pool())
-        .await
-        .expect("the database name");
-    let url = tests::server().url();
-    // The server's URL may name a database of its own (`.../test`) or none: keep only the
-    // scheme and authority, then name the queue's.
-    let base = url.split('?').next().unwrap_or(url);
-    let (scheme, rest) = base.split_once("://").expect("a URL");
-    let authority = rest.split('/').next().expect("an authority");
-    format!("{scheme}://{authority}/{db}")
-}
-
 async fn pipe(client: TcpStream, upstream: TcpStream, state: Arc<ProxyState>) {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = upstream.into_split();
@@ -353,7 +338,7 @@ async fn lost_ack(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(),
 async fn a_claim_whose_commit_reply_is_lost_still_runs_its_job_once() {
     let (queue, effects_pool) = fresh_queue_with_effects("outcomes_lost_ack").await;
     let proxy = Proxy::start(&server_addr(tests::server().url())).await;
-    let proxied = Queue::connect(&proxy.url(&direct_url(&queue).await))
+    let proxied = Queue::connect(&proxy.url(&tests::database_url(queue.pool()).await))
         .await
         .unwrap();
     let id = queue.enqueue(LostAck { n: 1 }).await.unwrap().id();
@@ -407,7 +392,7 @@ async fn big(blob: String, n: u32) -> Result<(), JobError> {
 async fn the_claim_holds_its_locks_without_reading_payloads() {
     let queue = fresh_queue("outcomes_payload_after").await;
     let proxy = Proxy::start(&server_addr(tests::server().url())).await;
-    let proxied = Queue::connect(&proxy.url(&direct_url(&queue).await))
+    let proxied = Queue::connect(&proxy.url(&tests::database_url(queue.pool()).await))
         .await
         .unwrap();
     let blob = "x".repeat(200 * 1024);
