@@ -4,7 +4,8 @@
 //! test of a process the same one:
 //!
 //! * when `JOBQUEUE_TEST_DATABASE_URL` is set (`mysql://user:pass@host:port`), that server,
-//!   used as it is and never stopped;
+//!   used as it is and never stopped. A database in the URL (`mysql://root@host:3306/test`)
+//!   is neither needed nor used: it need not exist, and each test gets a database of its own;
 //! * otherwise a server this process starts itself, from the `mariadbd` (preferred) or
 //!   `mysqld` binary found on `PATH` or in `/usr/sbin`, `/usr/local/sbin` or
 //!   `/usr/local/mysql/bin`, with its own data directory in a temporary folder and its own
@@ -466,7 +467,7 @@ impl TestServer {
     /// with its guard.
     pub async fn create_database(&self, prefix: &str) -> Result<String> {
         let name = unique_database_name(prefix);
-        let mut conn = MySqlConnection::connect(&self.url).await?;
+        let mut conn = MySqlConnection::connect(&url_without_database(&self.url)).await?;
         sqlx::raw_sql(&format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
             .execute(&mut conn)
             .await?;
@@ -493,8 +494,11 @@ impl TestServer {
                  TestServer::create_database (named {DATABASE_MARKER}_...) are dropped"
             )));
         }
-        block_on(drop_database(self.url.clone(), name.to_owned()))
-            .map_err(|e| failure(format!("cannot drop the test database `{name}`: {e}")))
+        block_on(drop_database(
+            url_without_database(&self.url),
+            name.to_owned(),
+        ))
+        .map_err(|e| failure(format!("cannot drop the test database `{name}`: {e}")))
     }
 
     /// Stops the server, keeping its data: `SIGTERM`, then `SIGKILL` if it has not exited
@@ -942,16 +946,31 @@ fn unique_database_name(prefix: &str) -> String {
 
 /// `url` with its database part (if any) replaced by `database`, keeping any `?options`.
 fn url_with_database(url: &str, database: &str) -> String {
+    let (server, query) = split_database(url);
+    format!("{server}/{database}{query}")
+}
+
+/// `url` without its database part (if any), keeping any `?options`: the server alone, for
+/// statements on the server (`CREATE DATABASE`, `DROP DATABASE`), so that a database the
+/// URL names need not exist.
+fn url_without_database(url: &str) -> String {
+    let (server, query) = split_database(url);
+    format!("{server}{query}")
+}
+
+/// `url` as the part before its database (scheme and authority) and its `?options` (with
+/// the `?`, or empty); the database part between them is left out.
+fn split_database(url: &str) -> (&str, &str) {
     let (base, query) = match url.find('?') {
         Some(i) => url.split_at(i),
         None => (url, ""),
     };
     let authority = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[authority..].find('/') {
+    let server = match base[authority..].find('/') {
         Some(i) => &base[..authority + i],
         None => base,
     };
-    format!("{base}/{database}{query}")
+    (server, query)
 }
 
 fn concat_arg(flag: &str, path: &Path) -> OsString {
@@ -1032,6 +1051,79 @@ mod tests {
         assert_eq!(
             url_with_database("mysql://h?ssl-mode=disabled", "d"),
             "mysql://h/d?ssl-mode=disabled"
+        );
+    }
+
+    #[test]
+    fn database_part_of_url_is_removed_for_server_statements() {
+        for (url, server) in [
+            ("mysql://root@127.0.0.1:3306", "mysql://root@127.0.0.1:3306"),
+            (
+                "mysql://root@127.0.0.1:3306/",
+                "mysql://root@127.0.0.1:3306",
+            ),
+            (
+                "mysql://root@127.0.0.1:3306/test",
+                "mysql://root@127.0.0.1:3306",
+            ),
+            (
+                "mysql://u:p@h:1/app_test?ssl-mode=disabled",
+                "mysql://u:p@h:1?ssl-mode=disabled",
+            ),
+            ("mysql://h?ssl-mode=disabled", "mysql://h?ssl-mode=disabled"),
+        ] {
+            assert_eq!(url_without_database(url), server, "{url}");
+            // And the databases made on it are named the same either way.
+            assert_eq!(
+                url_with_database(url, "d"),
+                url_with_database(server, "d"),
+                "{url}"
+            );
+        }
+    }
+
+    /// An external URL naming a database that does not exist (an application's test
+    /// database, not made yet) still serves: databases are made and dropped on the server.
+    #[test]
+    fn a_url_naming_a_missing_database_makes_and_drops_databases() {
+        let shared = TestServer::shared().unwrap_or_else(|e| panic!("{e}"));
+        let server = TestServer {
+            url: url_with_database(shared.url(), "jqtest_never_created"),
+            local: None,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let name = runtime.block_on(async {
+            let url = server.create_database("missing_in_url").await.unwrap();
+            let mut conn = MySqlConnection::connect(&url).await.unwrap();
+            let name: String = sqlx::query_scalar("SELECT CAST(DATABASE() AS CHAR)")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+            conn.close().await.unwrap();
+            name
+        });
+        assert!(name.starts_with("jqtest_missing_in_url_"), "{name}");
+        server.drop_database_blocking(&name).unwrap();
+
+        let left: i64 = runtime.block_on(async {
+            let mut conn = MySqlConnection::connect(&url_without_database(shared.url()))
+                .await
+                .unwrap();
+            sqlx::query_scalar(
+                "SELECT COUNT(*) FROM information_schema.SCHEMATA \
+                 WHERE SCHEMA_NAME IN (?, 'jqtest_never_created')",
+            )
+            .bind(&name)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+        });
+        assert_eq!(
+            left, 0,
+            "the database is dropped, and none is made for the URL's"
         );
     }
 

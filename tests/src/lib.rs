@@ -5,15 +5,16 @@
 //! jobs.
 //!
 //! Besides databases, it holds the plumbing the in-process worker tests (`worker.rs`,
-//! `scheduling.rs`, `regressions.rs`) share: an `effects` table that jobs record their side
-//! effects in ([`fresh_queue_with_effects`], [`record_effect`]), a [`Mailbox`] from a test's
-//! jobs to the test, starting and stopping a [`Worker`] ([`start`], [`stop`]), and waiting
-//! for a job's status ([`wait_status`]).
+//! `scheduling.rs`, `regressions.rs`, ...) share: an `effects` table that jobs record their
+//! side effects in ([`fresh_queue_with_effects`], [`record_effect_in`]), reached through
+//! the worker's shared state ([`Effects`]) as an application's jobs reach its pool, a
+//! [`Mailbox`] from a test's jobs to the test, starting and stopping a [`Worker`]
+//! ([`start`], [`stop`]), and waiting for a job's status ([`wait_status`]).
 
 use std::fmt;
 use std::future::Future;
 use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jobqueue::testing::{TestDatabase, TestServer};
@@ -37,6 +38,20 @@ pub async fn fresh_database(prefix: &str) -> String {
         .await
         .unwrap_or_else(|e| panic!("cannot create a test database: {e}"))
         .keep()
+}
+
+/// The URL of the database `pool` is connected to, on the test server: the server's URL
+/// with its database part, if it has one (`JOBQUEUE_TEST_DATABASE_URL` may name one, as in
+/// `mysql://root@127.0.0.1:3306/test`), replaced by the pool's, and without options. For a
+/// second pool on a test's database, as another node would have.
+pub async fn database_url(pool: &MySqlPool) -> String {
+    let name: String = sqlx::query_scalar("SELECT CAST(DATABASE() AS CHAR)")
+        .fetch_one(pool)
+        .await
+        .expect("the database name");
+    let (scheme, rest) = server().url().split_once("://").expect("a URL");
+    let authority = rest.split(['/', '?']).next().expect("an authority");
+    format!("{scheme}://{authority}/{name}")
 }
 
 /// A queue on the database at `url`, migrated.
@@ -133,9 +148,10 @@ pub async fn wait_status(
 ///   with `run_at` by the same clock that set it.
 ///
 /// Jobs reach the pool as a `Data<Effects>` parameter, given to the worker with
-/// `.data(Effects(pool))` (see [`record_effect_in`]), or through a `static` `OnceLock` the
-/// test sets before its worker starts ([`record_effect`]), so that "exactly once" is counted
-/// where a user would count it.
+/// `.data(Effects(pool))` (see [`record_effect_in`]), as an application gives its jobs its
+/// pool, so that "exactly once" is counted where a user would count it. A worker refuses to
+/// build without it when a kind of its queues takes it, so in a test binary whose kinds
+/// share a queue every worker gets one.
 pub async fn fresh_queue_with_effects(prefix: &str) -> (Queue, MySqlPool) {
     init_tracing();
     let url = fresh_database(prefix).await;
@@ -166,18 +182,8 @@ pub async fn fresh_queue_with_effects(prefix: &str) -> (Queue, MySqlPool) {
 pub struct Effects(pub MySqlPool);
 
 /// Records one side effect of a job in the `effects` table of [`fresh_queue_with_effects`],
-/// stamped with the database's clock. `pool` is the test's `static`, set before its worker
-/// starts.
-pub async fn record_effect(
-    pool: &OnceLock<MySqlPool>,
-    ctx: &JobContext,
-    note: &str,
-) -> Result<(), JobError> {
-    let pool = pool.get().expect("the test sets the effects pool first");
-    insert_effect(pool, ctx, note).await
-}
-
-/// [`record_effect`] into the effects pool the job was given (a `Data<Effects>` parameter).
+/// through the pool the job was given (a `Data<Effects>` parameter), stamped with the
+/// database's clock.
 pub async fn record_effect_in(
     effects: &Effects,
     ctx: &JobContext,

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use jobqueue::cron::tick_key;
+use jobqueue::testing::{enqueued, refute_enqueued};
 use jobqueue::{job, Data, Enqueued, Error, Job, JobContext, JobError, JobStatus, Queue};
 use sqlx::mysql::MySqlPool;
 use sqlx::types::chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
@@ -502,11 +503,11 @@ async fn a_key_held_by_another_kind_is_an_error_not_a_duplicate() {
         Enqueued::Duplicate(first.id())
     );
     // Nothing else was enqueued: not the receipt, nor the batch.
-    let kinds: Vec<(String, String)> = sqlx::query_as(
-        "SELECT CAST(kind AS CHAR), CAST(task_key AS CHAR) FROM job_queue WHERE queue = 'hc_keys'",
-    )
-    .fetch_all(queue.pool())
-    .await
-    .unwrap();
-    assert_eq!(kinds, vec![("hc_invoice".to_owned(), "order:7".to_owned())]);
+    refute_enqueued::<Receipt>(&queue).await;
+    let invoices = enqueued::<Invoice>(&queue).await;
+    let keys: Vec<&str> = invoices
+        .iter()
+        .map(|j| j.record.task_key.as_str())
+        .collect();
+    assert_eq!(keys, ["order:7"]);
 }

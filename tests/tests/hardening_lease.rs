@@ -8,20 +8,24 @@
 //! forwarding on that connection, or holds the server's replies for a while, keeping both
 //! sockets open, like a peer that vanished or a slow network.
 //!
+//! Jobs record their side effects through the pool their worker is given
+//! (`.data(Effects(pool))`, a `Data<Effects>` parameter). Every worker of this file gets one:
+//! the kinds share the default queue, and a worker must hold what each kind it serves takes.
+//!
 //! ```text
 //! cargo test -p tests --test hardening_lease -- --nocapture
 //! ```
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use jobqueue::{job, EnqueueOptions, JobContext, JobError, JobStatus, Queue, WorkerHandle};
+use jobqueue::{job, Data, EnqueueOptions, JobContext, JobError, JobStatus, Queue, WorkerHandle};
 use sqlx::mysql::MySqlPool;
 use tests::{
-    effects, effects_of, fresh_queue_with_effects, quick_worker, receive, record_effect, row,
-    start, wait_status, LogCapture, Mailbox, WorkerTask,
+    effects, effects_of, fresh_queue_with_effects, quick_worker, receive, record_effect_in, row,
+    start, wait_status, Effects, LogCapture, Mailbox, WorkerTask,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -190,23 +194,12 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 /// with `rule`, the effects pool directly.
 async fn proxied(prefix: &str, rule: Rule) -> (Queue, Queue, MySqlPool, Proxy) {
     let (direct, effects) = fresh_queue_with_effects(prefix).await;
-    let url = database_url(&effects).await;
+    let url = tests::database_url(&effects).await;
     let proxy = Proxy::start(host_port(&url), rule).await;
     let via_proxy = Queue::connect(&proxy.url(&url))
         .await
         .expect("connect via proxy");
     (direct, via_proxy, effects, proxy)
-}
-
-/// The URL of the database `pool` is connected to.
-async fn database_url(pool: &MySqlPool) -> String {
-    let name: String = sqlx::query_scalar("SELECT CAST(DATABASE() AS CHAR)")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    let (scheme, rest) = tests::server().url().split_once("://").expect("a URL");
-    let server = rest.split(['/', '?']).next().unwrap();
-    format!("{scheme}://{server}/{name}")
 }
 
 /// Shuts the worker down and requires it to return within `within`.
@@ -231,11 +224,9 @@ async fn work(ctx: &JobContext, d: Duration) -> Result<(), JobError> {
 // 1. A statement that never gets its reply is abandoned with its connection.
 // ---------------------------------------------------------------------------------------
 
-static FROZEN_WRITE_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(name = "lease_frozen_write", lease = "3s")]
-async fn frozen_write(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&FROZEN_WRITE_DB, &ctx, "done").await
+async fn frozen_write(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 /// The connection that carries the first completion freezes (the server never sees the
@@ -249,9 +240,13 @@ async fn a_frozen_outcome_write_is_retried_on_a_new_connection_and_shutdown_retu
         hold: None,
     };
     let (direct, queue, effects_pool, proxy) = proxied("lease_frozen_write", rule).await;
-    FROZEN_WRITE_DB.set(effects_pool.clone()).unwrap();
     let id = direct.enqueue(FrozenWrite {}).await.unwrap().id();
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .build()
+            .unwrap(),
+    );
 
     proxy.tripped(Duration::from_secs(15)).await;
     let began = Instant::now();
@@ -271,13 +266,11 @@ async fn a_frozen_outcome_write_is_retried_on_a_new_connection_and_shutdown_retu
     assert_eq!(effects(&effects_pool).await, [(r.task_key, 1)]);
 }
 
-static FROZEN_RENEWAL_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(name = "lease_frozen_renewal", lease = "3s")]
-async fn frozen_renewal(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&FROZEN_RENEWAL_DB, &ctx, "start").await?;
+async fn frozen_renewal(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "start").await?;
     work(&ctx, Duration::from_secs(4)).await?;
-    record_effect(&FROZEN_RENEWAL_DB, &ctx, "done").await
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 /// The connection that carries the first renewal freezes. The renewal is given up after a
@@ -291,9 +284,13 @@ async fn a_frozen_renewal_is_abandoned_and_the_lease_kept() {
         hold: None,
     };
     let (direct, queue, effects_pool, proxy) = proxied("lease_frozen_renewal", rule).await;
-    FROZEN_RENEWAL_DB.set(effects_pool.clone()).unwrap();
     let id = direct.enqueue(FrozenRenewal {}).await.unwrap().id();
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .build()
+            .unwrap(),
+    );
 
     proxy.tripped(Duration::from_secs(15)).await;
     let r = wait_status(&direct, id, JobStatus::Done, Duration::from_secs(20)).await;
@@ -311,16 +308,15 @@ async fn a_frozen_renewal_is_abandoned_and_the_lease_kept() {
 // 2. Another session's lock on one running job disturbs that job only.
 // ---------------------------------------------------------------------------------------
 
-static LOCKED_DB: OnceLock<MySqlPool> = OnceLock::new();
 static LOCKED_STARTED: Mailbox<u64> = Mailbox::new();
 
 #[job(name = "lease_one_row_locked", lease = "2s")]
-async fn one_row_locked(ctx: JobContext, n: u32) -> Result<(), JobError> {
+async fn one_row_locked(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
     let _ = n;
-    record_effect(&LOCKED_DB, &ctx, "start").await?;
+    record_effect_in(&effects, &ctx, "start").await?;
     LOCKED_STARTED.send(ctx.id());
     work(&ctx, Duration::from_secs(4)).await?;
-    record_effect(&LOCKED_DB, &ctx, "done").await
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 /// Four long jobs on one worker; a transaction holds the row of one of them. The other three
@@ -328,13 +324,18 @@ async fn one_row_locked(ctx: JobContext, n: u32) -> Result<(), JobError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_locked_by_another_session_disturbs_only_its_own_job() {
     let (queue, effects_pool) = fresh_queue_with_effects("lease_one_row_locked").await;
-    LOCKED_DB.set(effects_pool.clone()).unwrap();
     let mut started = LOCKED_STARTED.open();
     let mut ids = Vec::new();
     for n in 0..4 {
         ids.push(queue.enqueue(OneRowLocked { n }).await.unwrap().id());
     }
-    let (handle, task) = start(quick_worker(&queue).concurrency(4).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .concurrency(4)
+            .build()
+            .unwrap(),
+    );
     for _ in 0..4 {
         receive(&mut started, "four jobs to start", Duration::from_secs(10)).await;
     }
@@ -373,13 +374,11 @@ async fn a_row_locked_by_another_session_disturbs_only_its_own_job() {
 // 3. Job code that blocks its thread cannot starve renewals.
 // ---------------------------------------------------------------------------------------
 
-static BLOCKING_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(name = "lease_blocking", lease = "1s")]
-async fn blocking(ctx: JobContext) -> Result<(), JobError> {
+async fn blocking(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
     // Wrong (it belongs in `spawn_blocking`), and exactly what this test is about.
     std::thread::sleep(Duration::from_millis(2500));
-    record_effect(&BLOCKING_DB, &ctx, "done").await
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 /// On a single-threaded runtime, a job blocks the only thread for two and a half leases. The
@@ -387,9 +386,13 @@ async fn blocking(ctx: JobContext) -> Result<(), JobError> {
 #[tokio::test(flavor = "current_thread")]
 async fn a_job_that_blocks_its_thread_keeps_its_lease() {
     let (queue, effects_pool) = fresh_queue_with_effects("lease_blocking").await;
-    BLOCKING_DB.set(effects_pool.clone()).unwrap();
     let id = queue.enqueue(Blocking {}).await.unwrap().id();
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .build()
+            .unwrap(),
+    );
 
     let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(20)).await;
     assert_eq!(r.attempts, 1, "{:?}", r.last_error);
@@ -414,14 +417,20 @@ async fn batched(ctx: JobContext, n: u32) -> Result<(), JobError> {
 /// of one round per job and third of a lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_of_jobs_claimed_at_different_times_travel_together() {
-    let (queue, _effects) = fresh_queue_with_effects("lease_batched").await;
+    let (queue, effects_pool) = fresh_queue_with_effects("lease_batched").await;
     let mut ids = Vec::new();
     for n in 0..12u32 {
         let delay = EnqueueOptions::default().delay(Duration::from_millis(250) * n);
         ids.push(queue.enqueue_with(Batched { n }, delay).await.unwrap().id());
     }
     let began = Instant::now();
-    let (handle, task) = start(quick_worker(&queue).concurrency(12).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .concurrency(12)
+            .build()
+            .unwrap(),
+    );
     for &id in &ids {
         let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(30)).await;
         assert_eq!(r.attempts, 1);
@@ -449,12 +458,10 @@ async fn renewals_of_jobs_claimed_at_different_times_travel_together() {
 // 5. A completion whose reply is late is not mistaken for a lost lease.
 // ---------------------------------------------------------------------------------------
 
-static LATE_REPLY_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(name = "lease_late_reply", lease = "3s")]
-async fn late_reply(ctx: JobContext) -> Result<(), JobError> {
+async fn late_reply(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
     work(&ctx, Duration::from_millis(1350)).await?;
-    record_effect(&LATE_REPLY_DB, &ctx, "done").await
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 /// The job ends just after its first renewal; the server records the completion at once, but
@@ -468,9 +475,13 @@ async fn a_completion_with_a_late_reply_is_not_a_lost_lease() {
         hold: Some(Duration::from_millis(1200)),
     };
     let (direct, queue, effects_pool, proxy) = proxied("lease_late_reply", rule).await;
-    LATE_REPLY_DB.set(effects_pool.clone()).unwrap();
     let id = direct.enqueue(LateReply {}).await.unwrap().id();
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .build()
+            .unwrap(),
+    );
 
     proxy.tripped(Duration::from_secs(15)).await;
     let r = wait_status(&direct, id, JobStatus::Done, Duration::from_secs(15)).await;
@@ -506,11 +517,17 @@ async fn clock_skew(ctx: JobContext) -> Result<(), JobError> {
 #[tokio::test(flavor = "current_thread")]
 async fn a_database_clock_that_jumps_ahead_is_reported() {
     let (logs, _guard) = LogCapture::install("warn");
-    let (queue, _effects) = fresh_queue_with_effects("lease_clock_skew").await;
+    let (queue, effects_pool) = fresh_queue_with_effects("lease_clock_skew").await;
     let mut started = SKEW_STARTED.open();
     let id = queue.enqueue(ClockSkew {}).await.unwrap().id();
     // No maintenance: nothing may take the job back while its lease looks short.
-    let (handle, task) = start(quick_worker(&queue).maintenance(false).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .maintenance(false)
+            .build()
+            .unwrap(),
+    );
     receive(&mut started, "the job to start", Duration::from_secs(10)).await;
     sqlx::query("UPDATE job_queue SET lease_until = lease_until - INTERVAL 2 SECOND WHERE id = ?")
         .bind(id)

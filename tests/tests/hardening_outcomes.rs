@@ -5,6 +5,9 @@
 //!
 //! Tests that need a fault between the worker and the server put a small TCP proxy of their
 //! own in between ([`Proxy`]); tests that need a worker process to die start `test-worker`.
+//! In-process jobs record their side effects through the pool their worker is given
+//! (`.data(Effects(pool))`, a `Data<Effects>` parameter); every in-process worker gets one,
+//! since the kinds share the default queue and a worker must hold what each kind takes.
 //!
 //! ```text
 //! cargo test -p tests --test hardening_outcomes
@@ -13,14 +16,15 @@
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use jobqueue::{job, EnqueueOptions, JobContext, JobError, JobStatus, Queue};
+use jobqueue::{job, Data, EnqueueOptions, JobContext, JobError, JobStatus, Queue};
 use sqlx::mysql::MySqlPool;
 use tests::{
     effects_of, fresh_database, fresh_queue, fresh_queue_with_effects, migrated_queue,
-    quick_worker, receive, record_effect, row, start, stop, wait_for, wait_status, Mailbox,
+    quick_worker, receive, record_effect_in, row, start, stop, wait_for, wait_status, Effects,
+    Mailbox,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -97,17 +101,6 @@ fn server_addr(url: &str) -> String {
         .rsplit_once('@')
         .map_or(authority, |(_, a)| a)
         .to_owned()
-}
-
-/// The URL of `queue`'s database on the test server.
-async fn direct_url(queue: &Queue) -> String {
-    let db: String = sqlx::query_scalar("SELECT DATABASE()")
-        .fetch_one(queue.pool())
-        .await
-        .expect("the database name");
-    let base = tests::server().url();
-    let base = base.split('?').next().unwrap_or(base).trim_end_matches('/');
-    format!("{base}/{db}")
 }
 
 async fn pipe(client: TcpStream, upstream: TcpStream, state: Arc<ProxyState>) {
@@ -270,14 +263,13 @@ async fn raw_state(pool: &MySqlPool, id: u64) -> (String, u32, u32, String) {
 // 1. A hand-back at shutdown on the last attempt fails the job instead of running it again.
 // ---------------------------------------------------------------------------------------
 
-static LAST_ATTEMPT_DB: OnceLock<MySqlPool> = OnceLock::new();
 static LAST_ATTEMPT_STARTED: Mailbox<u64> = Mailbox::new();
 
 /// Starts, then works for a minute without looking at its context.
 #[job(name = "outcomes_last_attempt", max_attempts = 1, lease = "5s")]
-async fn last_attempt(ctx: JobContext, n: u32) -> Result<(), JobError> {
+async fn last_attempt(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
     let _ = n;
-    record_effect(&LAST_ATTEMPT_DB, &ctx, "start").await?;
+    record_effect_in(&effects, &ctx, "start").await?;
     LAST_ATTEMPT_STARTED.send(ctx.id());
     tokio::time::sleep(Duration::from_secs(60)).await;
     Ok(())
@@ -286,12 +278,12 @@ async fn last_attempt(ctx: JobContext, n: u32) -> Result<(), JobError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_on_the_last_attempt_fails_the_job_instead_of_running_it_again() {
     let (queue, effects_pool) = fresh_queue_with_effects("outcomes_handback").await;
-    LAST_ATTEMPT_DB.set(effects_pool.clone()).unwrap();
     let mut started = LAST_ATTEMPT_STARTED.open();
     let id = queue.enqueue(LastAttempt { n: 1 }).await.unwrap().id();
 
     let (handle, task) = start(
         quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
             .shutdown_grace(Duration::from_millis(200))
             .cancel_grace(Duration::from_millis(200))
             .build()
@@ -317,7 +309,12 @@ async fn a_shutdown_on_the_last_attempt_fails_the_job_instead_of_running_it_agai
     assert!(r.finished_at.is_some());
 
     // A second worker finds nothing to run.
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .build()
+            .unwrap(),
+    );
     wait_for("an idle poll", Duration::from_secs(10), || async {
         (handle.metrics().empty_idle > 0).then_some(())
     })
@@ -331,20 +328,17 @@ async fn a_shutdown_on_the_last_attempt_fails_the_job_instead_of_running_it_agai
 // 2. A claim whose COMMIT succeeded but whose reply was lost still runs its job.
 // ---------------------------------------------------------------------------------------
 
-static LOST_ACK_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(name = "outcomes_lost_ack", max_attempts = 1, lease = "3s")]
-async fn lost_ack(ctx: JobContext, n: u32) -> Result<(), JobError> {
+async fn lost_ack(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
     let _ = n;
-    record_effect(&LOST_ACK_DB, &ctx, "done").await
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_whose_commit_reply_is_lost_still_runs_its_job_once() {
     let (queue, effects_pool) = fresh_queue_with_effects("outcomes_lost_ack").await;
-    LOST_ACK_DB.set(effects_pool.clone()).unwrap();
     let proxy = Proxy::start(&server_addr(tests::server().url())).await;
-    let proxied = Queue::connect(&proxy.url(&direct_url(&queue).await))
+    let proxied = Queue::connect(&proxy.url(&tests::database_url(queue.pool()).await))
         .await
         .unwrap();
     let id = queue.enqueue(LostAck { n: 1 }).await.unwrap().id();
@@ -355,7 +349,13 @@ async fn a_claim_whose_commit_reply_is_lost_still_runs_its_job_once() {
         .state
         .lose_next_commit_reply
         .store(true, Ordering::SeqCst);
-    let (handle, task) = start(quick_worker(&proxied).maintenance(false).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&proxied)
+            .data(Effects(effects_pool.clone()))
+            .maintenance(false)
+            .build()
+            .unwrap(),
+    );
     let r = wait_for(
         "the job to be done or to fail",
         Duration::from_secs(15),
@@ -392,7 +392,7 @@ async fn big(blob: String, n: u32) -> Result<(), JobError> {
 async fn the_claim_holds_its_locks_without_reading_payloads() {
     let queue = fresh_queue("outcomes_payload_after").await;
     let proxy = Proxy::start(&server_addr(tests::server().url())).await;
-    let proxied = Queue::connect(&proxy.url(&direct_url(&queue).await))
+    let proxied = Queue::connect(&proxy.url(&tests::database_url(queue.pool()).await))
         .await
         .unwrap();
     let blob = "x".repeat(200 * 1024);
@@ -472,8 +472,14 @@ async fn an_old_worker_leaves_jobs_it_cannot_run_to_a_newer_one_without_spending
     )
     .await;
 
-    // The old worker claims both, twice or more, and leaves them waiting.
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    // The old worker claims both, twice or more, and leaves them waiting. Its other kinds
+    // take `Data<Effects>`, so it is given one; none of them runs here.
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(pool.clone()))
+            .build()
+            .unwrap(),
+    );
     for (id, budget) in [(new_shape, 1), (new_kind, 3)] {
         let (_, attempts, max, error) = wait_for(
             "the job to be put back twice",
@@ -643,10 +649,15 @@ async fn drop_panics(n: u32) -> Result<(), JobError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_destructor_panics_after_a_timeout_is_recorded_and_released() {
-    let queue = fresh_queue("outcomes_drop_panic").await;
+    let (queue, effects_pool) = fresh_queue_with_effects("outcomes_drop_panic").await;
     tests::init_tracing();
     let id = queue.enqueue(DropPanics { n: 1 }).await.unwrap().id();
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .build()
+            .unwrap(),
+    );
     let r = wait_status(&queue, id, JobStatus::Failed, Duration::from_secs(10)).await;
     let error = r.last_error.unwrap_or_default();
     assert!(error.contains("timed out after 300ms"), "{error}");
@@ -658,18 +669,15 @@ async fn a_job_whose_destructor_panics_after_a_timeout_is_recorded_and_released(
 // 7. A row whose task key is not UTF-8 fails on its own; the queue goes on.
 // ---------------------------------------------------------------------------------------
 
-static UTF8_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(name = "outcomes_utf8")]
-async fn utf8(ctx: JobContext, n: u32) -> Result<(), JobError> {
+async fn utf8(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
     let _ = n;
-    record_effect(&UTF8_DB, &ctx, "done").await
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_with_a_key_that_is_not_utf8_fails_alone_and_the_queue_goes_on() {
     let (queue, effects_pool) = fresh_queue_with_effects("outcomes_utf8").await;
-    UTF8_DB.set(effects_pool.clone()).unwrap();
     let bad = insert_raw(
         queue.pool(),
         "outcomes_utf8",
@@ -684,7 +692,12 @@ async fn a_row_with_a_key_that_is_not_utf8_fails_alone_and_the_queue_goes_on() {
         .await
         .unwrap()
         .id();
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .build()
+            .unwrap(),
+    );
     wait_status(&queue, good, JobStatus::Done, Duration::from_secs(10)).await;
     let (status, attempts, _, error) =
         wait_for("the bad row to fail", Duration::from_secs(10), || async {

@@ -5,19 +5,20 @@
 //! and judge the limits from the times the jobs record in the `effects` table: a job
 //! records its claim time (the `updated_at` its claim wrote, by the server's clock) when it
 //! starts and the server's time when it ends, so each recorded run lies inside the time its
-//! claim held a slot.
+//! claim held a slot. Jobs reach the `effects` table through the pool their worker is given
+//! (`.data(Effects(pool))`, a `Data<Effects>` parameter); every worker gets one, since a
+//! worker must hold what each kind of its queues takes.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use jobqueue::{job, EnqueueOptions, JobContext, JobError, JobStatus, Queue, Worker};
+use jobqueue::{job, Data, EnqueueOptions, JobContext, JobError, JobStatus, Queue, Worker};
 use jobqueue_runtime::__store::{Finish, Store};
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
 use tests::{
     count_status, fresh_queue, fresh_queue_with_effects, quick_worker, row, start, stop, wait_for,
-    wait_status,
+    wait_status, Effects,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -28,12 +29,12 @@ use tests::{
 /// `started_at` (the claim's `updated_at`; nothing else writes the row while the job runs
 /// for less than a third of its lease), then, after `work`, its end.
 async fn record_run(
-    pool: &OnceLock<MySqlPool>,
+    effects: &Effects,
     ctx: &JobContext,
     note: &str,
     work: Duration,
 ) -> Result<(), JobError> {
-    let pool = pool.get().expect("the test sets the effects pool first");
+    let pool = &effects.0;
     sqlx::query(
         "INSERT INTO effects (task_key, attempt, note, started_at) \
          SELECT ?, ?, ?, updated_at FROM job_queue WHERE id = ?",
@@ -527,8 +528,6 @@ async fn a_rate_limit_holds_in_every_window() {
 // 3. Workers: the limit holds over every path that ends a run.
 // ---------------------------------------------------------------------------------------
 
-static PATHS_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(
     name = "limits_paths_job",
     concurrency = 2,
@@ -537,18 +536,23 @@ static PATHS_DB: OnceLock<MySqlPool> = OnceLock::new();
     backoff = "constant(10ms)",
     timeout = "5s"
 )]
-async fn limits_paths_job(ctx: JobContext, account: u32, how: String) -> Result<(), JobError> {
+async fn limits_paths_job(
+    ctx: JobContext,
+    account: u32,
+    how: String,
+    effects: Data<Effects>,
+) -> Result<(), JobError> {
     let key = format!("account:{account}");
     match how.as_str() {
         "fail" if ctx.attempt() == 1 => {
-            record_run(&PATHS_DB, &ctx, &key, Duration::from_millis(20)).await?;
+            record_run(&effects, &ctx, &key, Duration::from_millis(20)).await?;
             Err("failing the first attempt".into())
         }
         "panic" => {
-            record_run(&PATHS_DB, &ctx, &key, Duration::from_millis(20)).await?;
+            record_run(&effects, &ctx, &key, Duration::from_millis(20)).await?;
             panic!("the job panics");
         }
-        _ => record_run(&PATHS_DB, &ctx, &key, Duration::from_millis(30)).await,
+        _ => record_run(&effects, &ctx, &key, Duration::from_millis(30)).await,
     }
 }
 
@@ -561,8 +565,13 @@ async fn limits_paths_job(ctx: JobContext, account: u32, how: String) -> Result<
     max_attempts = 1,
     timeout = "300ms"
 )]
-async fn limits_paths_timeout(ctx: JobContext, account: u32) -> Result<(), JobError> {
+async fn limits_paths_timeout(
+    ctx: JobContext,
+    account: u32,
+    effects: Data<Effects>,
+) -> Result<(), JobError> {
     // Records its start only: the worker ends the run at the timeout.
+    let Effects(pool) = &*effects;
     sqlx::query(
         "INSERT INTO effects (task_key, attempt, note, started_at) \
          SELECT ?, ?, ?, updated_at FROM job_queue WHERE id = ?",
@@ -571,7 +580,7 @@ async fn limits_paths_timeout(ctx: JobContext, account: u32) -> Result<(), JobEr
     .bind(ctx.attempt())
     .bind(format!("start account:{account}"))
     .bind(ctx.id())
-    .execute(PATHS_DB.get().expect("set"))
+    .execute(pool)
     .await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     Ok(())
@@ -580,7 +589,6 @@ async fn limits_paths_timeout(ctx: JobContext, account: u32) -> Result<(), JobEr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_workers_never_run_more_than_the_limit_of_a_key() {
     let (queue, effects_pool) = fresh_queue_with_effects("limits_workers").await;
-    PATHS_DB.set(effects_pool.clone()).unwrap();
     let hows = ["ok", "fail", "panic", "ok", "timeout", "ok"];
     let jobs: Vec<_> = (0..60)
         .map(|n| LimitsPathsJob {
@@ -602,13 +610,14 @@ async fn three_workers_never_run_more_than_the_limit_of_a_key() {
         };
         ids.push(id.unwrap().id());
     }
-    let url = queue_url(&queue).await;
+    let url = tests::database_url(queue.pool()).await;
     let mut workers = Vec::new();
     for i in 0..3 {
         // Each worker on its own pool, as on its own node.
         let own = Queue::connect(&url).await.unwrap();
         workers.push(start(
             quick_worker(&own)
+                .data(Effects(effects_pool.clone()))
                 .owner(format!("limits-{i}"))
                 .concurrency(8)
                 .build()
@@ -650,22 +659,6 @@ async fn three_workers_never_run_more_than_the_limit_of_a_key() {
     assert_eq!(held, 0, "every slot is free once every job has ended");
 }
 
-async fn queue_url(queue: &Queue) -> String {
-    let db: String = sqlx::query_scalar("SELECT DATABASE()")
-        .fetch_one(queue.pool())
-        .await
-        .unwrap();
-    let base = std::env::var("JOBQUEUE_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| tests::server().url().to_owned());
-    // The server part only (`scheme://user@host:port`), with or without a database path.
-    let authority_end = base
-        .find("://")
-        .map(|i| i + 3)
-        .and_then(|start| base[start..].find('/').map(|j| start + j))
-        .unwrap_or(base.len());
-    format!("{}/{db}", &base[..authority_end])
-}
-
 // A worker shutting down hands its jobs back; their slots free with them.
 static SHUTDOWN_STARTED: tests::Mailbox<u64> = tests::Mailbox::new();
 
@@ -679,12 +672,13 @@ async fn limits_long(ctx: JobContext, n: u32) -> Result<(), JobError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_hand_back_frees_the_slot() {
-    let queue = fresh_queue("limits_shutdown").await;
+    let (queue, effects_pool) = fresh_queue_with_effects("limits_shutdown").await;
     let mut started = SHUTDOWN_STARTED.open();
     let a = queue.enqueue(LimitsLong { n: 0 }).await.unwrap().id();
     let b = queue.enqueue(LimitsLong { n: 1 }).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
             .shutdown_grace(Duration::from_millis(50))
             .build()
             .unwrap(),
@@ -708,17 +702,20 @@ async fn a_shutdown_hand_back_frees_the_slot() {
 // 4. Fairness, and many keys on many workers.
 // ---------------------------------------------------------------------------------------
 
-static FAIR_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(
     name = "limits_fair",
     concurrency = 2,
     concurrency_key = "customer:{customer}"
 )]
-async fn limits_fair(ctx: JobContext, customer: u32, n: u32) -> Result<(), JobError> {
+async fn limits_fair(
+    ctx: JobContext,
+    customer: u32,
+    n: u32,
+    effects: Data<Effects>,
+) -> Result<(), JobError> {
     let _ = n;
     record_run(
-        &FAIR_DB,
+        &effects,
         &ctx,
         &format!("customer:{customer}"),
         Duration::from_millis(5),
@@ -731,7 +728,6 @@ async fn limits_fair(ctx: JobContext, customer: u32, n: u32) -> Result<(), JobEr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_backlog_of_one_key_does_not_starve_the_others() {
     let (queue, effects_pool) = fresh_queue_with_effects("limits_fair").await;
-    FAIR_DB.set(effects_pool.clone()).unwrap();
     let (big, small_keys, per_small) = (
         env_or("LIMITS_FAIR_BIG", 1000),
         env_or("LIMITS_FAIR_KEYS", 30),
@@ -749,12 +745,13 @@ async fn a_long_backlog_of_one_key_does_not_starve_the_others() {
         .await
         .unwrap();
     let total = i64::from(big + small_keys * per_small);
-    let url = queue_url(&queue).await;
+    let url = tests::database_url(queue.pool()).await;
     let mut workers = Vec::new();
     for i in 0..2 {
         let own = Queue::connect(&url).await.unwrap();
         workers.push(start(
             quick_worker(&own)
+                .data(Effects(effects_pool.clone()))
                 .owner(format!("fair-{i}"))
                 .concurrency(8)
                 .build()
@@ -816,13 +813,16 @@ fn env_or(name: &str, default: u32) -> u32 {
         .unwrap_or(default)
 }
 
-static MANY_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(name = "limits_many", concurrency = 2, concurrency_key = "k:{key}")]
-async fn limits_many(ctx: JobContext, key: u32, n: u32) -> Result<(), JobError> {
+async fn limits_many(
+    ctx: JobContext,
+    key: u32,
+    n: u32,
+    effects: Data<Effects>,
+) -> Result<(), JobError> {
     let _ = n;
     record_run(
-        &MANY_DB,
+        &effects,
         &ctx,
         &format!("k:{key}"),
         Duration::from_millis(2),
@@ -835,18 +835,18 @@ async fn limits_many(ctx: JobContext, key: u32, n: u32) -> Result<(), JobError> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_workers_sixteen_slots_a_hundred_keys() {
     let (queue, effects_pool) = fresh_queue_with_effects("limits_many").await;
-    MANY_DB.set(effects_pool.clone()).unwrap();
     queue
         // Ten jobs of each key in a row: a claim of 16 meets a key ten times.
         .enqueue_many((0..1000).map(|n| LimitsMany { key: n / 10, n }))
         .await
         .unwrap();
-    let url = queue_url(&queue).await;
+    let url = tests::database_url(queue.pool()).await;
     let mut workers = Vec::new();
     for i in 0..3 {
         let own = Queue::connect(&url).await.unwrap();
         workers.push(start(
             quick_worker(&own)
+                .data(Effects(effects_pool.clone()))
                 .owner(format!("many-{i}"))
                 .concurrency(16)
                 .build()
@@ -879,24 +879,22 @@ async fn three_workers_sixteen_slots_a_hundred_keys() {
 // 5. Per worker, per queue.
 // ---------------------------------------------------------------------------------------
 
-static QUEUE_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(name = "limits_in_queue", queue = "exports")]
-async fn limits_in_queue(ctx: JobContext, n: u32) -> Result<(), JobError> {
+async fn limits_in_queue(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
     let _ = n;
-    record_run(&QUEUE_DB, &ctx, "queue:exports", Duration::from_millis(20)).await
+    record_run(&effects, &ctx, "queue:exports", Duration::from_millis(20)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_bound_holds_within_the_worker() {
     let (queue, effects_pool) = fresh_queue_with_effects("limits_queue").await;
-    QUEUE_DB.set(effects_pool.clone()).unwrap();
     queue
         .enqueue_many((0..30).map(|n| LimitsInQueue { n }))
         .await
         .unwrap();
     let (handle, task) = start(
         quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
             .queues(["exports", "default"])
             .concurrency(10)
             .queue_concurrency("exports", 3)

@@ -10,16 +10,16 @@
 //!
 //! This binary registers no periodic kind: periodic jobs are tested in `cron.rs`.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use jobqueue::{
-    job, CancelOutcome, CancelReason, EnqueueOptions, Job, JobContext, JobError, JobStatus, Worker,
+    job, CancelOutcome, CancelReason, Data, EnqueueOptions, Job, JobContext, JobError, JobStatus,
+    Worker,
 };
 use sqlx::mysql::MySqlPool;
 use tests::{
-    count_status, effects_of, fresh_queue_with_effects, quick_worker, receive, record_effect, row,
-    start, stop, wait_for, wait_status, Mailbox,
+    count_status, effects_of, fresh_queue_with_effects, quick_worker, receive, record_effect_in,
+    row, start, stop, wait_for, wait_status, Effects, Mailbox,
 };
 use tokio::sync::Notify;
 
@@ -53,17 +53,14 @@ fn micros_between(
 // 1. A delayed job starts no earlier than its time, and within the documented bound after.
 // ---------------------------------------------------------------------------------------
 
-static DELAYED_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(name = "sched_delayed")]
-async fn delayed(ctx: JobContext, label: String) -> Result<(), JobError> {
-    record_effect(&DELAYED_DB, &ctx, &label).await
+async fn delayed(ctx: JobContext, label: String, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, &label).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delayed_job_starts_at_its_time_within_one_maintenance_interval() {
     let (queue, effects) = fresh_queue_with_effects("sched_delay").await;
-    DELAYED_DB.set(effects.clone()).unwrap();
 
     // The worker docs: "a due job starts within about one maintenance interval of its
     // time". Maintenance promotes due jobs every `maintenance` (±20 % jitter) and wakes the
@@ -78,6 +75,7 @@ async fn a_delayed_job_starts_at_its_time_within_one_maintenance_interval() {
     // The worker is idle and polling before the jobs exist, as in production.
     let (handle, task) = start(
         Worker::builder(queue.clone())
+            .data(Effects(effects.clone()))
             .maintenance_interval(maintenance)
             .poll_interval(Duration::from_millis(50), poll_max)
             .build()
@@ -158,14 +156,12 @@ async fn a_delayed_job_starts_at_its_time_within_one_maintenance_interval() {
 // 2. One slot, 100 jobs of mixed priorities: lower priority first, ties in enqueue order.
 // ---------------------------------------------------------------------------------------
 
-static ORDERED_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 /// The kind's own priority, used by the jobs enqueued without an override.
 const ORDERED_DEFAULT_PRIORITY: i16 = 1;
 
 #[job(name = "sched_ordered", priority = 1)]
-async fn ordered(ctx: JobContext, n: u32) -> Result<(), JobError> {
-    record_effect(&ORDERED_DB, &ctx, &n.to_string()).await
+async fn ordered(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, &n.to_string()).await
 }
 
 /// Job `n`'s priority: every fourth keeps the kind's default, the others override it with a
@@ -181,7 +177,6 @@ fn priority_of(n: u32) -> Option<i16> {
 async fn one_slot_runs_jobs_by_priority_then_enqueue_order() {
     assert_eq!(Ordered::OPTIONS.priority, ORDERED_DEFAULT_PRIORITY);
     let (queue, effects) = fresh_queue_with_effects("sched_priority").await;
-    ORDERED_DB.set(effects.clone()).unwrap();
 
     let mut ids = Vec::new();
     for n in 0..100u32 {
@@ -204,6 +199,7 @@ async fn one_slot_runs_jobs_by_priority_then_enqueue_order() {
 
     let (handle, task) = start(
         Worker::builder(queue.clone())
+            .data(Effects(effects.clone()))
             .concurrency(1)
             .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
             .build()
@@ -234,27 +230,26 @@ async fn one_slot_runs_jobs_by_priority_then_enqueue_order() {
 // 3. Cancellation: before the start, while running, after the end; operator retry.
 // ---------------------------------------------------------------------------------------
 
-static CANCEL_DB: OnceLock<MySqlPool> = OnceLock::new();
 static CANCEL_STARTED: Mailbox<JobContext> = Mailbox::new();
 
 #[job(name = "sched_cancel_delayed")]
-async fn cancel_delayed(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&CANCEL_DB, &ctx, "ran").await
+async fn cancel_delayed(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "ran").await
 }
 
 /// Runs after `sched_cancel_delayed`'s time: once it is done, maintenance has promoted what
 /// was due and a worker has claimed since.
 #[job(name = "sched_cancel_sentinel")]
-async fn cancel_sentinel(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&CANCEL_DB, &ctx, "ran").await
+async fn cancel_sentinel(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "ran").await
 }
 
 /// The first attempt works until it is asked to stop, then says why and fails; later
 /// attempts finish at once. One attempt only, so that a retry of the cancelled job shows
 /// `max_attempts` extended.
 #[job(name = "sched_cancel_running", lease = "1s", max_attempts = 1)]
-async fn cancel_running(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&CANCEL_DB, &ctx, "started").await?;
+async fn cancel_running(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "started").await?;
     if ctx.attempt() > 1 {
         return Ok(());
     }
@@ -266,19 +261,18 @@ async fn cancel_running(ctx: JobContext) -> Result<(), JobError> {
         }
     }
     let reason = ctx.cancel_reason();
-    record_effect(&CANCEL_DB, &ctx, &format!("stopping: {reason:?}")).await?;
+    record_effect_in(&effects, &ctx, &format!("stopping: {reason:?}")).await?;
     Err(format!("stopped on {reason:?}").into())
 }
 
 #[job(name = "sched_cancel_quick")]
-async fn cancel_quick(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&CANCEL_DB, &ctx, "ran").await
+async fn cancel_quick(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "ran").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_before_start_while_running_and_after_the_end_then_retry() {
     let (queue, effects) = fresh_queue_with_effects("sched_cancel").await;
-    CANCEL_DB.set(effects.clone()).unwrap();
     let mut started = CANCEL_STARTED.open();
 
     // Before the start: a delayed job is cancelled at once and never runs.
@@ -319,7 +313,12 @@ async fn cancel_before_start_while_running_and_after_the_end_then_retry() {
 
     let running = queue.enqueue(CancelRunning {}).await.unwrap().id();
     let quick = queue.enqueue(CancelQuick {}).await.unwrap().id();
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects.clone()))
+            .build()
+            .unwrap(),
+    );
 
     // While running: the request reaches the job through its worker's next renewal (a
     // third of the 1 s lease); the job sees `Requested`, stops, and the row ends cancelled
@@ -407,7 +406,6 @@ async fn cancel_before_start_while_running_and_after_the_end_then_retry() {
 
 /// A running job whose cancel is requested, but which fails (retryably) before its worker
 /// passes the request on, is not retried: the request stands.
-static CANCEL_FAILS_DB: OnceLock<MySqlPool> = OnceLock::new();
 static CANCEL_FAILS_STARTED: Mailbox<u64> = Mailbox::new();
 static CANCEL_FAILS_GO: Notify = Notify::const_new();
 
@@ -416,8 +414,8 @@ static CANCEL_FAILS_GO: Notify = Notify::const_new();
     max_attempts = 3,
     backoff = "constant(100ms)"
 )]
-async fn cancel_then_fail(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&CANCEL_FAILS_DB, &ctx, "started").await?;
+async fn cancel_then_fail(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "started").await?;
     if ctx.attempt() == 1 {
         CANCEL_FAILS_STARTED.send(ctx.id());
         CANCEL_FAILS_GO.notified().await;
@@ -429,10 +427,14 @@ async fn cancel_then_fail(ctx: JobContext) -> Result<(), JobError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_failing_after_a_cancel_request_is_cancelled_not_retried() {
     let (queue, effects) = fresh_queue_with_effects("sched_cancel_fail").await;
-    CANCEL_FAILS_DB.set(effects.clone()).unwrap();
     let mut started = CANCEL_FAILS_STARTED.open();
     let id = queue.enqueue(CancelThenFail {}).await.unwrap().id();
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects.clone()))
+            .build()
+            .unwrap(),
+    );
     let started_id = receive(&mut started, "the job to start", Duration::from_secs(10)).await;
     assert_eq!(started_id, id);
     // The default 30 s lease: the worker would pass the request on only at its renewal,
@@ -471,12 +473,11 @@ async fn a_job_failing_after_a_cancel_request_is_cancelled_not_retried() {
 
 /// The same at shutdown: a job whose cancel is requested, stopped by its worker's shutdown
 /// before the worker passed the request on, is cancelled instead of handed back.
-static CANCEL_SHUTDOWN_DB: OnceLock<MySqlPool> = OnceLock::new();
 static CANCEL_SHUTDOWN_STARTED: Mailbox<JobContext> = Mailbox::new();
 
 #[job(name = "sched_cancel_at_shutdown")]
-async fn cancel_at_shutdown(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&CANCEL_SHUTDOWN_DB, &ctx, "started").await?;
+async fn cancel_at_shutdown(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "started").await?;
     CANCEL_SHUTDOWN_STARTED.send(ctx.clone());
     ctx.cancelled().await;
     Err(format!("stopped on {:?}", ctx.cancel_reason()).into())
@@ -485,11 +486,11 @@ async fn cancel_at_shutdown(ctx: JobContext) -> Result<(), JobError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_stopped_at_shutdown_after_a_cancel_request_is_cancelled_not_handed_back() {
     let (queue, effects) = fresh_queue_with_effects("sched_cancel_shutdown").await;
-    CANCEL_SHUTDOWN_DB.set(effects.clone()).unwrap();
     let mut started = CANCEL_SHUTDOWN_STARTED.open();
     let id = queue.enqueue(CancelAtShutdown {}).await.unwrap().id();
     let (handle, task) = start(
         Worker::builder(queue.clone())
+            .data(Effects(effects.clone()))
             .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
             .shutdown_grace(Duration::from_millis(100))
             .build()
@@ -520,17 +521,14 @@ async fn a_job_stopped_at_shutdown_after_a_cancel_request_is_cancelled_not_hande
 // 4. A paused queue keeps its jobs ready until it is resumed.
 // ---------------------------------------------------------------------------------------
 
-static PAUSED_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(name = "sched_paused", queue = "sched_paused")]
-async fn paused_job(ctx: JobContext, n: u32) -> Result<(), JobError> {
-    record_effect(&PAUSED_DB, &ctx, &n.to_string()).await
+async fn paused_job(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, &n.to_string()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_queue_keeps_its_jobs_ready_until_resumed() {
     let (queue, effects) = fresh_queue_with_effects("sched_pause").await;
-    PAUSED_DB.set(effects.clone()).unwrap();
     queue.pause("sched_paused").await.unwrap();
     assert_eq!(queue.paused_queues().await.unwrap(), ["sched_paused"]);
     let ids: Vec<u64> = queue
@@ -544,6 +542,7 @@ async fn a_paused_queue_keeps_its_jobs_ready_until_resumed() {
 
     let (handle, task) = start(
         Worker::builder(queue.clone())
+            .data(Effects(effects.clone()))
             .queues(["sched_paused"])
             .poll_interval(Duration::from_millis(20), Duration::from_millis(100))
             .build()
@@ -590,11 +589,9 @@ async fn a_paused_queue_keeps_its_jobs_ready_until_resumed() {
 // 5. A failed attempt waits for its backoff in `scheduled`, then runs again.
 // ---------------------------------------------------------------------------------------
 
-static RETRY_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(name = "sched_retry_once", max_attempts = 3, backoff = "constant(1s)")]
-async fn retry_once(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&RETRY_DB, &ctx, "started").await?;
+async fn retry_once(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "started").await?;
     if ctx.attempt() == 1 {
         return Err("the first attempt fails".into());
     }
@@ -604,10 +601,10 @@ async fn retry_once(ctx: JobContext) -> Result<(), JobError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_waits_in_scheduled_for_its_backoff() {
     let (queue, effects) = fresh_queue_with_effects("sched_retry").await;
-    RETRY_DB.set(effects.clone()).unwrap();
     let maintenance = Duration::from_millis(100);
     let (handle, task) = start(
         Worker::builder(queue.clone())
+            .data(Effects(effects.clone()))
             .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
             .maintenance_interval(maintenance)
             .build()

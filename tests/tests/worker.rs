@@ -4,38 +4,37 @@
 //!
 //! Every test has its own database and its own job kinds (one registry serves the whole
 //! binary). Jobs record their side effects in an `effects` table of their test's database
-//! (`tests::fresh_queue_with_effects`), reached through a pool the test puts in a `static`
-//! before its worker starts, so that "exactly once" is counted where a user would count it.
+//! (`tests::fresh_queue_with_effects`), reached through a pool the test gives its worker
+//! (`.data(Effects(pool))`, taken as a `Data<Effects>` parameter), so that "exactly once" is
+//! counted where a user would count it. Every worker of this file gets one, even where its
+//! jobs record nothing: its kinds share the default queue, and a worker serving a kind must
+//! hold what the kind takes.
 
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use jobqueue::{
-    job, CancelReason, Job, JobContext, JobError, JobOptions, JobStatus, Queue, Worker,
+    job, CancelReason, Data, Job, JobContext, JobError, JobOptions, JobStatus, Queue, Worker,
     WorkerHandle,
 };
 use sqlx::mysql::MySqlPool;
 use tests::{
-    count_status, effects, fresh_queue, fresh_queue_with_effects, quick_worker, receive,
-    record_effect, row, start, stop, wait_for, wait_status, LogCapture, Mailbox, WorkerTask,
+    count_status, effects, fresh_queue_with_effects, quick_worker, receive, record_effect_in, row,
+    start, stop, wait_for, wait_status, Effects, LogCapture, Mailbox, WorkerTask,
 };
 
 // ---------------------------------------------------------------------------------------
 // 1. Many jobs, three workers: each job runs exactly once.
 // ---------------------------------------------------------------------------------------
 
-static FANOUT_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(name = "worker_fanout")]
-async fn fanout(ctx: JobContext, n: u32) -> Result<(), JobError> {
+async fn fanout(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
     let _ = n;
-    record_effect(&FANOUT_DB, &ctx, "done").await
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_workers_run_two_hundred_jobs_exactly_once() {
     let (queue, effects_pool) = fresh_queue_with_effects("worker_fanout").await;
-    FANOUT_DB.set(effects_pool.clone()).unwrap();
 
     let enqueued = queue
         .enqueue_many((0..200).map(|n| Fanout { n }))
@@ -47,6 +46,7 @@ async fn three_workers_run_two_hundred_jobs_exactly_once() {
         .map(|i| {
             start(
                 Worker::builder(queue.clone())
+                    .data(Effects(effects_pool.clone()))
                     .owner(format!("fanout-{i}"))
                     .concurrency(4)
                     .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
@@ -126,11 +126,16 @@ async fn permanent_failure() -> Result<(), JobError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_until_success_exhaustion_and_permanent_errors() {
-    let (queue, _) = fresh_queue_with_effects("worker_retries").await;
+    let (queue, effects_pool) = fresh_queue_with_effects("worker_retries").await;
     let flaky = queue.enqueue(Flaky {}).await.unwrap().id();
     let exhausted = queue.enqueue(AlwaysFails {}).await.unwrap().id();
     let permanent = queue.enqueue(PermanentFailure {}).await.unwrap().id();
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .build()
+            .unwrap(),
+    );
 
     let r = wait_status(&queue, flaky, JobStatus::Done, Duration::from_secs(15)).await;
     assert_eq!(r.attempts, 3, "failed twice, then succeeded");
@@ -206,17 +211,14 @@ impl Job for OldPayloadTarget {
     }
 }
 
-static AFTER_FAILURES_DB: OnceLock<MySqlPool> = OnceLock::new();
-
 #[job(name = "worker_after_failures")]
-async fn after_failures(ctx: JobContext) -> Result<(), JobError> {
-    record_effect(&AFTER_FAILURES_DB, &ctx, "done").await
+async fn after_failures(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn panics_fail_clearly_bad_payloads_wait_and_the_worker_goes_on() {
     let (queue, effects_pool) = fresh_queue_with_effects("worker_panics").await;
-    AFTER_FAILURES_DB.set(effects_pool.clone()).unwrap();
     let panicking = queue.enqueue(Panics { order: 7 }).await.unwrap().id();
     let mismatched = queue
         .enqueue(OldPayloadTarget { title: 5, pages: 3 })
@@ -224,7 +226,13 @@ async fn panics_fail_clearly_bad_payloads_wait_and_the_worker_goes_on() {
         .unwrap()
         .id();
     // One slot: the job after the failures runs in the same slot they ran in.
-    let (handle, task) = start(quick_worker(&queue).concurrency(1).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .concurrency(1)
+            .build()
+            .unwrap(),
+    );
 
     let r = wait_status(
         &queue,
@@ -283,7 +291,7 @@ async fn panics_fail_clearly_bad_payloads_wait_and_the_worker_goes_on() {
 /// only when the work is complete. Later attempts finish at once.
 async fn long_work(
     ctx: &JobContext,
-    db: &OnceLock<MySqlPool>,
+    effects: &Effects,
     started: &Mailbox<JobContext>,
 ) -> Result<(), JobError> {
     started.send(ctx.clone());
@@ -296,24 +304,27 @@ async fn long_work(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    record_effect(db, ctx, "done").await
+    record_effect_in(effects, ctx, "done").await
 }
 
-static RENEWED_DB: OnceLock<MySqlPool> = OnceLock::new();
 static RENEWED_STARTED: Mailbox<JobContext> = Mailbox::new();
 
 #[job(name = "worker_long_renewed", lease = "1s", max_attempts = 3)]
-async fn long_renewed(ctx: JobContext) -> Result<(), JobError> {
-    long_work(&ctx, &RENEWED_DB, &RENEWED_STARTED).await
+async fn long_renewed(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    long_work(&ctx, &effects, &RENEWED_STARTED).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_longer_than_its_lease_is_renewed_and_runs_once() {
     let (queue, effects_pool) = fresh_queue_with_effects("worker_renewed").await;
-    RENEWED_DB.set(effects_pool.clone()).unwrap();
     let mut started = RENEWED_STARTED.open();
     let id = queue.enqueue(LongRenewed {}).await.unwrap().id();
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .build()
+            .unwrap(),
+    );
 
     let ctx = receive(&mut started, "the job to start", Duration::from_secs(10)).await;
     let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(15)).await;
@@ -333,12 +344,11 @@ async fn a_job_longer_than_its_lease_is_renewed_and_runs_once() {
     assert!(started.try_recv().is_err(), "the job started only once");
 }
 
-static BLOCKED_DB: OnceLock<MySqlPool> = OnceLock::new();
 static BLOCKED_STARTED: Mailbox<JobContext> = Mailbox::new();
 
 #[job(name = "worker_long_blocked", lease = "1s", max_attempts = 3)]
-async fn long_blocked(ctx: JobContext) -> Result<(), JobError> {
-    long_work(&ctx, &BLOCKED_DB, &BLOCKED_STARTED).await
+async fn long_blocked(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    long_work(&ctx, &effects, &BLOCKED_STARTED).await
 }
 
 /// Renewals are made impossible by a transaction that holds the job's row lock: a renewal
@@ -347,10 +357,10 @@ async fn long_blocked(ctx: JobContext) -> Result<(), JobError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back() {
     let (queue, effects_pool) = fresh_queue_with_effects("worker_blocked").await;
-    BLOCKED_DB.set(effects_pool.clone()).unwrap();
     let mut started = BLOCKED_STARTED.open();
     let id = queue.enqueue(LongBlocked {}).await.unwrap().id();
     let first = quick_worker(&queue)
+        .data(Effects(effects_pool.clone()))
         .owner("lease-a")
         .maintenance(false)
         .build()
@@ -407,7 +417,13 @@ async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back() {
     assert_eq!((r.status, r.attempts), (JobStatus::Running, 1));
 
     // Another worker takes the job back once the lease has expired, and runs it.
-    let (handle_b, task_b) = start(quick_worker(&queue).owner("lease-b").build().unwrap());
+    let (handle_b, task_b) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .owner("lease-b")
+            .build()
+            .unwrap(),
+    );
     let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(15)).await;
     assert_eq!(r.attempts, 2);
     assert!(
@@ -431,31 +447,29 @@ async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back() {
 // 5. Shutdown hands running jobs back.
 // ---------------------------------------------------------------------------------------
 
-static COOPERATIVE_DB: OnceLock<MySqlPool> = OnceLock::new();
 static COOPERATIVE_STARTED: Mailbox<JobContext> = Mailbox::new();
 
 /// Stops when asked to.
 #[job(name = "worker_shutdown_cooperative")]
-async fn shutdown_cooperative(ctx: JobContext) -> Result<(), JobError> {
+async fn shutdown_cooperative(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
     COOPERATIVE_STARTED.send(ctx.clone());
     if ctx.attempt() == 1 {
         ctx.cancelled().await;
         return Err("stopped before the end".into());
     }
-    record_effect(&COOPERATIVE_DB, &ctx, "done").await
+    record_effect_in(&effects, &ctx, "done").await
 }
 
-static STUBBORN_DB: OnceLock<MySqlPool> = OnceLock::new();
 static STUBBORN_STARTED: Mailbox<JobContext> = Mailbox::new();
 
 /// Ignores cancellation: only dropping it stops it.
 #[job(name = "worker_shutdown_stubborn")]
-async fn shutdown_stubborn(ctx: JobContext) -> Result<(), JobError> {
+async fn shutdown_stubborn(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
     STUBBORN_STARTED.send(ctx.clone());
     if ctx.attempt() == 1 {
         tokio::time::sleep(Duration::from_secs(60)).await;
     }
-    record_effect(&STUBBORN_DB, &ctx, "done").await
+    record_effect_in(&effects, &ctx, "done").await
 }
 
 const GRACE: Duration = Duration::from_millis(200);
@@ -466,10 +480,10 @@ const MARGIN: Duration = Duration::from_millis(1000);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_cancels_a_running_job_and_hands_it_back() {
     let (queue, effects_pool) = fresh_queue_with_effects("worker_shutdown").await;
-    COOPERATIVE_DB.set(effects_pool.clone()).unwrap();
     let mut started = COOPERATIVE_STARTED.open();
     let id = queue.enqueue(ShutdownCooperative {}).await.unwrap().id();
     let worker = quick_worker(&queue)
+        .data(Effects(effects_pool.clone()))
         .shutdown_grace(GRACE)
         .cancel_grace(CANCEL_GRACE)
         .build()
@@ -494,7 +508,12 @@ async fn shutdown_cancels_a_running_job_and_hands_it_back() {
     let m = handle.metrics();
     assert_eq!((m.handed_back, m.retried, m.failed), (1, 0, 0), "{m:?}");
 
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .build()
+            .unwrap(),
+    );
     let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(10)).await;
     assert_eq!(r.attempts, 2);
     stop(&handle, task).await;
@@ -504,10 +523,10 @@ async fn shutdown_cancels_a_running_job_and_hands_it_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_drops_a_job_that_ignores_cancellation_and_hands_it_back() {
     let (queue, effects_pool) = fresh_queue_with_effects("worker_stubborn").await;
-    STUBBORN_DB.set(effects_pool.clone()).unwrap();
     let mut started = STUBBORN_STARTED.open();
     let id = queue.enqueue(ShutdownStubborn {}).await.unwrap().id();
     let worker = quick_worker(&queue)
+        .data(Effects(effects_pool.clone()))
         .shutdown_grace(GRACE)
         .cancel_grace(CANCEL_GRACE)
         .build()
@@ -534,7 +553,12 @@ async fn shutdown_drops_a_job_that_ignores_cancellation_and_hands_it_back() {
     assert_eq!((r.status, r.attempts), (JobStatus::Ready, 1), "{r:?}");
     assert_eq!(handle.metrics().handed_back, 1);
 
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .build()
+            .unwrap(),
+    );
     let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(10)).await;
     assert_eq!(r.attempts, 2);
     stop(&handle, task).await;
@@ -550,9 +574,10 @@ async fn empty_probe(n: u32) {
     let _ = n;
 }
 
-fn polling_worker(queue: &Queue) -> (WorkerHandle, WorkerTask) {
+fn polling_worker(queue: &Queue, effects: &MySqlPool) -> (WorkerHandle, WorkerTask) {
     start(
         Worker::builder(queue.clone())
+            .data(Effects(effects.clone()))
             .poll_interval(Duration::from_millis(20), Duration::from_millis(100))
             .maintenance_interval(Duration::from_millis(100))
             .build()
@@ -576,10 +601,10 @@ async fn wait_metric(
 #[tokio::test]
 async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
     let (logs, _guard) = LogCapture::install("debug,sqlx=warn,jobqueue_runtime=debug");
-    let queue = fresh_queue("worker_empty").await;
+    let (queue, effects_pool) = fresh_queue_with_effects("worker_empty").await;
 
     // Nothing at all: idle.
-    let (handle, task) = polling_worker(&queue);
+    let (handle, task) = polling_worker(&queue, &effects_pool);
     wait_metric(&handle, "idle empty claims", 4, |m| m.empty_idle).await;
     stop(&handle, task).await;
     let m = handle.metrics();
@@ -606,7 +631,7 @@ async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
     .await
     .unwrap();
     assert_eq!(locked, ids);
-    let (handle, task) = polling_worker(&queue);
+    let (handle, task) = polling_worker(&queue, &effects_pool);
     wait_metric(&handle, "contended empty claims", 3, |m| m.empty_contended).await;
     assert_eq!(
         handle.metrics().claimed,
@@ -633,7 +658,7 @@ async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
         .await
         .unwrap();
     assert_eq!(taken.len(), 2);
-    let (handle, task) = polling_worker(&queue);
+    let (handle, task) = polling_worker(&queue, &effects_pool);
     wait_metric(&handle, "leased-only empty claims", 3, |m| {
         m.empty_leased_only
     })
@@ -669,7 +694,7 @@ async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_kind_waits_without_spending_attempts_then_fails_naming_the_kind() {
-    let (queue, _) = fresh_queue_with_effects("worker_unknown").await;
+    let (queue, effects_pool) = fresh_queue_with_effects("worker_unknown").await;
     let id = sqlx::query(
         "INSERT INTO job_queue (queue, kind, task_key, payload, status, run_at, max_attempts, \
            lease_ms, created_at, updated_at) \
@@ -682,6 +707,7 @@ async fn an_unknown_kind_waits_without_spending_attempts_then_fails_naming_the_k
     .last_insert_id();
     let (handle, task) = start(
         quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
             .unrunnable_deadline(Duration::from_millis(1500))
             .build()
             .unwrap(),
@@ -761,10 +787,15 @@ async fn too_slow(ctx: JobContext) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_cancels_the_attempt_and_counts_as_a_failure() {
-    let (queue, _) = fresh_queue_with_effects("worker_timeout").await;
+    let (queue, effects_pool) = fresh_queue_with_effects("worker_timeout").await;
     let mut started = SLOW_STARTED.open();
     let id = queue.enqueue(TooSlow {}).await.unwrap().id();
-    let (handle, task) = start(quick_worker(&queue).build().unwrap());
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .build()
+            .unwrap(),
+    );
 
     let first = receive(&mut started, "the first attempt", Duration::from_secs(10)).await;
     let t0 = Instant::now();
@@ -800,9 +831,10 @@ async fn wake_probe() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_enqueue_wakes_an_idle_worker_before_its_next_poll() {
-    let (queue, _) = fresh_queue_with_effects("worker_wake").await;
+    let (queue, effects_pool) = fresh_queue_with_effects("worker_wake").await;
     let mut started = WAKE_STARTED.open();
     let worker = Worker::builder(queue.clone())
+        .data(Effects(effects_pool.clone()))
         .poll_interval(Duration::from_secs(1), Duration::from_secs(5))
         .build()
         .unwrap();
