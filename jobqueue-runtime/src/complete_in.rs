@@ -78,7 +78,7 @@ impl JobContext {
             return Ok(());
         };
         claim.completion_tried();
-        match store::complete_in(tx, self.id, &claim.owner, self.attempt).await? {
+        match store::complete_in(tx, self.id, &claim.owner, self.attempt, claim.holds_slot).await? {
             None => {
                 claim.completion_written();
                 tracing::debug!(

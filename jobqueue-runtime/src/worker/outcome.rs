@@ -18,9 +18,11 @@ pub(crate) enum Outcome {
     },
     Finish(Finish),
     /// The job wrote its own completion in its transaction ([`JobContext::complete_in`]):
-    /// done if that transaction committed, else `otherwise`.
+    /// done if that transaction committed, else `otherwise`. `output` is the JSON of what
+    /// the job returned (unless `()`), written by the writer once it sees the commit.
     DoneInTransaction {
         otherwise: Finish,
+        output: Option<String>,
     },
 }
 
@@ -139,11 +141,19 @@ pub(crate) fn decide(
     }
     // The job's completion may have committed with its transaction: the writer reads which,
     // and writes this only if it did not.
-    Some(Outcome::DoneInTransaction {
-        otherwise: match outcome {
-            Outcome::Done { .. } => failed_attempt(NOT_COMMITTED.into()),
-            Outcome::Finish(how) | Outcome::DoneInTransaction { otherwise: how } => how,
+    // An output over the limit (or one that cannot be serialized) cannot be stored: if the
+    // completion committed, the job is done without it, and the writer says why.
+    Some(match outcome {
+        Outcome::Done { output } => Outcome::DoneInTransaction {
+            otherwise: failed_attempt(NOT_COMMITTED.into()),
+            output,
         },
+        Outcome::Finish(how) | Outcome::DoneInTransaction { otherwise: how, .. } => {
+            Outcome::DoneInTransaction {
+                otherwise: how,
+                output: None,
+            }
+        }
     })
 }
 
@@ -195,7 +205,7 @@ mod tests {
         use crate::job::ClaimFence;
         let tried = |attempt: u32, reason: Option<CancelReason>| {
             let mut c = ctx(attempt, 3);
-            let claim = std::sync::Arc::new(ClaimFence::new("worker-a"));
+            let claim = std::sync::Arc::new(ClaimFence::new("worker-a", false));
             claim.completion_tried();
             c.claim = Some(claim);
             if let Some(r) = reason {
@@ -204,7 +214,7 @@ mod tests {
             c
         };
         let otherwise = |ran: Ran, c: &JobContext| match decide(ran, c, None, DAY) {
-            Some(Outcome::DoneInTransaction { otherwise }) => otherwise,
+            Some(Outcome::DoneInTransaction { otherwise, .. }) => otherwise,
             other => panic!("not left to the transaction: {other:?}"),
         };
         // Ok, but not committed: a failed attempt, retried, failed on the last one, or
