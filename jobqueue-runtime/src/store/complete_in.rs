@@ -92,8 +92,11 @@ pub const SLOT_OF_CLAIM: &str = "SELECT slot_key, slot_no FROM job_queue_slot \
 
 /// Frees one slot by its primary key, fenced by the claim holding it: an equality match on
 /// the whole primary key locks that one record and no gap, at any isolation level (MySQL
-/// 8.0 and MariaDB 10.6+ alike).
-pub const SLOT_RELEASE: &str = "UPDATE job_queue_slot SET job_id = NULL, attempt = NULL \
+/// 8.0 and MariaDB 10.6+ alike). Forced: left to itself the optimizer may go by the holder
+/// index (`job_id = ?`), whose range read under REPEATABLE READ locks the gaps around the
+/// entry, where other claims insert theirs.
+pub const SLOT_RELEASE: &str = "UPDATE job_queue_slot FORCE INDEX (PRIMARY) \
+     SET job_id = NULL, attempt = NULL \
      WHERE slot_key = ? AND slot_no = ? AND job_id = ? AND attempt = ?";
 
 /// Writes the output of a job whose completion committed in its own transaction, once the
