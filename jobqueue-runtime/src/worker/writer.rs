@@ -365,6 +365,16 @@ async fn done_in_transaction(
             // The job's transaction freed its slot without waking the key's next job.
             store.wake_after_commit(r.id).await?;
         }
+        if let Outcome::DoneInTransaction {
+            refused: Some(why), ..
+        } = &r.outcome
+        {
+            tracing::warn!(
+                job.id = r.id,
+                attempt = r.attempt,
+                "the job's completion committed, so it is done, but its output is not stored: {why}"
+            );
+        }
         leases.release(r.id, r.attempt);
         succeeded(metrics, r);
         batch.swap_remove(i);
