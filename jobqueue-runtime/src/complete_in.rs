@@ -57,7 +57,9 @@ impl JobContext {
     /// After the job returns, the worker reads whether the completion committed. If it did,
     /// the job is done and counted once as succeeded, whatever the job returned afterwards;
     /// the worker then stores the value the job returned as its output (unless it is over
-    /// the output limit: the job stays done without it) and its last progress value.
+    /// the output limit: the job stays done without it) and its last progress value, just
+    /// after the commit: a reader that sees the job done at that very moment may find them
+    /// not written yet.
     /// If it did not (you rolled back, or the commit failed), the attempt counts as failed:
     /// the job is retried with its backoff (or fails on its last attempt), with the reason
     /// in `last_error`; a job an operator asked to cancel ends `cancelled`. A job that

@@ -569,21 +569,20 @@ async fn the_output_of_a_job_that_completed_itself_is_stored() {
         .unwrap()
         .id();
     let (handle, task) = start(worker(&queue, "tx_output", &effects));
-    assert_eq!(
-        queue
-            .wait_output::<ReturnsAfterCommit>(id, WAIT)
-            .await
-            .expect("the output"),
-        "receipt 1 "
-    );
-    // Over the limit: the completion committed, so the job is done, with its one effect,
-    // but its output is not stored.
+    wait_status(&queue, id, JobStatus::Done, WAIT).await;
     let done = wait_status(&queue, big, JobStatus::Done, WAIT).await;
+    // The worker stores the output once it has seen the commit, then counts the success.
     wait_for("both successes to be counted", WAIT, || async {
         (handle.metrics().succeeded == 2).then_some(())
     })
     .await;
     stop(&handle, task).await;
+    assert_eq!(
+        queue.output::<ReturnsAfterCommit>(id).await.unwrap(),
+        Some("receipt 1 ".to_owned())
+    );
+    // Over the limit: the completion committed, so the job is done, with its one effect,
+    // but its output is not stored.
     assert_eq!(done.attempts, 1);
     let stored: Option<String> = sqlx::query_scalar("SELECT output FROM job_queue WHERE id = ?")
         .bind(big)
@@ -705,7 +704,17 @@ async fn a_limited_job_completing_in_its_transaction_holds_up_no_other_key() {
         .await
         .unwrap()
         .id();
-    let (first, first_task) = start(worker(&queue, "tx_limited", &effects));
+    // No maintenance pass: the key's next job is woken by the worker that saw the commit.
+    let limited_worker = || {
+        quick_worker(&queue)
+            .queues(["tx_limited"])
+            .concurrency(1)
+            .maintenance_interval(Duration::from_secs(3600))
+            .data(effects.clone())
+            .build()
+            .expect("build the worker")
+    };
+    let (first, first_task) = start(limited_worker());
     receive(&mut inside, "the limited job inside its transaction", WAIT).await;
 
     // Its key's next job, and a job of another key, for a second worker.
@@ -725,7 +734,7 @@ async fn a_limited_job_completing_in_its_transaction_holds_up_no_other_key() {
         .await
         .unwrap()
         .id();
-    let (second, second_task) = start(worker(&queue, "tx_limited", &effects));
+    let (second, second_task) = start(limited_worker());
     // The other key's job is claimed and done while the transaction is open: the claim
     // waits for no lock of it (held, it would wait for the server's lock timeout, 50 s by
     // default, or fail).
