@@ -55,7 +55,11 @@ impl JobContext {
     /// # What the worker records
     ///
     /// After the job returns, the worker reads whether the completion committed. If it did,
-    /// the job is done and counted once as succeeded, whatever the job returned afterwards.
+    /// the job is done and counted once as succeeded, whatever the job returned afterwards;
+    /// the worker then stores the value the job returned as its output (unless it is over
+    /// the output limit: the job stays done without it) and its last progress value, just
+    /// after the commit: a reader that sees the job done at that very moment may find them
+    /// not written yet.
     /// If it did not (you rolled back, or the commit failed), the attempt counts as failed:
     /// the job is retried with its backoff (or fails on its last attempt), with the reason
     /// in `last_error`; a job an operator asked to cancel ends `cancelled`. A job that
@@ -64,7 +68,9 @@ impl JobContext {
     /// # Limits
     ///
     /// - `tx` must be a transaction on the queue's database: the completion is a statement
-    ///   on `job_queue` inside it.
+    ///   on `job_queue` inside it. It may run at any isolation level: the completion locks
+    ///   the job's row and, for a job with a concurrency limit, its one slot row, both by
+    ///   primary key, and no gap, so other workers' claims go on while `tx` is open.
     /// - Only what `tx` writes is exactly once. Effects outside the database (an e-mail, an
     ///   HTTP call) still happen at least once: an attempt may do them and then lose its
     ///   lease.
@@ -78,7 +84,7 @@ impl JobContext {
             return Ok(());
         };
         claim.completion_tried();
-        match store::complete_in(tx, self.id, &claim.owner, self.attempt).await? {
+        match store::complete_in(tx, self.id, &claim.owner, self.attempt, claim.holds_slot).await? {
             None => {
                 claim.completion_written();
                 tracing::debug!(

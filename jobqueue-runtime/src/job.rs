@@ -257,6 +257,8 @@ pub struct JobContext {
 #[derive(Debug)]
 pub(crate) struct ClaimFence {
     pub(crate) owner: String,
+    /// Whether the claim holds a concurrency slot, which the completion frees.
+    pub(crate) holds_slot: bool,
     completion: AtomicU8,
 }
 
@@ -268,9 +270,10 @@ const REFUSED: u8 = 1;
 const WRITTEN: u8 = 2;
 
 impl ClaimFence {
-    pub(crate) fn new(owner: impl Into<String>) -> Self {
+    pub(crate) fn new(owner: impl Into<String>, holds_slot: bool) -> Self {
         ClaimFence {
             owner: owner.into(),
+            holds_slot,
             completion: AtomicU8::new(NOT_TRIED),
         }
     }

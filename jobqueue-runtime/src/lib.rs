@@ -73,6 +73,11 @@ pub mod __store {
         pub use crate::store::{key_history_sql, release_sql};
         // A running job's progress write.
         pub use crate::store::PROGRESS_UPDATE;
+        // What a completion in the job's own transaction does besides its statement: free
+        // its slot by primary key, then (after the commit) write its output and wake its key.
+        pub use crate::store::{
+            CONCURRENCY_KEY_OF_JOB, OUTPUT_AFTER_COMMIT, SLOT_OF_CLAIM, SLOT_RELEASE,
+        };
     }
 }
 

@@ -317,7 +317,8 @@ async fn claim_skips_a_locked_row_without_waiting() {
 // The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
 use jobqueue_runtime::__store::statements::{
     complete_in_sql, key_history_sql, release_sql, ATTEMPT_LOG_SELECT, BRING_FORWARD_SELECT,
-    CLAIM_SELECT, OUTPUT_SELECT, PROGRESS_UPDATE, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
+    CLAIM_SELECT, CONCURRENCY_KEY_OF_JOB, OUTPUT_AFTER_COMMIT, OUTPUT_SELECT, PROGRESS_UPDATE,
+    PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
 };
 
 /// One row of an `EXPLAIN`.
@@ -559,6 +560,32 @@ async fn maintenance_queries_use_their_indexes() {
             && row.rows <= 1),
         "progress write reads one row by id: {plan:#?}"
     );
+    // After a completion in the job's own transaction: its output, and its concurrency key
+    // (to wake the key's next job), each one row by its id (through the primary key or,
+    // for `status = 'done' AND id = ?`, the (status, id) index).
+    for (what, sql, binds) in [
+        (
+            "output after the commit",
+            OUTPUT_AFTER_COMMIT,
+            &["{}", "5", "1"][..],
+        ),
+        (
+            "concurrency key of a job",
+            CONCURRENCY_KEY_OF_JOB,
+            &["5"][..],
+        ),
+    ] {
+        let plan = explain(pool, sql, binds).await;
+        assert!(
+            plan.iter().any(|row| row.table == "job_queue"
+                && matches!(
+                    row.key.as_deref(),
+                    Some("PRIMARY" | "job_queue_list_status")
+                )
+                && row.rows <= 1),
+            "{what} reads one row by id: {plan:#?}"
+        );
+    }
 }
 
 /// The limits' statements on their side tables: a key's slots and blocked jobs are found
@@ -567,7 +594,8 @@ async fn maintenance_queries_use_their_indexes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn limit_statements_use_their_indexes() {
     use jobqueue_runtime::__store::statements::{
-        BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS, WAKE_SCAN,
+        BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS, SLOT_OF_CLAIM,
+        SLOT_RELEASE, WAKE_SCAN,
     };
     let queue = fresh_queue("store_explain_limits").await;
     let pool = queue.pool();
@@ -596,7 +624,7 @@ async fn limit_statements_use_their_indexes() {
             .await
             .expect("analyze");
     }
-    let cases: [(&str, &str, &[&str], &str, &str); 5] = [
+    let cases: [(&str, &str, &[&str], &str, &str); 7] = [
         (
             "free concurrency slot",
             FREE_CONCURRENCY_SLOT,
@@ -626,6 +654,22 @@ async fn limit_statements_use_their_indexes() {
             "job_queue_slot_holder",
         ),
         ("keys to wake", WAKE_SCAN, &[], "s", "PRIMARY"),
+        // A completion in the job's own transaction finds its slot without a lock, then
+        // frees it by primary key.
+        (
+            "slot of a claim",
+            SLOT_OF_CLAIM,
+            &["16", "1"],
+            "job_queue_slot",
+            "job_queue_slot_holder",
+        ),
+        (
+            "release of one slot",
+            SLOT_RELEASE,
+            &["c:key-2", "0", "16", "1"],
+            "job_queue_slot",
+            "PRIMARY",
+        ),
     ];
     for (what, sql, binds, table, index) in cases {
         let plan = explain(pool, sql, binds).await;

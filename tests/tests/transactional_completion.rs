@@ -58,8 +58,15 @@ impl Gate {
     }
 }
 
-/// Gates 0 (effect and done together), 1 (stale attempt), 2 (cancel requested).
-static GATES: [Gate; 3] = [Gate::new(), Gate::new(), Gate::new()];
+/// Gates 0 (effect and done together), 1 (stale attempt), 2 (cancel requested), 3 (the last
+/// progress value), 4 (a limited job's transaction held open).
+static GATES: [Gate; 5] = [
+    Gate::new(),
+    Gate::new(),
+    Gate::new(),
+    Gate::new(),
+    Gate::new(),
+];
 
 /// Records `note` in `effects` on `tx` (the test's `effects` table of
 /// [`fresh_queue_with_effects`]).
@@ -525,4 +532,237 @@ async fn workers_killed_inside_their_transactions_leave_each_effect_exactly_once
         succeeded += m["succeeded"].as_i64().unwrap();
     }
     assert!(succeeded <= JOBS);
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. What the worker still writes after a completion in the job's transaction: the job's
+//    output, and its last progress value.
+// ---------------------------------------------------------------------------------------
+
+/// Completes itself with its effect, commits, and returns a value (`len` bytes of it, with
+/// a `len` over the output limit).
+#[job(queue = "tx_output", key = "txout:{n}")]
+async fn returns_after_commit(
+    ctx: JobContext,
+    pool: Data<MySqlPool>,
+    n: u32,
+    len: usize,
+) -> Result<String, JobError> {
+    let mut tx = pool.begin().await?;
+    ctx.complete_in(&mut tx).await?;
+    effect_in(&mut tx, &ctx, "transfer").await?;
+    tx.commit().await?;
+    Ok(format!("receipt {n} {}", "x".repeat(len)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_output_of_a_job_that_completed_itself_is_stored() {
+    let (queue, effects) = fresh_queue_with_effects("txdone_output").await;
+    let id = queue
+        .enqueue(ReturnsAfterCommit { n: 1, len: 0 })
+        .await
+        .unwrap()
+        .id();
+    let big = queue
+        .enqueue(ReturnsAfterCommit { n: 2, len: 70_000 })
+        .await
+        .unwrap()
+        .id();
+    let (handle, task) = start(worker(&queue, "tx_output", &effects));
+    wait_status(&queue, id, JobStatus::Done, WAIT).await;
+    let done = wait_status(&queue, big, JobStatus::Done, WAIT).await;
+    // The worker stores the output once it has seen the commit, then counts the success.
+    wait_for("both successes to be counted", WAIT, || async {
+        (handle.metrics().succeeded == 2).then_some(())
+    })
+    .await;
+    stop(&handle, task).await;
+    assert_eq!(
+        queue.output::<ReturnsAfterCommit>(id).await.unwrap(),
+        Some("receipt 1 ".to_owned())
+    );
+    // Over the limit: the completion committed, so the job is done, with its one effect,
+    // but its output is not stored.
+    assert_eq!(done.attempts, 1);
+    let stored: Option<String> = sqlx::query_scalar("SELECT output FROM job_queue WHERE id = ?")
+        .bind(big)
+        .fetch_one(queue.pool())
+        .await
+        .unwrap();
+    assert_eq!(stored, None, "an output over the limit is not stored");
+    assert_eq!(
+        effects_of(&effects, "txout:2").await,
+        [(1, "transfer".to_owned())]
+    );
+    let m = handle.metrics();
+    assert_eq!((m.succeeded, m.retried, m.failed), (2, 0, 0), "{m:?}");
+}
+
+/// Reports progress 1, waits for the test's go (once the test has seen 1 in the row), then
+/// reports 2 and completes itself.
+#[job(queue = "tx_progress", key = "txprogress:{n}")]
+async fn progress_then_commit(
+    ctx: JobContext,
+    pool: Data<MySqlPool>,
+    n: u32,
+) -> Result<(), JobError> {
+    let gate = &GATES[n as usize];
+    ctx.set_progress(&1)?;
+    gate.inside.send((ctx.id(), ctx.attempt()));
+    gate.go.notified().await;
+    ctx.set_progress(&2)?;
+    let mut tx = pool.begin().await?;
+    ctx.complete_in(&mut tx).await?;
+    effect_in(&mut tx, &ctx, "transfer").await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_progress_of_a_job_that_completed_itself_is_stored() {
+    let (queue, effects) = fresh_queue_with_effects("txdone_progress").await;
+    let gate = &GATES[3];
+    let mut inside = gate.inside.open();
+    let id = queue
+        .enqueue(ProgressThenCommit { n: 3 })
+        .await
+        .unwrap()
+        .id();
+    // Only the first value is written while the job runs: the next waits for the interval,
+    // so it is written when the attempt ends.
+    let w = quick_worker(&queue)
+        .queues(["tx_progress"])
+        .concurrency(1)
+        .progress_interval(Duration::from_secs(3600))
+        .data(effects.clone())
+        .build()
+        .expect("build the worker");
+    let (handle, task) = start(w);
+    receive(&mut inside, "the job's first progress", WAIT).await;
+    wait_for("the first progress value in the row", WAIT, || async {
+        (row(&queue, id).await.progress == Some(serde_json::json!(1))).then_some(())
+    })
+    .await;
+    gate.go.notify_one();
+    wait_status(&queue, id, JobStatus::Done, WAIT).await;
+    // The worker writes the last value before it reports the outcome it counts.
+    wait_for("the success to be counted", WAIT, || async {
+        (handle.metrics().succeeded == 1).then_some(())
+    })
+    .await;
+    stop(&handle, task).await;
+    let done = row(&queue, id).await;
+    assert_eq!(done.progress, Some(serde_json::json!(2)));
+    assert_eq!(done.status, JobStatus::Done);
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. A limited job's completion in its transaction locks its row and its one slot row:
+//    other keys' jobs are claimed while it is open, and its key's next job runs after.
+// ---------------------------------------------------------------------------------------
+
+/// A job of a key with one slot. `hold`: completes itself in a REPEATABLE READ transaction
+/// and keeps it open until the test's go (gate 4).
+#[job(
+    queue = "tx_limited",
+    concurrency = 1,
+    concurrency_key = "account:{account}"
+)]
+async fn limited_in_tx(
+    ctx: JobContext,
+    pool: Data<MySqlPool>,
+    account: u32,
+    hold: bool,
+) -> Result<(), JobError> {
+    let mut conn = pool.acquire().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *conn)
+        .await?;
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    ctx.complete_in(&mut tx).await?;
+    effect_in(&mut tx, &ctx, "transfer").await?;
+    if hold {
+        let gate = &GATES[4];
+        gate.inside.send((ctx.id(), ctx.attempt()));
+        gate.go.notified().await;
+    }
+    tx.commit().await?;
+    let _ = account;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limited_job_completing_in_its_transaction_holds_up_no_other_key() {
+    let (queue, effects) = fresh_queue_with_effects("txdone_limited").await;
+    let gate = &GATES[4];
+    let mut inside = gate.inside.open();
+    let held = queue
+        .enqueue(LimitedInTx {
+            account: 0,
+            hold: true,
+        })
+        .await
+        .unwrap()
+        .id();
+    // No maintenance pass: the key's next job is woken by the worker that saw the commit.
+    let limited_worker = || {
+        quick_worker(&queue)
+            .queues(["tx_limited"])
+            .concurrency(1)
+            .maintenance_interval(Duration::from_secs(3600))
+            .data(effects.clone())
+            .build()
+            .expect("build the worker")
+    };
+    let (first, first_task) = start(limited_worker());
+    receive(&mut inside, "the limited job inside its transaction", WAIT).await;
+
+    // Its key's next job, and a job of another key, for a second worker.
+    let next = queue
+        .enqueue(LimitedInTx {
+            account: 0,
+            hold: false,
+        })
+        .await
+        .unwrap()
+        .id();
+    let other = queue
+        .enqueue(LimitedInTx {
+            account: 1,
+            hold: false,
+        })
+        .await
+        .unwrap()
+        .id();
+    let (second, second_task) = start(limited_worker());
+    // The other key's job is claimed and done while the transaction is open: the claim
+    // waits for no lock of it (held, it would wait for the server's lock timeout, 50 s by
+    // default, or fail).
+    let done = wait_status(&queue, other, JobStatus::Done, Duration::from_secs(10)).await;
+    assert_eq!(done.attempts, 1);
+    assert_eq!(row(&queue, held).await.status, JobStatus::Running);
+    assert_eq!(
+        row(&queue, next).await.attempts,
+        0,
+        "its key's slot is held"
+    );
+
+    gate.go.notify_one();
+    wait_status(&queue, held, JobStatus::Done, WAIT).await;
+    let next_done = wait_status(&queue, next, JobStatus::Done, WAIT).await;
+    assert_eq!(next_done.attempts, 1);
+    stop(&second, second_task).await;
+    stop(&first, first_task).await;
+    // Every slot is free, and each job's effect happened once.
+    let held_slots: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM job_queue_slot WHERE job_id IS NOT NULL")
+            .fetch_one(queue.pool())
+            .await
+            .unwrap();
+    assert_eq!(held_slots, 0);
+    let effects_total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM effects")
+        .fetch_one(&effects)
+        .await
+        .unwrap();
+    assert_eq!(effects_total, 3);
 }

@@ -20,11 +20,18 @@ use super::*;
 /// This is the one place where a job's row becomes final inside a transaction of the job's
 /// own; whatever must change together with a completion (as [`Store::complete`] writes it)
 /// belongs in this statement too.
+///
+/// `holds_slot`: whether the claim holds a concurrency slot (the claim knows). Only then is
+/// a slot freed, by primary key (see [`SLOT_OF_CLAIM`] and [`SLOT_RELEASE`]), so that the
+/// caller's transaction locks the job's row, that one slot row, and no gap; waking a
+/// blocked job of the key is left to the worker once it sees the commit
+/// ([`Store::wake_after_commit`]), or to maintenance.
 pub(crate) async fn complete_in(
     conn: &mut MySqlConnection,
     id: u64,
     owner: &str,
     attempt: u32,
+    holds_slot: bool,
 ) -> Result<Option<String>> {
     let matched = sqlx::query(&complete_in_sql())
         .bind(id)
@@ -36,7 +43,9 @@ pub(crate) async fn complete_in(
     if matched == 1 {
         // The claim's concurrency slot is freed with the completion: both commit with the
         // caller's transaction, or neither does.
-        super::limits::release_claims(conn, &[(id, attempt)]).await?;
+        if holds_slot {
+            release_slot(conn, id, attempt).await?;
+        }
         return Ok(None);
     }
     // Why not, for the error: a plain read of the row, which takes no lock. Under REPEATABLE
@@ -72,6 +81,95 @@ pub(crate) async fn complete_in(
              back (it is now {status} at attempt {attempts}), so another attempt does its work"
         ),
     }))
+}
+
+/// The concurrency slot a claim holds: a plain (consistent, non-locking) read, over the
+/// holder index. It takes no lock at any isolation level, so it cannot hold up claims of
+/// other jobs until the caller commits; the slot was taken by the claim, which committed
+/// before the job ran, so the caller's snapshot sees it.
+pub const SLOT_OF_CLAIM: &str = "SELECT slot_key, slot_no FROM job_queue_slot \
+     FORCE INDEX (job_queue_slot_holder) WHERE job_id = ? AND attempt = ?";
+
+/// Frees one slot by its primary key, fenced by the claim holding it: an equality match on
+/// the whole primary key locks that one record and no gap, at any isolation level (MySQL
+/// 8.0 and MariaDB 10.6+ alike). Forced: left to itself the optimizer may go by the holder
+/// index (`job_id = ?`), whose range read under REPEATABLE READ locks the gaps around the
+/// entry, where other claims insert theirs.
+pub const SLOT_RELEASE: &str = "UPDATE job_queue_slot FORCE INDEX (PRIMARY) \
+     SET job_id = NULL, attempt = NULL \
+     WHERE slot_key = ? AND slot_no = ? AND job_id = ? AND attempt = ?";
+
+/// Writes the output of a job whose completion committed in its own transaction, once the
+/// worker has seen the commit: by primary key, fenced by the attempt that completed it and
+/// written once.
+pub const OUTPUT_AFTER_COMMIT: &str = "UPDATE job_queue SET output = ? \
+     WHERE id = ? AND attempts = ? AND status = 'done' AND output IS NULL";
+
+/// The concurrency key of a job, to wake a blocked job of that key after its completion
+/// committed. By primary key.
+pub const CONCURRENCY_KEY_OF_JOB: &str =
+    "SELECT concurrency_key, concurrency_limit FROM job_queue WHERE id = ?";
+
+/// Frees the concurrency slot of claim (`id`, `attempt`) inside the caller's transaction,
+/// locking only that slot's row.
+async fn release_slot(conn: &mut MySqlConnection, id: u64, attempt: u32) -> Result<()> {
+    let slots = sqlx::query(SLOT_OF_CLAIM)
+        .bind(id)
+        .bind(attempt)
+        .fetch_all(&mut *conn)
+        .await?;
+    for r in &slots {
+        let (key, no): (Vec<u8>, u32) = (r.try_get(0)?, r.try_get(1)?);
+        sqlx::query(SLOT_RELEASE)
+            .bind(key)
+            .bind(no)
+            .bind(id)
+            .bind(attempt)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Writes `output` (JSON) for job `id`, whose completion at `attempt` committed in the
+    /// job's own transaction. Returns false when nothing was written: the row is not done at
+    /// that attempt, or it has an output already.
+    pub(crate) async fn write_committed_output(
+        &self,
+        id: u64,
+        attempt: u32,
+        output: &str,
+    ) -> Result<bool> {
+        let done = autocommit!(self, |conn| sqlx::query(OUTPUT_AFTER_COMMIT)
+            .bind(output)
+            .bind(id)
+            .bind(attempt)
+            .execute(&mut *conn))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Wakes the first blocked job of job `id`'s concurrency key, after the job's completion
+    /// freed a slot of that key in the job's own transaction (which leaves the wake out, to
+    /// lock nothing more there). A job woken while the slot was taken again meanwhile is
+    /// blocked again by its claim. Returns how many jobs were woken (0 or 1).
+    pub(crate) async fn wake_after_commit(&self, id: u64) -> Result<u32> {
+        let row = on_connection!(self, |conn| sqlx::query(CONCURRENCY_KEY_OF_JOB)
+            .bind(id)
+            .fetch_optional(&mut *conn))
+        .await?;
+        let Some(row) = row else { return Ok(0) };
+        let (key, limit): (Option<Vec<u8>>, u32) = (row.try_get(0)?, row.try_get(1)?);
+        let Some(key) = key.filter(|_| limit > 0) else {
+            return Ok(0);
+        };
+        let mut slot_key = b"c:".to_vec();
+        slot_key.extend_from_slice(&key);
+        transaction!(self, |conn| {
+            let n = super::limits::wake(conn, &slot_key, 1).await?;
+            Ok((n, n > 0))
+        })
+    }
 }
 
 /// The statement of a job's completion in its own transaction (for the EXPLAIN test: it

@@ -14,7 +14,9 @@
 //! A job whose key has no free slot is `blocked`: out of the claim index's `ready` range, so
 //! that it does not hold up the jobs behind it, and listed in `job_queue_blocked` under the
 //! slot key it waits for. A freed concurrency slot wakes the first blocked job of its key
-//! (back to `ready`) in the same transaction; maintenance wakes blocked jobs of any key
+//! (back to `ready`) in the same transaction; a completion in the job's own transaction
+//! (`complete_in.rs`) frees its slot by primary key and leaves the wake to the worker once
+//! it sees the commit, so as to lock nothing more there; maintenance wakes blocked jobs of any key
 //! that has a free slot (rate slots free with time, and a wake can be missed when a release
 //! and a block commit at the same moment), and frees slots whose claim has ended without
 //! releasing them.
@@ -425,7 +427,9 @@ pub(super) async fn block(
 /// Frees the concurrency slots that `claims` (job id, attempt) hold and wakes a blocked job
 /// of each freed key, inside the caller's transaction. Every path that ends a claim calls
 /// this where it writes the row's new state: success, retry, failure, cancel, hand-back,
-/// deferral, reclaim. A claim that holds no slot (an unlimited job), or whose slot was freed
+/// deferral, reclaim; all but a completion in the job's own transaction, which frees its
+/// slot by primary key instead (this function's locking reads by holder take gap locks
+/// under REPEATABLE READ, held there until the job commits). A claim that holds no slot (an unlimited job), or whose slot was freed
 /// already, matches nothing. Returns how many slots were freed.
 pub(crate) async fn release_claims(
     conn: &mut MySqlConnection,

@@ -206,7 +206,9 @@ pub use admin::key_history_sql;
 pub use admin::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
 pub use claim::CLAIM_SELECT;
 pub(crate) use complete_in::complete_in;
-pub use complete_in::complete_in_sql;
+pub use complete_in::{
+    complete_in_sql, CONCURRENCY_KEY_OF_JOB, OUTPUT_AFTER_COMMIT, SLOT_OF_CLAIM, SLOT_RELEASE,
+};
 pub(crate) use connect::LeaseConnect;
 pub use dashboard::{dashboard_statements, Arg};
 pub(crate) use decode::{

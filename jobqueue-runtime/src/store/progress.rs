@@ -5,9 +5,15 @@ use super::*;
 /// Writes one attempt's progress. By primary key; the owner and attempt fence it, as they
 /// fence every write after a claim. `updated_at` is left alone: progress is not a change
 /// of state.
+///
+/// A row `done` at this attempt matches too: a job that completed itself in its own
+/// transaction (`JobContext::complete_in`) is done before the worker writes its last value,
+/// and that value is this attempt's (a row is `done` at an attempt only by that attempt's
+/// completion, and nothing claims it again).
 pub const PROGRESS_UPDATE: &str =
     "UPDATE job_queue SET progress = ?, progress_at = UTC_TIMESTAMP(6) \
-     WHERE id = ? AND lease_owner = ? AND attempts = ? AND status = 'running'";
+     WHERE id = ? AND (lease_owner = ? AND status = 'running' OR status = 'done') \
+       AND attempts = ?";
 
 impl Store {
     /// Writes `json` as the progress of job `id`, attempt `attempt` held by `owner`.

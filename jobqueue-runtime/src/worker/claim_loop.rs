@@ -212,7 +212,10 @@ impl Worker {
             token: CancellationToken::new(),
             reason: Default::default(),
             data: self.data.clone(),
-            claim: Some(Arc::new(ClaimFence::new(self.config.owner.clone()))),
+            claim: Some(Arc::new(ClaimFence::new(
+                self.config.owner.clone(),
+                c.holds_slot,
+            ))),
             progress: Default::default(),
             output: Default::default(),
         };

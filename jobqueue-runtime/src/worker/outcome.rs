@@ -18,9 +18,14 @@ pub(crate) enum Outcome {
     },
     Finish(Finish),
     /// The job wrote its own completion in its transaction ([`JobContext::complete_in`]):
-    /// done if that transaction committed, else `otherwise`.
+    /// done if that transaction committed, else `otherwise`. `output` is the JSON of what
+    /// the job returned (unless `()`), written by the writer once it sees the commit;
+    /// `refused` says why a value the job returned cannot be stored (over the limit, not
+    /// serializable), for the writer to log if the job is done without it.
     DoneInTransaction {
         otherwise: Finish,
+        output: Option<String>,
+        refused: Option<String>,
     },
 }
 
@@ -74,6 +79,7 @@ pub(crate) fn decide(
         }
     };
     let kind = descriptor.map(|d| d.kind()).unwrap_or(ctx.kind.as_str());
+    let returned_ok = matches!(ran, Ran::Finished(Ok(())));
     let outcome = match ran {
         Ran::Finished(Ok(())) => match ctx.output() {
             None => Outcome::Done { output: None },
@@ -139,11 +145,25 @@ pub(crate) fn decide(
     }
     // The job's completion may have committed with its transaction: the writer reads which,
     // and writes this only if it did not.
-    Some(Outcome::DoneInTransaction {
-        otherwise: match outcome {
-            Outcome::Done { .. } => failed_attempt(NOT_COMMITTED.into()),
-            Outcome::Finish(how) | Outcome::DoneInTransaction { otherwise: how } => how,
+    // An output over the limit (or one that cannot be serialized) cannot be stored: if the
+    // completion committed, the job is done without it, and the writer says why.
+    Some(match outcome {
+        Outcome::Done { output } => Outcome::DoneInTransaction {
+            otherwise: failed_attempt(NOT_COMMITTED.into()),
+            output,
+            refused: None,
         },
+        Outcome::Finish(how) | Outcome::DoneInTransaction { otherwise: how, .. } => {
+            let refused = match &how {
+                Finish::Fail { error } if returned_ok => Some(error.clone()),
+                _ => None,
+            };
+            Outcome::DoneInTransaction {
+                otherwise: how,
+                output: None,
+                refused,
+            }
+        }
     })
 }
 
@@ -195,7 +215,7 @@ mod tests {
         use crate::job::ClaimFence;
         let tried = |attempt: u32, reason: Option<CancelReason>| {
             let mut c = ctx(attempt, 3);
-            let claim = std::sync::Arc::new(ClaimFence::new("worker-a"));
+            let claim = std::sync::Arc::new(ClaimFence::new("worker-a", false));
             claim.completion_tried();
             c.claim = Some(claim);
             if let Some(r) = reason {
@@ -204,7 +224,7 @@ mod tests {
             c
         };
         let otherwise = |ran: Ran, c: &JobContext| match decide(ran, c, None, DAY) {
-            Some(Outcome::DoneInTransaction { otherwise }) => otherwise,
+            Some(Outcome::DoneInTransaction { otherwise, .. }) => otherwise,
             other => panic!("not left to the transaction: {other:?}"),
         };
         // Ok, but not committed: a failed attempt, retried, failed on the last one, or
@@ -421,5 +441,31 @@ mod tests {
             "the output of job `k` is 65538 bytes of JSON, over the limit of 65536 bytes; \
              store large results elsewhere (a table, a file) and return a reference to them (not retried)"
         );
+    }
+
+    #[test]
+    fn a_job_that_completed_itself_keeps_its_output_for_the_writer() {
+        use crate::job::ClaimFence;
+        let tried = || {
+            let mut c = ctx(1, 3);
+            let claim = std::sync::Arc::new(ClaimFence::new("worker-a", false));
+            claim.completion_tried();
+            c.claim = Some(claim);
+            c
+        };
+        let c = tried();
+        c.set_output(&42);
+        assert!(matches!(
+            decide(Ran::Finished(Ok(())), &c, None, DAY),
+            Some(Outcome::DoneInTransaction { output: Some(json), refused: None, .. }) if json == "42"
+        ));
+        // Over the limit: not kept, and the reason goes with it.
+        let c = tried();
+        c.set_output(&"x".repeat(MAX_OUTPUT_BYTES));
+        assert!(matches!(
+            decide(Ran::Finished(Ok(())), &c, None, DAY),
+            Some(Outcome::DoneInTransaction { output: None, refused: Some(why), .. })
+                if why.contains("over the limit of 65536 bytes")
+        ));
     }
 }

@@ -157,7 +157,7 @@ async fn write_batch(
     while let Some(r) = batch.last() {
         let (how, in_transaction) = match &r.outcome {
             Outcome::Finish(how) => (how, false),
-            Outcome::DoneInTransaction { otherwise } => (otherwise, true),
+            Outcome::DoneInTransaction { otherwise, .. } => (otherwise, true),
             Outcome::Done { .. } => {
                 batch.pop();
                 continue;
@@ -345,14 +345,39 @@ async fn done_in_transaction(
     for chunk in claims.chunks(128) {
         done.extend(store.ids_done_at(chunk).await?);
     }
-    batch.retain(|r| {
-        let committed =
-            matches!(r.outcome, Outcome::DoneInTransaction { .. }) && done.contains(&r.id);
-        if committed {
-            leases.release(r.id, r.attempt);
-            succeeded(metrics, r);
+    // Committed: what the job's transaction left to the worker, then recorded as done. Each
+    // report leaves the batch once settled, so that a retry after an error only does the rest.
+    while let Some(i) = batch.iter().position(|r| {
+        matches!(r.outcome, Outcome::DoneInTransaction { .. }) && done.contains(&r.id)
+    }) {
+        let r = &batch[i];
+        if let Outcome::DoneInTransaction {
+            output: Some(output),
+            ..
+        } = &r.outcome
+        {
+            // Written once: a retry finds the output there and matches nothing.
+            store
+                .write_committed_output(r.id, r.attempt, output)
+                .await?;
         }
-        !committed
-    });
+        if r.holds_slot {
+            // The job's transaction freed its slot without waking the key's next job.
+            store.wake_after_commit(r.id).await?;
+        }
+        if let Outcome::DoneInTransaction {
+            refused: Some(why), ..
+        } = &r.outcome
+        {
+            tracing::warn!(
+                job.id = r.id,
+                attempt = r.attempt,
+                "the job's completion committed, so it is done, but its output is not stored: {why}"
+            );
+        }
+        leases.release(r.id, r.attempt);
+        succeeded(metrics, r);
+        batch.swap_remove(i);
+    }
     Ok(())
 }
