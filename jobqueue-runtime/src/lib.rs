@@ -64,7 +64,8 @@ pub mod __store {
         pub use crate::store::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
         // The limits' statements on their side tables.
         pub use crate::store::{
-            BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS, WAKE_SCAN,
+            BLOCKED_DELETE_JOB, BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT,
+            ORPHAN_SLOTS, WAKE_SCAN,
         };
         // The operator dashboard's statements for a filter, with their arguments; run one
         // with `Store::explain`.

@@ -567,7 +567,8 @@ async fn maintenance_queries_use_their_indexes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn limit_statements_use_their_indexes() {
     use jobqueue_runtime::__store::statements::{
-        BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS, WAKE_SCAN,
+        BLOCKED_DELETE_JOB, BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS,
+        WAKE_SCAN,
     };
     let queue = fresh_queue("store_explain_limits").await;
     let pool = queue.pool();
@@ -596,7 +597,7 @@ async fn limit_statements_use_their_indexes() {
             .await
             .expect("analyze");
     }
-    let cases: [(&str, &str, &[&str], &str, &str); 5] = [
+    let cases: [(&str, &str, &[&str], &str, &str); 6] = [
         (
             "free concurrency slot",
             FREE_CONCURRENCY_SLOT,
@@ -626,6 +627,13 @@ async fn limit_statements_use_their_indexes() {
             "job_queue_slot_holder",
         ),
         ("keys to wake", WAKE_SCAN, &[], "s", "PRIMARY"),
+        (
+            "the waiting row of a cancelled job",
+            BLOCKED_DELETE_JOB,
+            &["7"],
+            "job_queue_blocked",
+            "job_queue_blocked_job",
+        ),
     ];
     for (what, sql, binds, table, index) in cases {
         let plan = explain(pool, sql, binds).await;

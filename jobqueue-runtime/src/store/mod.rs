@@ -216,7 +216,10 @@ use enqueue::is_key_conflict;
 pub use enqueue::release_sql;
 pub(crate) use enqueue::{insert, insert_many};
 pub(crate) use limits::MAX_SLOTS;
-pub use limits::{BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS, WAKE_SCAN};
+pub use limits::{
+    BLOCKED_DELETE_JOB, BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS,
+    WAKE_SCAN,
+};
 pub use maintenance::DEFAULT_MAX_LEASE_EXPIRIES;
 pub use maintenance::{PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
 pub use progress::PROGRESS_UPDATE;
