@@ -62,6 +62,8 @@ pub mod __store {
         };
         // A job's history and output, read by primary key.
         pub use crate::store::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
+        // The blocked jobs a drain left in a queue.
+        pub use crate::store::BLOCKED_IN_QUEUE;
         // The limits' statements on their side tables.
         pub use crate::store::{
             BLOCKED_DELETE_JOB, BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT,

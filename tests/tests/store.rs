@@ -316,8 +316,9 @@ async fn claim_skips_a_locked_row_without_waiting() {
 
 // The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
 use jobqueue_runtime::__store::statements::{
-    complete_in_sql, key_history_sql, release_sql, ATTEMPT_LOG_SELECT, BRING_FORWARD_SELECT,
-    CLAIM_SELECT, OUTPUT_SELECT, PROGRESS_UPDATE, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
+    complete_in_sql, key_history_sql, release_sql, ATTEMPT_LOG_SELECT, BLOCKED_IN_QUEUE,
+    BRING_FORWARD_SELECT, CLAIM_SELECT, OUTPUT_SELECT, PROGRESS_UPDATE, PROMOTE_PROBE,
+    PROMOTE_SELECT, RECLAIM_SELECT,
 };
 
 /// One row of an `EXPLAIN`.
@@ -520,6 +521,16 @@ async fn maintenance_queries_use_their_indexes() {
         "bring forward",
         BRING_FORWARD_SELECT,
         &["emails", "500"],
+        "job_queue_claim",
+        Access::Ref(2),
+    )
+    .await;
+    // The jobs a drain left blocked in a queue.
+    assert_plan(
+        pool,
+        "blocked in queue",
+        BLOCKED_IN_QUEUE,
+        &["emails", "5"],
         "job_queue_claim",
         Access::Ref(2),
     )

@@ -224,7 +224,7 @@ pub use maintenance::DEFAULT_MAX_LEASE_EXPIRIES;
 pub use maintenance::{PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
 pub use progress::PROGRESS_UPDATE;
 pub use server::ServerInfo;
-pub use testing::BRING_FORWARD_SELECT;
+pub use testing::{BLOCKED_IN_QUEUE, BRING_FORWARD_SELECT};
 pub(crate) use workers::WorkerRow;
 
 /// The low-level queue operations, with their conflict retries counted. Get one with
