@@ -166,9 +166,7 @@ fn generate(
 
     let cron_payload = args.cron.as_ref().map(|_| {
         quote! {
-            .with_cron_payload(|| #root::__private::serde_json::to_value(
-                <#ty as ::core::default::Default>::default()
-            ))
+            .with_default_payload::<#ty>()
         }
     });
 

@@ -62,9 +62,12 @@ pub mod __store {
         };
         // A job's history and output, read by primary key.
         pub use crate::store::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
+        // The blocked jobs a drain left in a queue.
+        pub use crate::store::BLOCKED_IN_QUEUE;
         // The limits' statements on their side tables.
         pub use crate::store::{
-            BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS, WAKE_SCAN,
+            BLOCKED_DELETE_JOB, BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT,
+            ORPHAN_SLOTS, WAKE_SCAN,
         };
         // The operator dashboard's statements for a filter, with their arguments; run one
         // with `Store::explain`.

@@ -379,6 +379,8 @@ pub(crate) struct QueueGauges {
     pub(crate) queue: String,
     pub(crate) scheduled: u64,
     pub(crate) ready: u64,
+    /// Jobs waiting for a slot of their limit (`blocked`).
+    pub(crate) blocked: u64,
     pub(crate) running: u64,
     pub(crate) failed: u64,
     /// Age of the oldest ready job; `None` when none is ready.

@@ -21,6 +21,10 @@ pub type RunFn = fn(Value, JobContext) -> RunFuture;
 /// Builds the arguments of a periodic job's tick.
 pub type CronPayloadFn = fn() -> std::result::Result<Value, serde_json::Error>;
 
+/// The limit keys of a periodic job's tick: [`Job::concurrency_key`] and [`Job::rate_key`]
+/// of the arguments the tick is built with.
+pub type CronKeysFn = fn() -> (Option<String>, Option<String>);
+
 /// How one erased run ended, when it did not succeed.
 #[derive(Debug)]
 pub enum RunError {
@@ -40,6 +44,7 @@ pub struct JobDescriptor {
     options: JobOptions,
     run: RunFn,
     cron_payload: Option<CronPayloadFn>,
+    cron_keys: Option<CronKeysFn>,
     data: &'static [DataNeed],
 }
 
@@ -53,20 +58,24 @@ impl JobDescriptor {
             options: J::OPTIONS,
             run: run_erased::<J>,
             cron_payload: None,
+            cron_keys: None,
             data: J::DATA,
         }
     }
 
-    /// Sets how a periodic job's tick builds its arguments (the macro passes a function
-    /// that serializes `J::default()` for a `cron` job).
+    /// Sets how a periodic job's tick builds its arguments. Its limits take the kind's name
+    /// as key; [`with_default_payload`](Self::with_default_payload) also takes the keys
+    /// from the arguments.
     pub const fn with_cron_payload(mut self, f: CronPayloadFn) -> Self {
         self.cron_payload = Some(f);
         self
     }
 
     /// Sets the tick arguments of a periodic kind to `J::default()` (what `#[job(cron)]`
-    /// and `jobqueue::register!(Type, periodic)` use).
-    pub const fn with_default_payload<J: Job + Default>(self) -> Self {
+    /// and `jobqueue::register!(Type, periodic)` use), and its limit keys to those of
+    /// `J::default()`, so that a tick shares its slots with enqueued jobs of the same key.
+    pub const fn with_default_payload<J: Job + Default>(mut self) -> Self {
+        self.cron_keys = Some(default_keys::<J>);
         self.with_cron_payload(default_payload::<J>)
     }
 
@@ -98,6 +107,11 @@ impl JobDescriptor {
     pub(crate) fn cron_payload(&self) -> Option<CronPayloadFn> {
         self.cron_payload
     }
+
+    /// The tick's `(concurrency_key, rate_key)`; `None` each where the kind's name is used.
+    pub(crate) fn cron_keys(&self) -> (Option<String>, Option<String>) {
+        self.cron_keys.map_or((None, None), |f| f())
+    }
 }
 
 impl fmt::Debug for JobDescriptor {
@@ -114,6 +128,11 @@ inventory::collect!(JobDescriptor);
 
 fn default_payload<J: Job + Default>() -> std::result::Result<Value, serde_json::Error> {
     serde_json::to_value(J::default())
+}
+
+fn default_keys<J: Job + Default>() -> (Option<String>, Option<String>) {
+    let args = J::default();
+    (args.concurrency_key(), args.rate_key())
 }
 
 fn run_erased<J: Job>(payload: Value, ctx: JobContext) -> RunFuture {

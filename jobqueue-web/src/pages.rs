@@ -134,7 +134,7 @@ async fn overview_body(s: &Shared, base: &str) -> Result<String, Failure> {
         "<section class=\"card\"><h2>Throughput <small>jobs finished per minute, last hour: \
          <span class=\"key done\">{done} done</span> <span class=\"key failed\">{failed} failed</span></small></h2>{chart}</section>\
          <section class=\"card\"><h2>Queues</h2><table class=\"queues\"><thead><tr><th>Queue</th><th>State</th>\
-         <th class=\"n\">Scheduled</th><th class=\"n\">Ready</th><th class=\"n\">Running</th><th class=\"n\">Done</th>\
+         <th class=\"n\">Scheduled</th><th class=\"n\">Ready</th><th class=\"n\">Blocked</th><th class=\"n\">Running</th><th class=\"n\">Done</th>\
          <th class=\"n\">Failed</th><th class=\"n\">Cancelled</th><th class=\"n\">Oldest ready</th>\
          <th class=\"n\">Done/h</th><th class=\"n\">Failed/h</th><th></th></tr></thead><tbody>{rows}</tbody></table></section>",
         chart = chart(&minutes),
@@ -220,11 +220,12 @@ fn queue_row(s: &Shared, base: &str, q: &QueueStats, (done_h, failed_h): (u64, u
         String::new()
     };
     format!(
-        "<tr><th><a href=\"{b}/jobs?queue={name}\">{qn}</a></th><td>{state}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+        "<tr><th><a href=\"{b}/jobs?queue={name}\">{qn}</a></th><td>{state}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
          <td class=\"n\">{}{expired}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
          <td class=\"n\">{done_h}</td><td class=\"n\">{failed_h}</td><td>{button}</td></tr>",
         link("scheduled", q.scheduled),
         link("ready", q.ready),
+        link("blocked", q.blocked),
         link("running", q.running),
         link("done", q.done),
         link("failed", q.failed),
@@ -319,7 +320,7 @@ impl Filter {
             let status: JobStatus = self.status.parse().map_err(|_| {
                 Failure(
                     StatusCode::BAD_REQUEST,
-                    format!("unknown status {:?}: use scheduled, ready, running, done, failed or cancelled", self.status),
+                    format!("unknown status {:?}: use scheduled, ready, blocked, running, done, failed or cancelled", self.status),
                 )
             })?;
             q = q.status(status);
@@ -438,6 +439,7 @@ pub(crate) async fn jobs(
         "",
         "scheduled",
         "ready",
+        "blocked",
         "running",
         "done",
         "failed",
@@ -662,7 +664,7 @@ pub(crate) async fn job(
         }
         if matches!(
             j.status,
-            JobStatus::Scheduled | JobStatus::Ready | JobStatus::Running
+            JobStatus::Scheduled | JobStatus::Ready | JobStatus::Blocked | JobStatus::Running
         ) && !j.cancel_requested
         {
             actions.push_str(&action(
@@ -998,9 +1000,13 @@ pub(crate) async fn bulk_confirm(
             "this dashboard is read-only: actions are disabled".into(),
         ));
     }
-    let (verb, statuses) = match f.action.as_str() {
-        "retry" => ("Retry", [JobStatus::Failed, JobStatus::Cancelled]),
-        "cancel" => ("Cancel", [JobStatus::Scheduled, JobStatus::Ready]),
+    // The statuses each action changes: those of `retry_matching` and `cancel_matching`.
+    let (verb, statuses): (&str, &[JobStatus]) = match f.action.as_str() {
+        "retry" => ("Retry", &[JobStatus::Failed, JobStatus::Cancelled]),
+        "cancel" => (
+            "Cancel",
+            &[JobStatus::Scheduled, JobStatus::Ready, JobStatus::Blocked],
+        ),
         other => {
             return Err(Failure(
                 StatusCode::BAD_REQUEST,
@@ -1010,7 +1016,7 @@ pub(crate) async fn bulk_confirm(
     };
     let query = f.query()?;
     let mut n = 0;
-    for st in statuses {
+    for &st in statuses {
         if query.status.is_none() || query.status == Some(st) {
             let mut q = query.clone();
             q.status = Some(st);
@@ -1022,7 +1028,7 @@ pub(crate) async fn bulk_confirm(
     let which = if verb == "Retry" {
         "failed or cancelled"
     } else {
-        "scheduled or ready"
+        "scheduled, ready or blocked"
     };
     let button = action(
         &base,

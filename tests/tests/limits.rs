@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use jobqueue::{job, Data, EnqueueOptions, JobContext, JobError, JobStatus, Queue, Worker};
+use jobqueue::{job, Data, EnqueueOptions, Job, JobContext, JobError, JobStatus, Queue, Worker};
 use jobqueue_runtime::__store::{Finish, Store};
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
@@ -442,6 +442,133 @@ async fn an_enqueue_overrides_the_key_and_a_cancelled_blocked_job_is_forgotten()
         left, 0,
         "its waiting row was dropped by the wake that found it"
     );
+}
+
+#[tokio::test]
+async fn cancelled_blocked_jobs_do_not_keep_a_freed_slot_from_the_next() {
+    let queue = fresh_queue("limits_cancel_many").await;
+    let store = store(&queue);
+    let mut ids = Vec::new();
+    for n in 0..12 {
+        // Jobs 4 to 7 carry a task key that the bulk cancel below selects.
+        let opts = match n {
+            4..=7 => EnqueueOptions::default().key(format!("bulk-{n}")),
+            _ => EnqueueOptions::default(),
+        };
+        let job = LimitsExport { account: 5, n };
+        ids.push(queue.enqueue_with(job, opts).await.unwrap().id());
+    }
+    let claimed = store.claim("default", "worker-a", 12).await.unwrap();
+    assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [ids[0]]);
+    let waiting = || async {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue_blocked")
+            .fetch_one(queue.pool())
+            .await
+            .unwrap();
+        n
+    };
+    assert_eq!(waiting().await, 11);
+
+    // One by one: each cancel drops its job's waiting row with it.
+    for id in &ids[1..4] {
+        assert_eq!(
+            queue.cancel(*id).await.unwrap(),
+            jobqueue::CancelOutcome::Cancelled
+        );
+    }
+    assert_eq!(waiting().await, 8);
+    // In bulk, and by an operator's SQL: the next wake deletes the rows they left on its way
+    // to the first job still blocked.
+    let bulk = jobqueue::JobQuery::default().key_prefix("bulk-");
+    assert_eq!(queue.cancel_matching(&bulk).await.unwrap(), 4);
+    sqlx::query("UPDATE job_queue SET status = 'cancelled', finished_at = UTC_TIMESTAMP(6) WHERE id IN (?, ?)")
+        .bind(ids[8])
+        .bind(ids[9])
+        .execute(queue.pool())
+        .await
+        .unwrap();
+
+    // The running job ends: its freed slot wakes job 10 in the same transaction.
+    assert!(store
+        .complete("worker-a", &[(ids[0], 1)])
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        statuses(&queue, &ids[8..]).await,
+        [
+            JobStatus::Cancelled,
+            JobStatus::Cancelled,
+            JobStatus::Ready,
+            JobStatus::Blocked
+        ]
+    );
+    assert_eq!(waiting().await, 1, "only job 11 still waits");
+}
+
+/// Database upkeep, enqueued by hand; it shares its key with the periodic kind below.
+#[job(
+    name = "limits_maint_now",
+    queue = "limits_cron",
+    concurrency = 1,
+    concurrency_key = "db-maint"
+)]
+async fn limits_maint_now(n: u32) {
+    let _ = n;
+}
+
+/// The same upkeep every second.
+#[job(
+    name = "limits_maint_cron",
+    queue = "limits_cron",
+    cron = "* * * * * *",
+    concurrency = 1,
+    concurrency_key = "db-maint",
+    rate_limit = "100/1s",
+    rate_key = "db-maint-rate"
+)]
+async fn limits_maint_cron() {}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_periodic_tick_takes_the_limit_keys_of_its_arguments() {
+    let queue = fresh_queue("limits_cron").await;
+    let store = store(&queue);
+    let by_hand = queue.enqueue(LimitsMaintNow { n: 0 }).await.unwrap().id();
+    let claimed = store.claim("limits_cron", "worker-a", 1).await.unwrap();
+    assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [by_hand]);
+
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .queues(["limits_cron"])
+            .build()
+            .unwrap(),
+    );
+    let tick: u64 = wait_for("a tick", Duration::from_secs(30), || async {
+        sqlx::query_scalar("SELECT id FROM job_queue WHERE kind = ? ORDER BY id LIMIT 1")
+            .bind(LimitsMaintCron::KIND)
+            .fetch_optional(queue.pool())
+            .await
+            .unwrap()
+    })
+    .await;
+    let shown = row(&queue, tick).await;
+    assert_eq!(
+        (shown.concurrency_key.as_deref(), shown.rate_key.as_deref()),
+        (Some("db-maint"), Some("db-maint-rate"))
+    );
+    // The job enqueued by hand holds the key's only slot: the tick waits for it.
+    wait_status(&queue, tick, JobStatus::Blocked, Duration::from_secs(30)).await;
+    assert_eq!(
+        slots(&queue, "c:db-maint").await,
+        [(0, Some(by_hand), Some(1))]
+    );
+    assert!(store
+        .complete("worker-a", &[(by_hand, 1)])
+        .await
+        .unwrap()
+        .is_empty());
+    wait_status(&queue, tick, JobStatus::Done, Duration::from_secs(30)).await;
+    stop(&handle, task).await;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use tests::fresh_database;
+use jobqueue::JobStatus;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use tests::{count_status, fresh_database, fresh_queue, quick_worker, start, stop, wait_for};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn one_of_many_workers_takes_the_turn_to_count_the_gauges() {
@@ -54,4 +56,48 @@ async fn one_of_many_workers_takes_the_turn_to_count_the_gauges() {
     )
     .await;
     assert_eq!(race(Duration::from_millis(500)).await, 1, "next interval");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn blocked_jobs_are_counted_and_published() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let metrics = recorder.handle();
+    metrics::set_global_recorder(recorder).expect("the only recorder of this test binary");
+    let queue = fresh_queue("queue_gauges_blocked").await;
+    // Jobs of a queue no worker serves: two wait for a slot of their limit, one is ready.
+    for (key, status) in [("b-0", "blocked"), ("b-1", "blocked"), ("r-0", "ready")] {
+        sqlx::query(
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status) \
+             VALUES ('gauged', 'k', ?, '{}', ?)",
+        )
+        .bind(key)
+        .bind(status)
+        .execute(queue.pool())
+        .await
+        .unwrap();
+    }
+    assert_eq!(count_status(&queue, JobStatus::Blocked).await, 2);
+
+    let (handle, task) = start(quick_worker(&queue).queues(["idle"]).build().unwrap());
+    let shown = wait_for("the gauges", Duration::from_secs(30), || async {
+        let text = metrics.render();
+        text.contains("jobqueue_queue_jobs{queue=\"gauged\"")
+            .then_some(text)
+    })
+    .await;
+    stop(&handle, task).await;
+    for line in [
+        "jobqueue_queue_jobs{queue=\"gauged\",status=\"blocked\"} 2",
+        "jobqueue_queue_jobs{queue=\"gauged\",status=\"waiting\"} 1",
+    ] {
+        assert!(shown.lines().any(|l| l == line), "{line} in {shown}");
+    }
+    let stored: Vec<(String, u64)> = sqlx::query_as(
+        "SELECT CAST(status AS CHAR), jobs FROM job_queue_gauges WHERE queue = 'gauged' \
+         ORDER BY status",
+    )
+    .fetch_all(queue.pool())
+    .await
+    .unwrap();
+    assert_eq!(stored, [("ready".to_owned(), 1), ("blocked".to_owned(), 2)]);
 }

@@ -316,9 +316,9 @@ async fn claim_skips_a_locked_row_without_waiting() {
 
 // The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
 use jobqueue_runtime::__store::statements::{
-    complete_in_sql, key_history_sql, release_sql, ATTEMPT_LOG_SELECT, BRING_FORWARD_SELECT,
-    CLAIM_SELECT, CONCURRENCY_KEY_OF_JOB, OUTPUT_AFTER_COMMIT, OUTPUT_SELECT, PROGRESS_UPDATE,
-    PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
+    complete_in_sql, key_history_sql, release_sql, ATTEMPT_LOG_SELECT, BLOCKED_IN_QUEUE,
+    BRING_FORWARD_SELECT, CLAIM_SELECT, CONCURRENCY_KEY_OF_JOB, OUTPUT_AFTER_COMMIT, OUTPUT_SELECT,
+    PROGRESS_UPDATE, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
 };
 
 /// One row of an `EXPLAIN`.
@@ -525,6 +525,16 @@ async fn maintenance_queries_use_their_indexes() {
         Access::Ref(2),
     )
     .await;
+    // The jobs a drain left blocked in a queue.
+    assert_plan(
+        pool,
+        "blocked in queue",
+        BLOCKED_IN_QUEUE,
+        &["emails", "5"],
+        "job_queue_claim",
+        Access::Ref(2),
+    )
+    .await;
     // The older jobs of a key: the released range of its prefix, newest first.
     assert_plan(
         pool,
@@ -594,8 +604,8 @@ async fn maintenance_queries_use_their_indexes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn limit_statements_use_their_indexes() {
     use jobqueue_runtime::__store::statements::{
-        BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS, SLOT_OF_CLAIM,
-        SLOT_RELEASE, WAKE_SCAN,
+        BLOCKED_DELETE_JOB, BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS,
+        SLOT_OF_CLAIM, SLOT_RELEASE, WAKE_SCAN,
     };
     let queue = fresh_queue("store_explain_limits").await;
     let pool = queue.pool();
@@ -624,7 +634,7 @@ async fn limit_statements_use_their_indexes() {
             .await
             .expect("analyze");
     }
-    let cases: [(&str, &str, &[&str], &str, &str); 7] = [
+    let cases: [(&str, &str, &[&str], &str, &str); 8] = [
         (
             "free concurrency slot",
             FREE_CONCURRENCY_SLOT,
@@ -669,6 +679,13 @@ async fn limit_statements_use_their_indexes() {
             &["c:key-2", "0", "16", "1"],
             "job_queue_slot",
             "PRIMARY",
+        ),
+        (
+            "the waiting row of a cancelled job",
+            BLOCKED_DELETE_JOB,
+            &["7"],
+            "job_queue_blocked",
+            "job_queue_blocked_job",
         ),
     ];
     for (what, sql, binds, table, index) in cases {

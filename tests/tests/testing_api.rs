@@ -667,6 +667,68 @@ async fn drain_with_scheduled_runs_retries_to_the_end() {
     );
 }
 
+#[job(
+    queue = "testing_rate",
+    rate_limit = "2/1h",
+    rate_key = "sms:{provider}"
+)]
+async fn send_sms(provider: String, n: u32) {
+    let _ = (provider, n);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_names_the_jobs_a_rate_limit_left_blocked_and_with_scheduled_runs_them() {
+    let db = TestDatabase::new("api_drain_rate").await.unwrap();
+    let queue = db.queue();
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        let sms = SendSms {
+            provider: "acme".into(),
+            n,
+        };
+        ids.push(queue.enqueue(sms).await.unwrap().id());
+    }
+    let statuses = || async {
+        let mut out = Vec::new();
+        for id in &ids {
+            out.push(queue.job(*id).await.unwrap().unwrap().status);
+        }
+        out
+    };
+
+    // Two starts per hour: the drain runs two and says why it left the others.
+    let err = drain(queue).queues(["testing_rate"]).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "testing: drain ended with jobs still blocked by their limits: job {} (`send_sms`, \
+             queue `testing_rate`) waits for the rate key \"sms:acme\"; job {} (`send_sms`, \
+             queue `testing_rate`) waits for the rate key \"sms:acme\"; a rate limit holds \
+             them until its window passes: drain `.with_scheduled()` to move time forward, or \
+             assert on them as `blocked`",
+            ids[2], ids[3]
+        )
+    );
+    assert_eq!(
+        statuses().await,
+        [
+            JobStatus::Done,
+            JobStatus::Done,
+            JobStatus::Blocked,
+            JobStatus::Blocked
+        ]
+    );
+
+    // Moving time forward, the windows pass and the rest run.
+    let rest = drain(queue)
+        .queues(["testing_rate"])
+        .with_scheduled()
+        .await
+        .unwrap();
+    assert_eq!(rest.kind("send_sms").done, 2, "{rest:?}");
+    assert_eq!(statuses().await, [JobStatus::Done; 4]);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_that_never_ends_stops_at_its_bound() {
     let db = TestDatabase::new("api_drain_bound").await.unwrap();

@@ -568,6 +568,74 @@ async fn bulk_actions_confirm_the_count_and_say_how_many_changed() {
 }
 
 #[tokio::test]
+async fn blocked_jobs_are_counted_listed_and_cancelled() {
+    let queue = fresh_queue("web_blocked").await;
+    let mut blocked = Vec::new();
+    for i in 0..3 {
+        blocked
+            .push(insert_job(&queue, "lim", "k", &format!("b-{i}"), "{}", "blocked", None).await);
+    }
+    insert_job(&queue, "lim", "k", "r-0", "{}", "ready", None).await;
+    let router = Dashboard::new(queue.clone()).router();
+
+    // The overview counts them, with a link to the list of them.
+    let live = get(&router, "/live").await.body;
+    assert!(live.contains("<th class=\"n\">Blocked</th>"), "{live}");
+    assert!(
+        live.contains("<a href=\"/jobs?queue=lim&amp;status=blocked\">3</a>"),
+        "{live}"
+    );
+    // The list filters on them, and a wrong status names them among the right ones.
+    let list = get(&router, "/jobs?queue=lim&status=blocked").await.body;
+    assert!(
+        list.contains("<option value=\"blocked\" selected>"),
+        "{list}"
+    );
+    assert!(list.contains("b-2") && !list.contains("r-0"), "{list}");
+    let wrong = get(&router, "/jobs?status=stuck").await;
+    assert_eq!(wrong.status, StatusCode::BAD_REQUEST);
+    assert!(
+        wrong.body.contains(
+            "unknown status &quot;stuck&quot;: use scheduled, ready, blocked, running, done, failed or cancelled"
+        ),
+        "{}",
+        wrong.body
+    );
+
+    // A blocked job's page offers Cancel, which cancels it.
+    let page = get(&router, &format!("/jobs/{}", blocked[0])).await.body;
+    assert!(
+        page.contains(&format!("action=\"/jobs/{}/cancel\"", blocked[0])),
+        "{page}"
+    );
+    let token = csrf_of(&page);
+    let r = post(
+        &router,
+        &format!("/jobs/{}/cancel", blocked[0]),
+        &format!("csrf={token}"),
+    )
+    .await;
+    assert!(get(&router, r.location.as_deref().unwrap())
+        .await
+        .body
+        .contains("cancelled: 1 job changed"));
+    assert_eq!(row(&queue, blocked[0]).await.status, JobStatus::Cancelled);
+
+    // The bulk cancel's confirmation counts what it cancels: the ready and the blocked jobs.
+    let confirm = get(&router, "/bulk?queue=lim&action=cancel").await.body;
+    assert!(confirm.contains("id=\"bulk-count\">3<"), "{confirm}");
+    assert!(confirm.contains("scheduled, ready or blocked"), "{confirm}");
+    let done = post(
+        &router,
+        "/bulk",
+        &format!("csrf={token}&queue=lim&action=cancel"),
+    )
+    .await;
+    let shown = get(&router, done.location.as_deref().unwrap()).await.body;
+    assert!(shown.contains("Cancelled 3 jobs."), "{shown}");
+}
+
+#[tokio::test]
 async fn pause_resume_cancel_and_purge_say_what_changed() {
     let queue = fresh_queue("web_pause").await;
     insert_job(&queue, "mail", "k", "d1", "{}", "done", None).await;

@@ -38,6 +38,7 @@ pub(super) async fn refresh_gauges(m: &mut Maintenance) -> Result<()> {
         let count = |f: fn(&crate::model::QueueGauges) -> u64| g.map_or(0, f) as f64;
         for (status, n) in [
             ("waiting", count(|g| g.ready)),
+            ("blocked", count(|g| g.blocked)),
             ("running", count(|g| g.running)),
             ("scheduled", count(|g| g.scheduled)),
             ("failed", count(|g| g.failed)),

@@ -137,8 +137,15 @@ impl Scheduler {
             let payload = or_next_kind!(make().map_err(|source| Error::Serialize { kind, source }))
                 .to_string();
             let lease_ms = or_next_kind!(crate::enqueue::lease_ms(kind, o.lease));
-            // A tick's arguments are the defaults: its limits take the kind's name as key.
-            let limits = or_next_kind!(crate::enqueue::job_limits(kind, o, || None, || None));
+            // A tick's arguments are the defaults: its limit keys are theirs, so that a tick
+            // shares its slots with enqueued jobs of the same key.
+            let (concurrency_key, rate_key) = e.descriptor.cron_keys();
+            let limits = or_next_kind!(crate::enqueue::job_limits(
+                kind,
+                o,
+                || concurrency_key,
+                || rate_key
+            ));
             let job_of = |tick: chrono::NaiveDateTime| NewJob {
                 kind: kind.to_owned(),
                 queue: o.queue.to_owned(),

@@ -42,8 +42,6 @@ impl Store {
             return Ok(None);
         };
         let outcome = match status.parse::<JobStatus>()? {
-            // A blocked job's row in `job_queue_blocked` is left behind: the next wake of its
-            // key finds the job no longer blocked and deletes the row.
             JobStatus::Scheduled | JobStatus::Ready | JobStatus::Blocked => {
                 sqlx::query(
                     "UPDATE job_queue SET status = 'cancelled', finished_at = UTC_TIMESTAMP(6), \
@@ -53,6 +51,14 @@ impl Store {
                 .bind(id)
                 .execute(&mut *tx)
                 .await?;
+                if status == "blocked" {
+                    // Its waiting row goes with it, so that the next wake of its key does not
+                    // spend a round on it.
+                    sqlx::query(BLOCKED_DELETE_JOB)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 CancelOutcome::Cancelled
             }
             JobStatus::Running => {

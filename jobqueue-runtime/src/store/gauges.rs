@@ -1,4 +1,5 @@
-//! The queue gauges: how many jobs wait, run, are scheduled or failed, per queue, and how
+//! The queue gauges: how many jobs wait, are blocked by a limit, run, are scheduled or
+//! failed, per queue, and how
 //! old the oldest ready job is. One worker of the fleet counts them per interval and writes
 //! them to `job_queue_gauges`; every worker reads that small table.
 
@@ -14,7 +15,7 @@ use crate::model::{JobStatus, QueueGauges};
 /// active and failed row (over the `(status, finished_at, id)` index, then the rows): about
 /// 0.1-0.2 s for 80,000 such rows, which is why one worker per interval runs it.
 const COUNT_GAUGES: &str = "SELECT queue, CAST(status AS CHAR), COUNT(*), MIN(run_at) \
-     FROM job_queue WHERE status IN ('scheduled', 'ready', 'running', 'failed') \
+     FROM job_queue WHERE status IN ('scheduled', 'ready', 'blocked', 'running', 'failed') \
      GROUP BY queue, status";
 
 impl Store {
@@ -103,9 +104,10 @@ impl Store {
                     let age: Option<i64> = r.try_get(3)?;
                     g.oldest_ready_secs = age.map(|us| us.max(0) as f64 / 1e6);
                 }
+                JobStatus::Blocked => g.blocked = n,
                 JobStatus::Running => g.running = n,
                 JobStatus::Failed => g.failed = n,
-                JobStatus::Done | JobStatus::Cancelled | JobStatus::Blocked => {}
+                JobStatus::Done | JobStatus::Cancelled => {}
             }
         }
         Ok(out)

@@ -42,6 +42,14 @@ pub const FREE_RATE_SLOT: &str = "SELECT slot_no FROM job_queue_slot FORCE INDEX
 pub const BLOCKED_SELECT: &str = "SELECT job_id FROM job_queue_blocked \
      WHERE slot_key = ? ORDER BY priority, job_id LIMIT ? FOR UPDATE SKIP LOCKED";
 
+/// Drops the waiting row of a job that ends while blocked (by the job index of
+/// `job_queue_blocked`).
+pub const BLOCKED_DELETE_JOB: &str = "DELETE FROM job_queue_blocked WHERE job_id = ?";
+
+/// The most waiting rows of jobs no longer blocked (cancelled, pruned) one wake deletes on
+/// its way to the blocked jobs it wakes.
+const WAKE_MAX_LEFTOVERS: u32 = 1000;
+
 /// The keys with blocked jobs and how many of their slots are free now (maintenance). A
 /// concurrency slot's `free_at` stays in the past and a rate slot's `job_id` stays NULL, so
 /// one condition serves both.
@@ -488,14 +496,14 @@ pub(crate) async fn release_claims(
 
 /// Puts up to `n` blocked jobs of `key` back to `ready`, first in claim order, skipping
 /// jobs another transaction is waking. Returns how many. Rows of jobs no longer blocked
-/// (cancelled meanwhile) are deleted on the way.
+/// (cancelled or pruned meanwhile, by a path that left the row) are deleted on the way:
+/// up to [`WAKE_MAX_LEFTOVERS`] of them, so that they never keep a free slot from the
+/// blocked jobs behind them.
 pub(super) async fn wake(conn: &mut MySqlConnection, key: &[u8], n: u32) -> sqlx::Result<u32> {
     let mut woken = 0;
-    // A few rounds at most: each drops the rows of jobs that were no longer blocked.
-    for _ in 0..4 {
-        if woken >= n {
-            break;
-        }
+    let mut leftovers = 0u32;
+    // Every round wakes a job or deletes a leftover row, both bounded: it ends.
+    while woken < n && leftovers < WAKE_MAX_LEFTOVERS {
         let ids: Vec<u64> = sqlx::query_scalar(BLOCKED_SELECT)
             .bind(key)
             .bind(n - woken)
@@ -513,7 +521,9 @@ pub(super) async fn wake(conn: &mut MySqlConnection, key: &[u8], n: u32) -> sqlx
         for id in padded(&ids) {
             q = q.bind(id);
         }
-        woken += q.execute(&mut *conn).await?.rows_affected() as u32;
+        let now_woken = q.execute(&mut *conn).await?.rows_affected() as u32;
+        woken += now_woken;
+        leftovers += ids.len() as u32 - now_woken;
         let sql = format!("DELETE FROM job_queue_blocked WHERE slot_key = ? AND job_id IN ({p})");
         let mut q = sqlx::query(&sql).bind(key);
         for id in padded(&ids) {

@@ -218,12 +218,15 @@ use enqueue::is_key_conflict;
 pub use enqueue::release_sql;
 pub(crate) use enqueue::{insert, insert_many};
 pub(crate) use limits::MAX_SLOTS;
-pub use limits::{BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS, WAKE_SCAN};
+pub use limits::{
+    BLOCKED_DELETE_JOB, BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS,
+    WAKE_SCAN,
+};
 pub use maintenance::DEFAULT_MAX_LEASE_EXPIRIES;
 pub use maintenance::{PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
 pub use progress::PROGRESS_UPDATE;
 pub use server::ServerInfo;
-pub use testing::BRING_FORWARD_SELECT;
+pub use testing::{BLOCKED_IN_QUEUE, BRING_FORWARD_SELECT};
 pub(crate) use workers::WorkerRow;
 
 /// The low-level queue operations, with their conflict retries counted. Get one with

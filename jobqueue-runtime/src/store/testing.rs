@@ -1,5 +1,7 @@
 //! The statements of the testing API (`jobqueue::testing`): moving a test database's
-//! clock forward for the jobs of some queues.
+//! clock forward for the jobs of some queues, and finding the jobs a drain left blocked.
+
+use sqlx::Row;
 
 use super::*;
 
@@ -7,6 +9,17 @@ use super::*;
 /// priority, id) serves it, in its order, without a sort. The same on MySQL 8.0 and MariaDB.
 pub const BRING_FORWARD_SELECT: &str = "SELECT id FROM job_queue \
      WHERE queue = ? AND status = 'scheduled' ORDER BY priority, id LIMIT ?";
+
+/// The `blocked` jobs of one queue, first in claim order, with the slot key each waits for
+/// (`c:KEY` or `r:KEY`; NULL if its waiting row is gone): the claim index serves the jobs
+/// in their order (forced: with few blocked jobs the optimizer may take the status index
+/// and sort), the job index of `job_queue_blocked` the join. The same on MySQL 8.0 and
+/// MariaDB.
+pub const BLOCKED_IN_QUEUE: &str =
+    "SELECT job_queue.id, job_queue.kind, job_queue_blocked.slot_key \
+     FROM job_queue FORCE INDEX (job_queue_claim) LEFT JOIN job_queue_blocked ON job_queue_blocked.job_id = job_queue.id \
+     WHERE job_queue.queue = ? AND job_queue.status = 'blocked' \
+     ORDER BY job_queue.priority, job_queue.id LIMIT ?";
 
 /// How many jobs one round of [`Store::bring_forward`] moves.
 const BATCH: u64 = 500;
@@ -47,5 +60,58 @@ impl Store {
                 return Ok(moved);
             }
         }
+    }
+
+    /// Up to `limit` `blocked` jobs of `queue`, first in claim order: (id, kind, the slot
+    /// key it waits for, `c:KEY` or `r:KEY`).
+    pub async fn blocked_in_queue(
+        &self,
+        queue: &str,
+        limit: u32,
+    ) -> Result<Vec<(u64, String, Option<String>)>> {
+        let rows = on_connection!(self, |conn| sqlx::query(BLOCKED_IN_QUEUE)
+            .bind(queue)
+            .bind(limit)
+            .fetch_all(&mut *conn))
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let key: Option<Vec<u8>> = r.try_get(2)?;
+            out.push((
+                r.try_get(0)?,
+                text(r, 1)?,
+                key.map(|k| String::from_utf8_lossy(&k).into_owned()),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Moves time forward for the rate limits the `blocked` jobs of `queue` wait for: every
+    /// slot of their rate keys may start a job now. Returns how many slots changed; the next
+    /// [`Store::limits_pass`] wakes the jobs. Meant for a test's own database.
+    pub async fn free_rate_slots(&self, queue: &str) -> Result<u64> {
+        // The first jobs in claim order are the ones to run next: their keys are freed,
+        // and the drain comes back for the keys of the jobs behind them.
+        let mut keys: Vec<Vec<u8>> = self
+            .blocked_in_queue(queue, BATCH as u32)
+            .await?
+            .into_iter()
+            .filter_map(|(_, _, key)| key)
+            .filter(|key| key.starts_with("r:"))
+            .map(String::into_bytes)
+            .collect();
+        keys.sort();
+        keys.dedup();
+        let mut freed = 0;
+        for key in &keys {
+            freed += autocommit!(self, |conn| sqlx::query(
+                "UPDATE job_queue_slot SET free_at = UTC_TIMESTAMP(6) \
+                 WHERE slot_key = ? AND free_at > UTC_TIMESTAMP(6)"
+            )
+            .bind(key)
+            .execute(&mut *conn))?
+            .rows_affected();
+        }
+        Ok(freed)
     }
 }

@@ -131,8 +131,9 @@ impl Drain {
     }
 
     /// Moves time forward for the drained queues: whenever no job is due, every `scheduled`
-    /// one (delayed at enqueue, or waiting for a retry) is made due now, and run. The drain
-    /// then ends only when every job has finished: done, failed or cancelled.
+    /// one (delayed at enqueue, or waiting for a retry) is made due now, and run, and the
+    /// rate windows that `blocked` jobs wait for pass, so that they run too. The drain then
+    /// ends only when every job has finished: done, failed or cancelled.
     pub fn with_scheduled(mut self) -> Self {
         self.with_scheduled = true;
         self
@@ -150,7 +151,9 @@ impl Drain {
     /// # Errors
     ///
     /// A database error; an invalid queue name; [`Error::Testing`] when jobs are still due
-    /// after `max_runs` runs, or when a job cannot be run by this binary (its kind is not
+    /// after `max_runs` runs, when jobs of the drained queues are left `blocked` by a limit
+    /// (a rate limit without [`with_scheduled`](Self::with_scheduled), or a concurrency slot
+    /// held by a job the drain did not run; the error names them and their key), or when a job cannot be run by this binary (its kind is not
     /// registered, or its payload does not fit the kind's arguments: it is put back, as a
     /// worker would, and the drain stops there).
     pub async fn run(self) -> Result<DrainSummary> {
@@ -223,11 +226,69 @@ impl Drain {
                 // Queues are served in their order: start again from the first.
                 break;
             }
-            if !ran {
-                return Ok(summary);
+            if ran {
+                continue;
             }
+            // Nothing due: wake blocked jobs as maintenance would (a slot freed without a
+            // wake), and, moving time forward, let the rate windows they wait for pass.
+            let mut woken = store.limits_pass().await?.1;
+            if self.with_scheduled {
+                let mut freed = 0;
+                for q in &queues {
+                    freed += store.free_rate_slots(q).await?;
+                }
+                if freed > 0 {
+                    woken += store.limits_pass().await?.1;
+                }
+            }
+            if woken > 0 {
+                continue;
+            }
+            return match left_blocked(&store, &queues, self.with_scheduled).await? {
+                Some(error) => Err(error),
+                None => Ok(summary),
+            };
         }
     }
+}
+
+/// The error of a drain that ends with jobs of its queues still `blocked` by a limit.
+async fn left_blocked(
+    store: &crate::store::Store,
+    queues: &[String],
+    with_scheduled: bool,
+) -> Result<Option<Error>> {
+    const SHOWN: u32 = 5;
+    let mut jobs = Vec::new();
+    for q in queues {
+        for (id, kind, key) in store.blocked_in_queue(q, SHOWN).await? {
+            let waits = match key.as_deref() {
+                Some(k) if k.starts_with("r:") => format!("the rate key \"{}\"", &k[2..]),
+                Some(k) if k.starts_with("c:") => {
+                    format!("a slot of the concurrency key \"{}\"", &k[2..])
+                }
+                _ => "a slot of its limit".to_owned(),
+            };
+            jobs.push(format!(
+                "job {id} (`{kind}`, queue `{q}`) waits for {waits}"
+            ));
+        }
+    }
+    if jobs.is_empty() {
+        return Ok(None);
+    }
+    jobs.truncate(SHOWN as usize);
+    let hint = if with_scheduled {
+        "a concurrency slot is held by a job this drain did not run (a worker on the test \
+         database, or a job left `running`): finish or cancel that job"
+    } else {
+        "a rate limit holds them until its window passes: drain `.with_scheduled()` to move \
+         time forward, or assert on them as `blocked`"
+    };
+    Ok(Some(Error::Testing(format!(
+        "drain ended with jobs still blocked by their limits: {}; {hint}",
+        jobs.join("; ")
+    ))))
 }
 
 /// Runs one claimed job and writes its outcome; returns the status written.
