@@ -621,12 +621,16 @@ pub(crate) async fn job(
                     .unwrap_or_else(|| "–".into());
                 format!(
                     "<tr><td class=\"n\">{}</td><td>{}</td><td>{}</td><td class=\"n\">{took}</td><td>{}</td>\
-                     <td class=\"outcome-{outcome}\">{outcome}</td><td><pre class=\"error\">{}</pre></td></tr>",
+                     <td class=\"outcome-{outcome}\">{outcome}</td><td>{error}</td></tr>",
                     a.attempt,
                     opt_time(&a.started_at),
                     time(&a.ended_at),
                     esc(a.worker.as_deref().unwrap_or("–")),
-                    esc(a.error.as_deref().unwrap_or("")),
+                    error = match a.error.as_deref() {
+                        Some(e) if !e.is_empty() => format!("<pre class=\"error\">{}</pre>", esc(e)),
+                        // No error to show (a lease that ran out, a success): no empty box.
+                        _ => "<span class=\"muted\">–</span>".to_owned(),
+                    },
                     outcome = a.outcome.as_str(),
                 )
             })

@@ -183,6 +183,27 @@ async fn seed(queue: &Queue) -> (u64, u64) {
         Some("smtp: 550 mailbox unavailable\n  at send_welcome (mail.rs:42)"),
     )
     .await;
+    // Its three attempts, as the worker records them, with the tenant it was enqueued for.
+    sqlx::query(
+        "UPDATE job_queue SET attempts = 3, max_attempts = 3, metadata = ?, attempt_log = ? WHERE id = ?",
+    )
+    .bind(json!({ "tenant": "acme", "campaign": "spring" }).to_string())
+    .bind(
+        json!([
+            { "attempt": 1, "started_at": "2026-12-01 07:50:00.120000", "ended_at": "2026-12-01 07:50:01.480000",
+              "worker": "app-1:4211:9f3a11c2", "outcome": "retry", "error": "smtp: 421 try again later" },
+            { "attempt": 2, "started_at": "2026-12-01 07:51:02.000000", "ended_at": "2026-12-01 07:51:32.000000",
+              "worker": "app-2:977:0b6d2e4f", "outcome": "lease_expired", "error": null },
+            { "attempt": 3, "started_at": "2026-12-01 07:52:40.250000", "ended_at": "2026-12-01 07:52:41.010000",
+              "worker": "app-1:4211:9f3a11c2", "outcome": "failed",
+              "error": "smtp: 550 mailbox unavailable (attempt 3 of 3)" }
+        ])
+        .to_string(),
+    )
+    .bind(failed)
+    .execute(queue.pool())
+    .await
+    .expect("seed an attempt history");
     let hostile = insert_job(
         queue,
         "mail",
@@ -322,6 +343,25 @@ async fn the_dashboard_works_in_a_real_browser() {
         "failed"
     );
     shot(&b, "job").await;
+    // Its history, newest first, as the page lists it.
+    let outcomes = js(
+        &b,
+        "return [...document.querySelectorAll('table.attempts tbody tr')].map(r => r.cells[0].textContent + ' ' + r.cells[5].textContent)",
+    )
+    .await;
+    let outcomes: Vec<String> = serde_json::from_value(outcomes).unwrap();
+    assert_eq!(outcomes, ["3 failed", "2 lease_expired", "1 retry"]);
+    let history = b
+        .find(Locator::XPath(
+            "//table[contains(@class, 'attempts')]/ancestor::section[1]",
+        ))
+        .await
+        .unwrap();
+    let png = history
+        .screenshot()
+        .await
+        .expect("screenshot of the history");
+    std::fs::write(screenshots_dir().join("job-attempts.png"), png).expect("write the screenshot");
     b.find(Locator::Css("button.primary"))
         .await
         .unwrap()
