@@ -423,6 +423,22 @@ pub struct QueueStats {
     pub done_last_minute: u64,
 }
 
+impl QueueStats {
+    /// Sets the count of jobs in `status`.
+    pub(crate) fn set_count(&mut self, status: JobStatus, n: u64) {
+        let count = match status {
+            JobStatus::Scheduled => &mut self.scheduled,
+            JobStatus::Ready => &mut self.ready,
+            JobStatus::Blocked => &mut self.blocked,
+            JobStatus::Running => &mut self.running,
+            JobStatus::Done => &mut self.done,
+            JobStatus::Failed => &mut self.failed,
+            JobStatus::Cancelled => &mut self.cancelled,
+        };
+        *count = n;
+    }
+}
+
 /// A running job and its lease, as `jobqueue status` shows them.
 #[derive(Debug, Clone, serde::Serialize)]
 #[non_exhaustive]

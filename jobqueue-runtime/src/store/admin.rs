@@ -276,16 +276,7 @@ impl Store {
             let status: JobStatus = text(r, 1)?.parse()?;
             let n: i64 = r.try_get(2)?;
             let s = entry(&mut out, &q);
-            let n = n as u64;
-            match status {
-                JobStatus::Scheduled => s.scheduled = n,
-                JobStatus::Ready => s.ready = n,
-                JobStatus::Blocked => s.blocked = n,
-                JobStatus::Running => s.running = n,
-                JobStatus::Done => s.done = n,
-                JobStatus::Failed => s.failed = n,
-                JobStatus::Cancelled => s.cancelled = n,
-            }
+            s.set_count(status, n as u64);
         }
         for q in self.paused_queues_sorted().await? {
             entry(&mut out, &q).paused = true;

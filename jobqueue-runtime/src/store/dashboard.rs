@@ -229,15 +229,7 @@ impl Store {
                 }
                 "expired_leases" => s.expired_leases = n,
                 "paused" => s.paused = true,
-                status => match status.parse::<JobStatus>()? {
-                    JobStatus::Scheduled => s.scheduled = n,
-                    JobStatus::Ready => s.ready = n,
-                    JobStatus::Blocked => s.blocked = n,
-                    JobStatus::Running => s.running = n,
-                    JobStatus::Done => s.done = n,
-                    JobStatus::Failed => s.failed = n,
-                    JobStatus::Cancelled => s.cancelled = n,
-                },
+                status => s.set_count(status.parse::<JobStatus>()?, n),
             }
         }
         out.sort_by(|a, b| a.queue.cmp(&b.queue));

@@ -110,14 +110,7 @@ async fn write_batch(
         if written {
             succeeded(metrics, r);
         } else {
-            metrics.add_job(
-                &metrics.lease_lost,
-                "jobqueue_leases_lost_total",
-                &r.queue,
-                &r.kind,
-                1,
-            );
-            tracing::warn!(job.id = r.id, attempt = r.attempt, "lease lost before completion was recorded; another worker owns the job now, nothing was written");
+            completion_lost(metrics, r);
         }
         batch.swap_remove(i);
     }
@@ -137,17 +130,9 @@ async fn write_batch(
         let mut lost = store.complete(owner, &limited).await?;
         lost.extend(store.complete_unlimited(owner, &unlimited).await?);
         for r in batch.iter().filter(|r| is_done(r)) {
-            let (id, attempt) = (r.id, r.attempt);
-            leases.release(id, attempt);
-            if lost.contains(&id) {
-                metrics.add_job(
-                    &metrics.lease_lost,
-                    "jobqueue_leases_lost_total",
-                    &r.queue,
-                    &r.kind,
-                    1,
-                );
-                tracing::warn!(job.id = id, attempt, "lease lost before completion was recorded; another worker owns the job now, nothing was written");
+            leases.release(r.id, r.attempt);
+            if lost.contains(&r.id) {
+                completion_lost(metrics, r);
             } else {
                 succeeded(metrics, r);
             }
@@ -316,6 +301,18 @@ async fn write_batch(
 
 /// Records a job as done, once: its row became `done` by this claim, written by the writer
 /// or committed with the job's own transaction.
+/// A completion that matched no row: another worker owns the job now.
+fn completion_lost(metrics: &Metrics, r: &Report) {
+    metrics.add_job(
+        &metrics.lease_lost,
+        "jobqueue_leases_lost_total",
+        &r.queue,
+        &r.kind,
+        1,
+    );
+    tracing::warn!(job.id = r.id, attempt = r.attempt, "lease lost before completion was recorded; another worker owns the job now, nothing was written");
+}
+
 fn succeeded(metrics: &Metrics, r: &Report) {
     metrics.add_job(
         &metrics.succeeded,
