@@ -58,7 +58,7 @@ pub mod __store {
     pub mod statements {
         pub use crate::store::{
             complete_in_sql, BRING_FORWARD_SELECT, CLAIM_SELECT, PROMOTE_PROBE, PROMOTE_SELECT,
-            RECLAIM_SELECT,
+            PRUNE_SELECT, RECLAIM_SELECT,
         };
         // A job's history and output, read by primary key.
         pub use crate::store::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};

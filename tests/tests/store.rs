@@ -311,14 +311,14 @@ async fn claim_skips_a_locked_row_without_waiting() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 3. EXPLAIN of the claim, promote and reclaim SELECTs
+// 3. EXPLAIN of the claim, promote, reclaim and prune SELECTs
 // ---------------------------------------------------------------------------------------
 
 // The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
 use jobqueue_runtime::__store::statements::{
     complete_in_sql, key_history_sql, release_sql, ATTEMPT_LOG_SELECT, BLOCKED_IN_QUEUE,
     BRING_FORWARD_SELECT, CLAIM_SELECT, CONCURRENCY_KEY_OF_JOB, OUTPUT_AFTER_COMMIT, OUTPUT_SELECT,
-    PROGRESS_UPDATE, PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT,
+    PROGRESS_UPDATE, PROMOTE_PROBE, PROMOTE_SELECT, PRUNE_SELECT, RECLAIM_SELECT,
 };
 
 /// One row of an `EXPLAIN`.
@@ -482,7 +482,7 @@ async fn maintenance_queries_use_their_indexes() {
         "promote",
         PROMOTE_SELECT,
         &["100"],
-        "job_queue_due",
+        "job_queue_status_at",
         Access::Range,
     )
     .await;
@@ -491,7 +491,7 @@ async fn maintenance_queries_use_their_indexes() {
         "promote probe",
         PROMOTE_PROBE,
         &[],
-        "job_queue_due",
+        "job_queue_status_at",
         Access::Range,
     )
     .await;
@@ -500,7 +500,16 @@ async fn maintenance_queries_use_their_indexes() {
         "reclaim",
         RECLAIM_SELECT,
         &["100"],
-        "job_queue_lease",
+        "job_queue_status_at",
+        Access::Range,
+    )
+    .await;
+    assert_plan(
+        pool,
+        "prune",
+        PRUNE_SELECT,
+        &["done", "3600000000", "1000"],
+        "job_queue_status_at",
         Access::Range,
     )
     .await;
@@ -596,6 +605,82 @@ async fn maintenance_queries_use_their_indexes() {
             "{what} reads one row by id: {plan:#?}"
         );
     }
+}
+
+/// Every status waits on one time (a scheduled job on `run_at`, a running one on
+/// `lease_until`, a finished one on `finished_at`), and the table keeps those times in one
+/// computed column under one index: a status change rewrites three secondary index entries
+/// (the claim, the status time, the status list), not five.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_time_a_status_waits_on_is_one_column_under_one_index() {
+    let queue = fresh_queue("store_status_at").await;
+    let jobs: Vec<Task> = (0..60).map(|n| Task { n }).collect();
+    queue.enqueue_many(jobs).await.expect("enqueue");
+    sqlx::query(
+        "UPDATE job_queue SET \
+           status = ELT(1 + id % 7, 'scheduled', 'ready', 'running', 'done', 'failed', 'cancelled', 'blocked'), \
+           run_at = UTC_TIMESTAMP(6) + INTERVAL id MINUTE, \
+           lease_until = IF(id % 7 = 2, UTC_TIMESTAMP(6) + INTERVAL id SECOND, NULL), \
+           finished_at = IF(id % 7 BETWEEN 3 AND 5, UTC_TIMESTAMP(6) - INTERVAL id SECOND, NULL)",
+    )
+    .execute(queue.pool())
+    .await
+    .expect("mix statuses");
+    let pool = queue.pool();
+    for (statuses, column) in [
+        ("'scheduled', 'ready', 'blocked'", "run_at"),
+        ("'running'", "lease_until"),
+        ("'done', 'failed', 'cancelled'", "finished_at"),
+    ] {
+        let rows = count(
+            pool,
+            &format!("SELECT COUNT(*) FROM job_queue WHERE status IN ({statuses})"),
+        )
+        .await;
+        let matching = count(
+            pool,
+            &format!(
+                "SELECT COUNT(*) FROM job_queue WHERE status IN ({statuses}) \
+                 AND status_at = {column}"
+            ),
+        )
+        .await;
+        assert!(rows > 0, "the mix has {statuses} rows");
+        assert_eq!(
+            matching, rows,
+            "status_at of {statuses} rows is their {column}"
+        );
+    }
+    let indexes: BTreeSet<String> = sqlx::query(
+        "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'job_queue'",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("indexes")
+    .iter()
+    .map(|r| text_col(r, "INDEX_NAME").expect("name"))
+    .collect();
+    let expected: BTreeSet<String> = [
+        "PRIMARY",
+        "job_queue_task_key",
+        "job_queue_claim",
+        "job_queue_status_at",
+        "job_queue_list_status",
+        "job_queue_list_queue",
+        "job_queue_list_kind",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert_eq!(indexes, expected, "the job table's indexes");
+    let with_status: i64 = count(
+        pool,
+        "SELECT COUNT(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'job_queue' AND COLUMN_NAME = 'status'",
+    )
+    .await;
+    assert_eq!(with_status, 3, "indexes a status change rewrites");
 }
 
 /// The limits' statements on their side tables: a key's slots and blocked jobs are found

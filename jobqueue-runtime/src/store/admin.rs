@@ -244,7 +244,7 @@ impl Store {
     /// How many `status` jobs finished more than `older_than_us` microseconds ago.
     pub(crate) async fn prunable(&self, status: JobStatus, older_than_us: i64) -> Result<u64> {
         let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM job_queue WHERE status = ? AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND",
+            "SELECT COUNT(*) FROM job_queue WHERE status = ? AND status_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND",
         )
         .bind(status.as_str())
         .bind(older_than_us)
@@ -285,9 +285,9 @@ impl Store {
             let r = sqlx::query(
                 "SELECT \
                    (SELECT TIMESTAMPDIFF(MICROSECOND, MIN(run_at), UTC_TIMESTAMP(6)) FROM job_queue WHERE queue = ? AND status = 'ready'), \
-                   (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'running' AND lease_until < UTC_TIMESTAMP(6)), \
-                   (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'failed' AND finished_at > UTC_TIMESTAMP(6) - INTERVAL 1 HOUR), \
-                   (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'done' AND finished_at > UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE), \
+                   (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'running' AND status_at < UTC_TIMESTAMP(6)), \
+                   (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'failed' AND status_at > UTC_TIMESTAMP(6) - INTERVAL 1 HOUR), \
+                   (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'done' AND status_at > UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE), \
                    (SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'scheduled' AND unrunnable_since IS NOT NULL)",
             )
             .bind(&s.queue)
@@ -312,7 +312,7 @@ impl Store {
         let sql = format!(
             "SELECT id, queue, kind, COALESCE(lease_owner, ''), \
              TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until), attempts \
-             FROM job_queue WHERE status = 'running'{} ORDER BY lease_until LIMIT ?",
+             FROM job_queue WHERE status = 'running'{} ORDER BY status_at LIMIT ?",
             if queue.is_some() {
                 " AND queue = ?"
             } else {

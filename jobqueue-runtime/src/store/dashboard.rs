@@ -72,14 +72,14 @@ const OVERVIEW_SQL: &str = "\
       FROM job_queue WHERE status = 'ready' GROUP BY queue \
     UNION ALL \
     SELECT queue, 'expired_leases', COUNT(*), NULL \
-      FROM job_queue WHERE status = 'running' AND lease_until < UTC_TIMESTAMP(6) GROUP BY queue \
+      FROM job_queue WHERE status = 'running' AND status_at < UTC_TIMESTAMP(6) GROUP BY queue \
     UNION ALL \
     SELECT queue, 'paused', 0, NULL FROM job_queue_pause";
 
 const THROUGHPUT_SQL: &str = "\
     SELECT TIMESTAMPDIFF(MINUTE, finished_at, UTC_TIMESTAMP(6)) AS ago, queue, \
       CAST(SUM(status = 'done') AS SIGNED), CAST(SUM(status = 'failed') AS SIGNED) \
-    FROM job_queue WHERE status IN ('done', 'failed') AND finished_at >= UTC_TIMESTAMP(6) - INTERVAL ? MINUTE \
+    FROM job_queue WHERE status IN ('done', 'failed') AND status_at >= UTC_TIMESTAMP(6) - INTERVAL ? MINUTE \
     GROUP BY ago, queue";
 
 const WORKERS_SQL: &str = "\

@@ -12,7 +12,7 @@ use super::*;
 use crate::model::{JobStatus, QueueGauges};
 
 /// Counts per queue and status, with the oldest `run_at` of the ready jobs. It reads every
-/// active and failed row (over the `(status, finished_at, id)` index, then the rows): about
+/// active and failed row (over the `(status, status_at, id)` index, then the rows): about
 /// 0.1-0.2 s for 80,000 such rows, which is why one worker per interval runs it.
 const COUNT_GAUGES: &str = "SELECT queue, CAST(status AS CHAR), COUNT(*), MIN(run_at) \
      FROM job_queue WHERE status IN ('scheduled', 'ready', 'blocked', 'running', 'failed') \

@@ -26,21 +26,29 @@ fn expiry_delay(lease: Duration, expiry: u32) -> Duration {
 
 /// Whether any scheduled job is due: the plain read before a promotion.
 pub const PROMOTE_PROBE: &str =
-    "SELECT EXISTS(SELECT 1 FROM job_queue FORCE INDEX (job_queue_due) \
-     WHERE status = 'scheduled' AND run_at <= UTC_TIMESTAMP(6))";
+    "SELECT EXISTS(SELECT 1 FROM job_queue FORCE INDEX (job_queue_status_at) \
+     WHERE status = 'scheduled' AND status_at <= UTC_TIMESTAMP(6))";
 
-/// Promotion's locking read: due scheduled jobs, over the due index.
-pub const PROMOTE_SELECT: &str = "SELECT id FROM job_queue FORCE INDEX (job_queue_due) \
-     WHERE status = 'scheduled' AND run_at <= UTC_TIMESTAMP(6) \
-     ORDER BY run_at, id LIMIT ? FOR UPDATE SKIP LOCKED";
+/// Promotion's locking read: due scheduled jobs, over the status-time index (a scheduled
+/// row's `status_at` is its `run_at`).
+pub const PROMOTE_SELECT: &str = "SELECT id FROM job_queue FORCE INDEX (job_queue_status_at) \
+     WHERE status = 'scheduled' AND status_at <= UTC_TIMESTAMP(6) \
+     ORDER BY status_at, id LIMIT ? FOR UPDATE SKIP LOCKED";
 
-/// Reclaim's locking read: running jobs whose lease expired, over the lease index.
+/// Reclaim's locking read: running jobs whose lease expired, over the status-time index (a
+/// running row's `status_at` is its `lease_until`).
 pub const RECLAIM_SELECT: &str =
     "SELECT id, attempts, max_attempts, cancel_requested, COALESCE(lease_owner, ''), \
      lease_expiries, lease_ms \
-     FROM job_queue FORCE INDEX (job_queue_lease) \
-     WHERE status = 'running' AND lease_until < UTC_TIMESTAMP(6) \
-     ORDER BY lease_until, id LIMIT ? FOR UPDATE SKIP LOCKED";
+     FROM job_queue FORCE INDEX (job_queue_status_at) \
+     WHERE status = 'running' AND status_at < UTC_TIMESTAMP(6) \
+     ORDER BY status_at, id LIMIT ? FOR UPDATE SKIP LOCKED";
+
+/// Pruning's locking read: jobs of one finished status that finished before a cutoff, over
+/// the status-time index (a finished row's `status_at` is its `finished_at`).
+pub const PRUNE_SELECT: &str = "SELECT id FROM job_queue FORCE INDEX (job_queue_status_at) \
+     WHERE status = ? AND status_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
+     ORDER BY status_at, id LIMIT ? FOR UPDATE SKIP LOCKED";
 
 impl Store {
     /// [`Store::reclaim_with`] with the default bound of [`DEFAULT_MAX_LEASE_EXPIRIES`]
@@ -191,17 +199,13 @@ impl Store {
         transaction!(self, |conn| {
             // Pruning runs once a minute: its statements are prepared for one use each, so
             // that they take no place in the connection's statement cache.
-            let ids: Vec<u64> = sqlx::query_scalar(
-                "SELECT id FROM job_queue FORCE INDEX (job_queue_finished) \
-                 WHERE status = ? AND finished_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
-                 ORDER BY finished_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
-            )
-            .persistent(false)
-            .bind(status.as_str())
-            .bind(older_than_us)
-            .bind(limit as u64)
-            .fetch_all(&mut *conn)
-            .await?;
+            let ids: Vec<u64> = sqlx::query_scalar(PRUNE_SELECT)
+                .persistent(false)
+                .bind(status.as_str())
+                .bind(older_than_us)
+                .bind(limit as u64)
+                .fetch_all(&mut *conn)
+                .await?;
             if ids.is_empty() {
                 return Ok((0, false));
             }

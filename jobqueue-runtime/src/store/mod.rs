@@ -223,7 +223,7 @@ pub use limits::{
     WAKE_SCAN,
 };
 pub use maintenance::DEFAULT_MAX_LEASE_EXPIRIES;
-pub use maintenance::{PROMOTE_PROBE, PROMOTE_SELECT, RECLAIM_SELECT};
+pub use maintenance::{PROMOTE_PROBE, PROMOTE_SELECT, PRUNE_SELECT, RECLAIM_SELECT};
 pub use progress::PROGRESS_UPDATE;
 pub use server::ServerInfo;
 pub use testing::{BLOCKED_IN_QUEUE, BRING_FORWARD_SELECT};

@@ -1,0 +1,12 @@
+-- Drops the three indexes that job_queue_status_at replaced (see the previous migration).
+-- Dropping a secondary index is a metadata change on both servers.
+--
+-- Rolling upgrades: workers of earlier versions name these indexes in their maintenance
+-- statements (promotion, reclaim, pruning), which fail once they are gone: such a worker logs
+-- an error at each maintenance pass, and goes on claiming and finishing jobs, while the
+-- upgraded workers do the maintenance. To avoid even that, apply the migrations up to the
+-- previous one, upgrade every worker, then apply this one.
+ALTER TABLE job_queue
+    DROP KEY job_queue_due,
+    DROP KEY job_queue_lease,
+    DROP KEY job_queue_finished;
