@@ -315,6 +315,7 @@ async fn claim_skips_a_locked_row_without_waiting() {
 // ---------------------------------------------------------------------------------------
 
 // The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
+use jobqueue_runtime::__store::statements::ready_probe_sql;
 use jobqueue_runtime::__store::statements::{
     complete_in_sql, key_history_sql, release_sql, ATTEMPT_LOG_SELECT, BLOCKED_IN_QUEUE,
     BRING_FORWARD_SELECT, CLAIM_SELECT, CONCURRENCY_KEY_OF_JOB, OUTPUT_AFTER_COMMIT, OUTPUT_SELECT,
@@ -473,6 +474,15 @@ async fn maintenance_queries_use_their_indexes() {
         "claim",
         CLAIM_SELECT,
         &["default", "default", "10"],
+        "job_queue_claim",
+        Access::Ref(2),
+    )
+    .await;
+    assert_plan(
+        pool,
+        "idle probe",
+        &ready_probe_sql(2),
+        &["default", "default", "other", "other"],
         "job_queue_claim",
         Access::Ref(2),
     )

@@ -25,7 +25,63 @@ const CLAIM_ROUNDS: usize = 4;
 /// How many rows a claim's later reads take, when earlier ones found jobs to block.
 const BLOCK_BATCH: usize = 100;
 
+/// The idle probe for `queues` queues: whether any of them, not paused, has a ready job. A
+/// plain read of one entry of the claim index per queue; it locks nothing.
+pub fn ready_probe_sql(queues: usize) -> String {
+    let one = "(EXISTS(SELECT 1 FROM job_queue FORCE INDEX (job_queue_claim) \
+               WHERE queue = ? AND status = 'ready') \
+               AND NOT EXISTS(SELECT 1 FROM job_queue_pause WHERE queue = ?))";
+    format!("SELECT {}", vec![one; queues.max(1)].join(" OR "))
+}
+
+/// How long an idle probe may take before its connection is given up (it is a one-entry
+/// index read; a server that takes this long is in trouble, and the claims' own error
+/// handling takes over).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection an idle worker keeps between its probes, so that a probe is one statement
+/// (the pool's check of a connection it hands out costs a statement of its own).
+pub(crate) struct ProbeConnection(sqlx::pool::PoolConnection<sqlx::MySql>);
+
+impl ProbeConnection {
+    /// Closes the connection instead of handing it back to the pool: after a failed or
+    /// abandoned read its state is unknown.
+    pub(crate) fn discard(self) {
+        drop(self.0.detach());
+    }
+}
+
+impl std::fmt::Debug for ProbeConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProbeConnection")
+    }
+}
+
 impl Store {
+    /// A connection for [`Store::probe_ready`].
+    pub(crate) async fn probe_connection(&self) -> Result<ProbeConnection> {
+        Ok(ProbeConnection(acquire(self).await?))
+    }
+
+    /// Whether any of `queues` (not paused) has a ready job, on `conn`. An error (the
+    /// connection is then no longer usable: drop it) when the read failed or took longer
+    /// than [`PROBE_TIMEOUT`].
+    pub(crate) async fn probe_ready(
+        &self,
+        conn: &mut ProbeConnection,
+        sql: &str,
+        queues: &[String],
+    ) -> Result<bool> {
+        let mut q = sqlx::query_scalar::<_, bool>(sql);
+        for queue in queues {
+            q = q.bind(queue).bind(queue);
+        }
+        match tokio::time::timeout(PROBE_TIMEOUT, q.fetch_one(&mut *conn.0)).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(timed_out(PROBE_TIMEOUT).into()),
+        }
+    }
+
     /// Claims up to `limit` ready jobs of `queue` for `owner`: `SELECT ... FOR UPDATE SKIP
     /// LOCKED` over the claim index, then one `UPDATE` of exactly those rows, in one short
     /// transaction. Rows other claimers hold are skipped, never waited for. If the `UPDATE`

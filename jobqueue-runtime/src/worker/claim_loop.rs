@@ -22,6 +22,44 @@ use crate::error::Result;
 use crate::job::{CancelReason, ClaimFence, JobContext};
 use crate::model::{Claimed, EmptyClaim};
 
+/// The most jobs one claim transaction takes: a larger batch holds its row locks longer
+/// and needs longer `IN` lists, for no gain once a commit is shared by this many jobs.
+const MAX_CLAIM_BATCH: usize = 100;
+
+/// The idle worker's probing: on after a claim that found nothing to take (and no
+/// contention), off after any other claim or a failed probe.
+#[derive(Debug)]
+struct IdleProbe {
+    active: bool,
+    next: Instant,
+    /// Kept from one probe to the next while idle; handed back to the pool when it ends.
+    conn: Option<crate::store::ProbeConnection>,
+}
+
+impl Default for IdleProbe {
+    fn default() -> Self {
+        IdleProbe {
+            active: false,
+            next: Instant::now(),
+            conn: None,
+        }
+    }
+}
+
+impl IdleProbe {
+    fn start(&mut self, first: Instant) {
+        if !self.active {
+            self.active = true;
+            self.next = first;
+        }
+    }
+
+    fn stop(&mut self) {
+        self.active = false;
+        self.conn = None;
+    }
+}
+
 /// What the claim loop hands to each job it starts.
 pub(super) struct Running<'a> {
     pub(super) leases: &'a Leases,
@@ -97,6 +135,9 @@ impl Worker {
         let mut wake = self.queue.subscribe_wake();
         let mut signal = std::pin::pin!(signal);
         let mut pacer = Pacer::new(cfg.poll_min, cfg.poll_max, Instant::now());
+        let probe_sql = crate::store::ready_probe_sql(cfg.queues.len());
+        // While idle: the connection the probes use, and when the next one is due.
+        let mut idle = IdleProbe::default();
         loop {
             if pacer.wants_claim() {
                 // Free the slots of every job that has finished, not only the one that woke
@@ -113,9 +154,21 @@ impl Worker {
                 let began = Instant::now();
                 let result = self.claim(free, run, jobs).await;
                 let took = began.elapsed();
-                match result {
+                let probing = cfg.idle_probe.filter(|_| match &result {
+                    // Nothing to claim, or less than asked for: the queues are drained for
+                    // now, so look cheaply for what comes next. Not under contention: the
+                    // probe would see the locked jobs and claim for them again and again.
+                    Ok((0, reason)) => *reason != Some(EmptyClaim::Contended),
+                    Ok((n, _)) => *n < free,
+                    Err(_) => false,
+                });
+                match probing {
+                    Some(every) => idle.start(Instant::now() + every),
+                    None => idle.stop(),
+                }
+                match result.map(|(n, _)| n) {
                     Ok(n) => {
-                        if pacer.claimed(n, free, took, Instant::now()) {
+                        if pacer.claimed(n, free, took, Instant::now(), idle.active) {
                             tracing::info!("database reachable again; claiming resumed");
                         }
                     }
@@ -148,6 +201,24 @@ impl Worker {
                         pacer.woken();
                     }
                 }
+                // While idle the probe stands in for the polls: a claim follows only when it
+                // finds a job.
+                _ = tokio::time::sleep_until(idle.next), if idle.active && jobs.len() < cfg.concurrency => {
+                    match self.probe(&mut idle, &probe_sql).await {
+                        Ok(true) => pacer.woken(),
+                        Ok(false) => {}
+                        Err(e) => {
+                            // Back to polling with claims, whose errors are counted and
+                            // backed off; probing resumes after the next empty claim.
+                            idle.stop();
+                            pacer.poll_due();
+                            tracing::debug!(error = %e, "idle probe failed; polling with claims");
+                        }
+                    }
+                    if let Some(every) = cfg.idle_probe {
+                        idle.next = Instant::now() + every;
+                    }
+                }
                 // With every slot busy there is nothing to poll for: a finished job wakes us.
                 _ = tokio::time::sleep_until(pacer.next_poll()), if jobs.len() < cfg.concurrency => {
                     pacer.poll_due();
@@ -156,38 +227,78 @@ impl Worker {
         }
     }
 
+    /// Whether a served queue has a ready job, on the idle probe's connection (opened on
+    /// first use). On an error the connection is closed.
+    async fn probe(&self, idle: &mut IdleProbe, sql: &str) -> Result<bool> {
+        let mut conn = match idle.conn.take() {
+            Some(c) => c,
+            None => self.store.probe_connection().await?,
+        };
+        match self
+            .store
+            .probe_ready(&mut conn, sql, &self.config.queues)
+            .await
+        {
+            Ok(found) => {
+                idle.conn = Some(conn);
+                Ok(found)
+            }
+            Err(e) => {
+                conn.discard();
+                Err(e)
+            }
+        }
+    }
+
     /// Claims up to `free` jobs over the served queues, in their order, and starts them.
     /// Each queue's claim is started as soon as it commits, so an error on a later queue
-    /// cannot strand jobs already claimed. Returns how many were started.
-    async fn claim(&self, free: usize, run: &Running<'_>, jobs: &mut JoinSet<()>) -> Result<usize> {
+    /// cannot strand jobs already claimed. One transaction takes at most
+    /// [`MAX_CLAIM_BATCH`] jobs; a worker with more free slots claims again from the same
+    /// queue until its slots are full or a claim comes back short (the queue has no more
+    /// ready jobs for now). Returns how many were started and, when none, why.
+    async fn claim(
+        &self,
+        free: usize,
+        run: &Running<'_>,
+        jobs: &mut JoinSet<()>,
+    ) -> Result<(usize, Option<EmptyClaim>)> {
         let mut claimed = 0;
         for queue in &self.config.queues {
-            let want = (free - claimed).min(100);
-            if want == 0 {
-                break;
-            }
-            let want = match self
-                .config
-                .queue_concurrency
-                .iter()
-                .find(|(q, _)| q == queue)
-            {
-                Some((_, bound)) => want.min(bound.saturating_sub(run.per_queue.running(queue))),
-                None => want,
-            };
-            if want == 0 {
-                continue;
-            }
-            let batch = self.store.claim(queue, &self.config.owner, want).await?;
-            claimed += batch.len();
-            if !batch.is_empty() {
-                for c in &batch {
-                    self.metrics.claimed(&c.queue, &c.kind);
+            loop {
+                let want = free - claimed;
+                let want = match self
+                    .config
+                    .queue_concurrency
+                    .iter()
+                    .find(|(q, _)| q == queue)
+                {
+                    Some((_, bound)) => {
+                        want.min(bound.saturating_sub(run.per_queue.running(queue)))
+                    }
+                    None => want,
+                };
+                let want = want.min(MAX_CLAIM_BATCH);
+                if want == 0 {
+                    break;
                 }
-                tracing::debug!(queue = %queue, jobs = batch.len(), "claimed");
+                let batch = self.store.claim(queue, &self.config.owner, want).await?;
+                claimed += batch.len();
+                let short = batch.len() < want;
+                if !batch.is_empty() {
+                    for c in &batch {
+                        self.metrics.claimed(&c.queue, &c.kind);
+                    }
+                    tracing::debug!(queue = %queue, jobs = batch.len(), "claimed");
+                }
+                for c in batch {
+                    self.spawn_job(c, run, jobs);
+                }
+                if short {
+                    break;
+                }
             }
-            for c in batch {
-                self.spawn_job(c, run, jobs);
+            if claimed == free {
+                break;
             }
         }
         if claimed == 0 {
@@ -196,8 +307,9 @@ impl Worker {
             if reason == EmptyClaim::Contended {
                 tracing::debug!("claim found only jobs locked by other claimers");
             }
+            return Ok((0, Some(reason)));
         }
-        Ok(claimed)
+        Ok((claimed, None))
     }
 
     fn spawn_job(&self, c: Claimed, run: &Running<'_>, jobs: &mut JoinSet<()>) {

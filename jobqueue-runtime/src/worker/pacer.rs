@@ -14,6 +14,10 @@ const FIRST_ERROR_DELAY: Duration = Duration::from_millis(100);
 /// The longest wait after failed claims.
 const MAX_ERROR_DELAY: Duration = Duration::from_secs(10);
 
+/// How far off the next poll is set while an idle probe stands in for the polls: never,
+/// in practice (a probe that finds a job, or fails, asks for a claim at once).
+const NO_POLL: Duration = Duration::from_secs(24 * 3600);
+
 /// The claim loop's pacing state.
 #[derive(Debug)]
 pub(super) struct Pacer {
@@ -67,13 +71,23 @@ impl Pacer {
         self.refill_at = None;
     }
 
-    /// A claim for `free` slots took `n` jobs in `took`, ending at `now`. Returns true when
-    /// it ends an outage (the claim before it failed).
-    pub(super) fn claimed(&mut self, n: usize, free: usize, took: Duration, now: Instant) -> bool {
+    /// A claim for `free` slots took `n` jobs in `took`, ending at `now`. `probed`: an idle
+    /// probe looks for jobs from now on, and stands in for the polls after an empty claim.
+    /// Returns true when it ends an outage (the claim before it failed).
+    pub(super) fn claimed(
+        &mut self,
+        n: usize,
+        free: usize,
+        took: Duration,
+        now: Instant,
+        probed: bool,
+    ) -> bool {
         self.claim_took = took.min(self.poll_min);
         let recovered = std::mem::take(&mut self.in_outage);
         self.error_delay = FIRST_ERROR_DELAY;
-        if n == 0 {
+        if n == 0 && probed {
+            self.next_poll = now + NO_POLL;
+        } else if n == 0 {
             self.next_poll = now + jitter(self.idle_delay, 0.2);
             self.idle_delay = (self.idle_delay * 2).min(self.poll_max);
         } else {
@@ -167,7 +181,7 @@ mod tests {
         for _ in 0..8 {
             p.claim_started();
             assert!(!p.wants_claim());
-            p.claimed(0, 10, Duration::ZERO, now);
+            p.claimed(0, 10, Duration::ZERO, now, false);
             assert!(
                 within(wait(&p, now), expected),
                 "{:?} vs {expected:?}",
@@ -178,9 +192,27 @@ mod tests {
         }
         assert!(within(wait(&p, now), MAX));
         // A claim that takes jobs polls again after the shortest interval, without jitter.
-        p.claimed(3, 10, Duration::ZERO, now);
+        p.claimed(3, 10, Duration::ZERO, now, false);
         assert_eq!(wait(&p, now), MIN);
-        p.claimed(0, 10, Duration::ZERO, now);
+        p.claimed(0, 10, Duration::ZERO, now, false);
+        assert!(within(wait(&p, now), MIN));
+    }
+
+    #[test]
+    fn while_a_probe_looks_an_empty_claim_sets_no_poll_and_a_claim_with_jobs_polls_as_ever() {
+        let now = Instant::now();
+        let mut p = Pacer::new(MIN, MAX, now);
+        p.claim_started();
+        p.claimed(0, 10, Duration::ZERO, now, true);
+        assert!(wait(&p, now) >= NO_POLL, "no poll: the probe stands in");
+        // The probe found a job.
+        p.woken();
+        assert!(p.wants_claim());
+        p.claim_started();
+        p.claimed(3, 10, Duration::ZERO, now, true);
+        assert_eq!(wait(&p, now), MIN, "a short claim polls again soon");
+        // Without a probe the empty claims back off as ever, from the shortest interval.
+        p.claimed(0, 10, Duration::ZERO, now, false);
         assert!(within(wait(&p, now), MIN));
     }
 
@@ -190,12 +222,12 @@ mod tests {
         let mut p = Pacer::new(MIN, MAX, now);
         for _ in 0..6 {
             p.claim_started();
-            p.claimed(0, 10, Duration::ZERO, now);
+            p.claimed(0, 10, Duration::ZERO, now, false);
         }
         p.woken();
         assert!(p.wants_claim());
         p.claim_started();
-        p.claimed(0, 10, Duration::ZERO, now);
+        p.claimed(0, 10, Duration::ZERO, now, false);
         assert!(within(wait(&p, now), MIN));
     }
 
@@ -204,7 +236,7 @@ mod tests {
         let now = Instant::now();
         let mut p = Pacer::new(MIN, MAX, now);
         p.claim_started();
-        p.claimed(4, 4, Duration::from_millis(7), now);
+        p.claimed(4, 4, Duration::from_millis(7), now, false);
         // The first job to finish sets the refill one claim's duration later; later ones
         // wait for the same refill.
         p.job_finished(false, now);
@@ -217,7 +249,7 @@ mod tests {
         assert_eq!(p.refill_at(), None);
         // The last job finishing refills at once.
         p.claim_started();
-        p.claimed(4, 4, Duration::from_secs(1), now);
+        p.claimed(4, 4, Duration::from_secs(1), now, false);
         p.job_finished(true, now);
         assert!(p.wants_claim());
     }
@@ -227,7 +259,7 @@ mod tests {
         let now = Instant::now();
         let mut p = Pacer::new(MIN, MAX, now);
         p.claim_started();
-        p.claimed(2, 2, Duration::from_secs(3), now);
+        p.claimed(2, 2, Duration::from_secs(3), now, false);
         p.job_finished(false, now);
         assert_eq!(p.refill_at(), Some(now + MIN));
     }
@@ -237,7 +269,7 @@ mod tests {
         let now = Instant::now();
         let mut p = Pacer::new(MIN, MAX, now);
         p.claim_started();
-        p.claimed(2, 4, Duration::ZERO, now);
+        p.claimed(2, 4, Duration::ZERO, now, false);
         p.job_finished(false, now);
         p.job_finished(true, now);
         assert!(!p.wants_claim());
@@ -256,9 +288,12 @@ mod tests {
         assert_eq!(waits[1], Duration::from_millis(200));
         assert_eq!(waits[9], Duration::from_secs(10));
         assert!(within(wait(&p, now), Duration::from_secs(10)));
-        assert!(p.claimed(0, 10, Duration::ZERO, now), "the outage ends");
         assert!(
-            !p.claimed(0, 10, Duration::ZERO, now),
+            p.claimed(0, 10, Duration::ZERO, now, false),
+            "the outage ends"
+        );
+        assert!(
+            !p.claimed(0, 10, Duration::ZERO, now, false),
             "and is reported once"
         );
         assert_eq!(
