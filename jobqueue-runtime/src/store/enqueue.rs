@@ -207,15 +207,22 @@ const BULK_CHUNK: usize = 1000;
 /// Payload bytes per multi-row `INSERT` of [`insert_many`].
 const BULK_BYTES: usize = 4 * 1024 * 1024;
 
-/// Inserts many jobs with few statements: one `SELECT` of the keys that exist, one
-/// multi-row `INSERT` of the rest, one `SELECT` of their ids, per chunk of 1,000. Returns one
+/// Inserts many jobs with few statements, per chunk of at most 1,000 jobs. Returns one
 /// outcome per input job, in order. Meant to run inside a transaction.
+///
+/// A chunk is first inserted as it is, with one multi-row `INSERT`, on the bet that none
+/// of its keys is taken: then its ids come from the `INSERT` itself (see [`insert_rows`]),
+/// two statements in all. A taken key makes that `INSERT` fail whole (a duplicate-key
+/// error undoes only the failed statement) and the chunk goes the careful way of
+/// [`insert_chunk`]: one `SELECT` of the keys that exist, one `INSERT` of the rest. Once a
+/// chunk has met a taken key, the later chunks of the call go the careful way at once.
 pub(crate) async fn insert_many(
     conn: &mut MySqlConnection,
     jobs: &[NewJob],
 ) -> Result<Vec<Enqueued>> {
     let mut out = Vec::with_capacity(jobs.len());
     let mut start = 0;
+    let mut duplicates_seen = false;
     while start < jobs.len() {
         // At most BULK_CHUNK rows and BULK_BYTES of payload per statement, so that one
         // statement stays well under the server's `max_allowed_packet` (16 MiB by default
@@ -229,10 +236,93 @@ pub(crate) async fn insert_many(
             bytes += jobs[end].payload.len();
             end += 1;
         }
-        out.extend(insert_chunk(conn, &jobs[start..end]).await?);
+        let chunk = &jobs[start..end];
+        let inserted = if duplicates_seen {
+            None
+        } else {
+            insert_new_chunk(conn, chunk).await?
+        };
+        match inserted {
+            Some(outcomes) => out.extend(outcomes),
+            None => {
+                duplicates_seen = true;
+                out.extend(insert_chunk(conn, chunk).await?);
+            }
+        }
         start = end;
     }
     Ok(out)
+}
+
+/// Inserts a chunk none of whose keys is expected to be taken, in one `INSERT`. `None` when
+/// one is (nothing was inserted), or when the chunk holds a key twice (the second job is a
+/// duplicate of the first, which [`insert_chunk`] reports).
+async fn insert_new_chunk(
+    conn: &mut MySqlConnection,
+    jobs: &[NewJob],
+) -> Result<Option<Vec<Enqueued>>> {
+    let mut seen = std::collections::HashSet::with_capacity(jobs.len());
+    if !jobs.iter().all(|j| seen.insert(j.key.as_str())) {
+        return Ok(None);
+    }
+    let fresh: Vec<&NewJob> = jobs.iter().collect();
+    Ok(insert_rows(conn, &fresh)
+        .await?
+        .map(|ids| ids.into_iter().map(Enqueued::New).collect()))
+}
+
+/// Inserts `fresh` (no key twice) with one multi-row `INSERT` and returns their ids, in
+/// order; `None` when a key was taken, and the statement undone.
+///
+/// The ids of one multi-row `INSERT` are handed out in row order, from the first one,
+/// which the server reports. They are consecutive unless another session's insert took
+/// values in between (`innodb_autoinc_lock_mode` 0 and 1, MariaDB's default, never let it
+/// happen within one statement whose row count is known; 2, MySQL 8.0's default, may) or
+/// `auto_increment_increment` is above 1. So one read of the last row's id tells: if it is
+/// the first id plus the row count less one, the ids are exactly that run. Otherwise they
+/// are read by key.
+async fn insert_rows(conn: &mut MySqlConnection, fresh: &[&NewJob]) -> Result<Option<Vec<u64>>> {
+    let Some(last) = fresh.last() else {
+        return Ok(Some(Vec::new()));
+    };
+    // Jobs due at once (no `run_at`, no delay: every `enqueue_many` without options) take
+    // the plain row, without the per-row expressions and their four parameters.
+    let now = fresh.iter().all(|j| j.run_at.is_none() && j.delay_us == 0);
+    let sql = format!(
+        "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, traceparent, created_at, updated_at, unique_policy, unique_until, metadata, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_window_ms) VALUES {}",
+        vec![if now { VALUES_ROW_NOW } else { VALUES_ROW }; fresh.len()].join(", ")
+    );
+    // A full chunk, the usual case of a large batch, has one arity: keep it prepared
+    // (parsing a statement of many rows costs about as much as running it). Other arities
+    // are prepared for one use only, so that they cannot pile up on the server.
+    let mut q = sqlx::query(&sql).persistent(fresh.len() == BULK_CHUNK);
+    for job in fresh {
+        q = bind_new(q, job, now);
+    }
+    let first = match q.execute(&mut *conn).await {
+        Ok(done) => done.last_insert_id(),
+        Err(e) if is_key_conflict(&e) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let last_id: Option<u64> = sqlx::query_scalar("SELECT id FROM job_queue WHERE task_key = ?")
+        .bind(&last.key)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let n = fresh.len() as u64;
+    if last_id == Some(first + n - 1) {
+        return Ok(Some((first..first + n).collect()));
+    }
+    let keys: Vec<&str> = fresh.iter().map(|j| j.key.as_str()).collect();
+    let by_key = ids_by_key(conn, &keys, false).await?;
+    keys.iter()
+        .map(|k| {
+            by_key
+                .get(k)
+                .map(|(id, _, _)| *id)
+                .ok_or_else(|| Error::JobNotFound(JobRef::Key((*k).to_owned())))
+        })
+        .collect::<Result<Vec<u64>>>()
+        .map(Some)
 }
 
 async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
@@ -274,25 +364,9 @@ async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec
         .iter()
         .filter(|j| !existing.contains_key(j.key.as_str()) && seen.insert(j.key.as_str()))
         .collect();
-    if !fresh.is_empty() {
-        // Jobs due at once (no `run_at`, no delay: every `enqueue_many` without options)
-        // take the plain row, without the per-row expressions and their four parameters.
-        let now = fresh.iter().all(|j| j.run_at.is_none() && j.delay_us == 0);
-        let sql = format!(
-            "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, traceparent, created_at, updated_at, unique_policy, unique_until, metadata, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_window_ms) VALUES {}",
-            vec![if now { VALUES_ROW_NOW } else { VALUES_ROW }; fresh.len()].join(", ")
-        );
-        // A full chunk, the usual case of a large batch, has one arity: keep it prepared
-        // (parsing a statement of many rows costs about as much as running it). Other
-        // arities are prepared for one use only, so that they cannot pile up on the server.
-        let mut q = sqlx::query(&sql).persistent(fresh.len() == BULK_CHUNK);
-        for job in &fresh {
-            q = bind_new(q, job, now);
-        }
-        if let Err(e) = q.execute(&mut *conn).await {
-            if !is_key_conflict(&e) {
-                return Err(e.into());
-            }
+    let ids = match insert_rows(conn, &fresh).await? {
+        Some(ids) => ids,
+        None => {
             // Another enqueuer inserted one of these keys since our SELECT: fall back to
             // one statement per job, which reports each duplicate on its own.
             let mut out = Vec::with_capacity(jobs.len());
@@ -301,9 +375,12 @@ async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec
             }
             return Ok(out);
         }
-    }
-    let fresh_keys: Vec<&str> = fresh.iter().map(|j| j.key.as_str()).collect();
-    let inserted = ids_by_key(conn, &fresh_keys, false).await?;
+    };
+    let inserted: std::collections::HashMap<&str, (u64, &str)> = fresh
+        .iter()
+        .zip(ids)
+        .map(|(j, id)| (j.key.as_str(), (id, j.kind.as_str())))
+        .collect();
     let mut first = std::collections::HashSet::new();
     jobs.iter()
         .map(|j| {
@@ -311,7 +388,7 @@ async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec
             if let Some((id, kind, _)) = existing.get(k) {
                 duplicate_of(j, *id, kind)
             } else {
-                let (id, kind, _) = inserted
+                let (id, kind) = inserted
                     .get(k)
                     .ok_or_else(|| Error::JobNotFound(JobRef::Key(k.to_owned())))?;
                 if first.insert(k) {
