@@ -7,6 +7,10 @@
 //! token unique to it into `lease_owner`, and the update must match every row of the batch.
 //! Deadlocks and lock wait timeouts retry the transaction. Enqueue: a plain single-row
 //! `INSERT`, or one multi-row `INSERT` of up to 1,000 rows.
+//!
+//! The same loop also runs on [`MINIMAL_TABLE`], the smallest table the pattern needs (one
+//! secondary index besides the unique key): the physical floor of a SKIP LOCKED queue on
+//! this server, with none of the columns and indexes that the framework's features need.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -49,21 +53,69 @@ fn marks(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
+/// The minimal table: the columns and the one secondary index that a SKIP LOCKED queue
+/// with leases, fencing and idempotent keys cannot do without. Ready rows have no lease, so
+/// within `status = 'ready'` the index is in id order.
+pub(crate) const MINIMAL_TABLE: &str = "CREATE TABLE job_queue (
+    id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+    task_key VARBINARY(1020) NOT NULL,
+    payload JSON NOT NULL,
+    status ENUM('ready', 'running', 'done', 'failed') NOT NULL,
+    lease_owner VARCHAR(128) NULL,
+    lease_until DATETIME(6) NULL,
+    attempts INT UNSIGNED NOT NULL DEFAULT 0,
+    created_at DATETIME(6) NOT NULL,
+    updated_at DATETIME(6) NOT NULL,
+    PRIMARY KEY (id),
+    UNIQUE KEY job_queue_task_key (task_key),
+    KEY job_queue_status (status, lease_until, id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin";
+
+/// Which table a loop works on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Table {
+    /// The framework's `job_queue`, with every column and index its features need.
+    Project,
+    /// [`MINIMAL_TABLE`].
+    Minimal,
+}
+
+impl Table {
+    fn claim_select(self) -> &'static str {
+        match self {
+            Table::Project => {
+                "SELECT id, payload FROM job_queue WHERE queue = ? AND status = 'ready' \
+                 ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED"
+            }
+            // The queue is bound and ignored (the table has one), so both take one shape.
+            Table::Minimal => {
+                "SELECT id, payload FROM job_queue FORCE INDEX (job_queue_status) \
+                 WHERE ? IS NOT NULL AND status = 'ready' \
+                 ORDER BY lease_until, id LIMIT ? FOR UPDATE SKIP LOCKED"
+            }
+        }
+    }
+
+    fn finished_at(self) -> &'static str {
+        match self {
+            Table::Project => "finished_at = UTC_TIMESTAMP(6), ",
+            Table::Minimal => "",
+        }
+    }
+}
+
 /// A claimed batch: ids and raw payloads.
 type Batch = Vec<(u64, Vec<u8>)>;
 
 /// Claims up to `limit` ready jobs for `token` in one transaction.
-async fn claim(pool: &MySqlPool, limit: usize, token: &str) -> sqlx::Result<Batch> {
+async fn claim(pool: &MySqlPool, table: Table, limit: usize, token: &str) -> sqlx::Result<Batch> {
     let mut tx = pool.begin().await?;
     let result: sqlx::Result<Option<Batch>> = async {
-        let rows: Batch = sqlx::query_as(
-            "SELECT id, payload FROM job_queue WHERE queue = ? AND status = 'ready' \
-             ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED",
-        )
-        .bind(QUEUE)
-        .bind(limit as u64)
-        .fetch_all(&mut *tx)
-        .await?;
+        let rows: Batch = sqlx::query_as(table.claim_select())
+            .bind(QUEUE)
+            .bind(limit as u64)
+            .fetch_all(&mut *tx)
+            .await?;
         if rows.is_empty() {
             return Ok(Some(rows));
         }
@@ -98,11 +150,12 @@ async fn claim(pool: &MySqlPool, limit: usize, token: &str) -> sqlx::Result<Batc
 }
 
 /// Marks the batch claimed with `token` done; false if any row was no longer ours.
-async fn complete(pool: &MySqlPool, ids: &[u64], token: &str) -> sqlx::Result<bool> {
+async fn complete(pool: &MySqlPool, table: Table, ids: &[u64], token: &str) -> sqlx::Result<bool> {
     let sql = format!(
         "UPDATE job_queue SET status = 'done', lease_owner = NULL, lease_until = NULL, \
-         finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
+         {}updated_at = UTC_TIMESTAMP(6) \
          WHERE id IN ({}) AND status = 'running' AND lease_owner = ?",
+        table.finished_at(),
         marks(ids.len())
     );
     let mut q = sqlx::query(&sql);
@@ -116,6 +169,8 @@ async fn complete(pool: &MySqlPool, ids: &[u64], token: &str) -> sqlx::Result<bo
 /// What a claim loop needs.
 pub(crate) struct Loop {
     pub(crate) pool: MySqlPool,
+    /// The table it works on.
+    pub(crate) table: Table,
     /// Jobs claimed per transaction: the loop's concurrency.
     pub(crate) batch: usize,
     /// Prefix of the per-claim fencing token.
@@ -148,7 +203,7 @@ pub(crate) async fn run(mut l: Loop) -> anyhow::Result<LoopStats> {
     while !*l.stop.borrow() {
         seq += 1;
         let token = format!("{}:{seq}", l.owner);
-        let batch = match claim(&l.pool, l.batch, &token).await {
+        let batch = match claim(&l.pool, l.table, l.batch, &token).await {
             Ok(b) => b,
             Err(e) if transient(&e) => {
                 stats.conflicts += 1;
@@ -176,7 +231,7 @@ pub(crate) async fn run(mut l: Loop) -> anyhow::Result<LoopStats> {
         }
         let ids: Vec<u64> = batch.iter().map(|(id, _)| *id).collect();
         loop {
-            match complete(&l.pool, &ids, &token).await {
+            match complete(&l.pool, l.table, &ids, &token).await {
                 Ok(true) => break,
                 Ok(false) => {
                     stats.lost += 1;

@@ -28,7 +28,8 @@ const URL_VAR: &str = "JOBQUEUE_BENCH_URL";
 /// Arguments of a worker process.
 #[derive(clap::Args, Debug)]
 pub(crate) struct WorkerArgs {
-    /// Framework (`Worker`) or baseline (hand-written loop).
+    /// Framework (`Worker`), baseline (hand-written loop) or minimal (the same loop on the
+    /// minimal table).
     #[arg(long, value_enum)]
     mode: Mode,
     /// Jobs run at once (the baseline claims this many per transaction).
@@ -55,26 +56,39 @@ pub(crate) struct ChildResult {
     pub(crate) baseline: Option<baseline::LoopStats>,
     /// The framework worker's counters, as `Debug`.
     pub(crate) framework: Option<String>,
+    /// CPU time this process used from `go` to `stop`, ms.
+    #[serde(default)]
+    pub(crate) cpu_ms: u64,
 }
 
 /// Entry point of `jobqueue-bench worker`.
 pub(crate) async fn worker_main(args: WorkerArgs) -> anyhow::Result<()> {
     let url = std::env::var(URL_VAR).with_context(|| format!("{URL_VAR} is not set"))?;
     let mut input = BufReader::new(tokio::io::stdin()).lines();
-    let result = match args.mode {
+    let mut result = match args.mode {
         Mode::Framework => run_framework(&url, &args, &mut input).await?,
-        Mode::Baseline => run_baseline(&url, &args, &mut input).await?,
+        Mode::Baseline => run_baseline(&url, baseline::Table::Project, &args, &mut input).await?,
+        Mode::Minimal => run_baseline(&url, baseline::Table::Minimal, &args, &mut input).await?,
     };
+    result.cpu_ms = own_cpu_ms().saturating_sub(CPU_AT_GO.get().copied().unwrap_or(0));
     println!("result {}", serde_json::to_string(&result)?);
     Ok(())
 }
 
 type Input = Lines<BufReader<tokio::io::Stdin>>;
 
+/// This process's CPU time when `go` came, ms.
+static CPU_AT_GO: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+fn own_cpu_ms() -> u64 {
+    crate::util::cpu_ms(std::process::id()).unwrap_or(0)
+}
+
 async fn wait_for_go(input: &mut Input) -> anyhow::Result<()> {
     println!("ready");
     while let Some(line) = input.next_line().await? {
         if line.trim() == "go" {
+            let _ = CPU_AT_GO.set(own_cpu_ms());
             return Ok(());
         }
     }
@@ -114,11 +128,13 @@ async fn run_framework(
         latencies_us: jobs::take_latencies(),
         baseline: None,
         framework: Some(format!("{:?}", handle.metrics())),
+        cpu_ms: 0,
     })
 }
 
 async fn run_baseline(
     url: &str,
+    table: baseline::Table,
     args: &WorkerArgs,
     input: &mut Input,
 ) -> anyhow::Result<ChildResult> {
@@ -128,6 +144,7 @@ async fn run_baseline(
     let (stop_tx, stop_rx) = watch::channel(false);
     let lp = baseline::Loop {
         pool,
+        table,
         batch: args.concurrency,
         owner: format!("baseline:{}", std::process::id()),
         poll: Duration::from_millis(args.poll_ms),
@@ -148,6 +165,7 @@ async fn run_baseline(
         latencies_us: jobs::take_latencies(),
         baseline: Some(stats),
         framework: None,
+        cpu_ms: 0,
     })
 }
 

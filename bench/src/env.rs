@@ -26,6 +26,10 @@ pub(crate) fn prefer_durable_server_settings() {
     );
 }
 
+/// The process id of the throwaway server, once started (none with `DATABASE_URL`): the
+/// drains report its CPU time per job.
+pub(crate) static SERVER_PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
 /// The server of this run.
 pub(crate) struct Env {
     /// Keeps a throwaway server alive; `None` with `DATABASE_URL`.
@@ -51,6 +55,9 @@ impl Env {
                 Some(tokio::task::spawn_blocking(TestServer::start).await??)
             }
         };
+        if let Some(pid) = server.as_ref().and_then(TestServer::server_pid) {
+            let _ = SERVER_PID.set(pid);
+        }
         let mut env = Env {
             server,
             external,
@@ -89,6 +96,26 @@ impl Env {
 
     /// A new database with the queue's tables, for one scenario; returns its URL.
     pub(crate) async fn database(&mut self, what: &str) -> anyhow::Result<String> {
+        let url = self.empty_database(what).await?;
+        let queue = Queue::connect(&url).await?;
+        queue.migrate().await?;
+        queue.pool().close().await;
+        Ok(url)
+    }
+
+    /// A new database with the minimal table of the pattern (`baseline::MINIMAL_TABLE`)
+    /// only; returns its URL.
+    pub(crate) async fn minimal_database(&mut self, what: &str) -> anyhow::Result<String> {
+        let url = self.empty_database(what).await?;
+        let mut conn = MySqlConnection::connect(&url).await?;
+        sqlx::raw_sql(crate::baseline::MINIMAL_TABLE)
+            .execute(&mut conn)
+            .await?;
+        conn.close().await?;
+        Ok(url)
+    }
+
+    async fn empty_database(&mut self, what: &str) -> anyhow::Result<String> {
         let name = format!("jqbench_{what}_{}", std::process::id());
         let mut conn = MySqlConnection::connect(self.server_url()).await?;
         sqlx::raw_sql(&format!(
@@ -101,11 +128,7 @@ impl Env {
         if self.external.is_some() {
             self.made.push(name.clone());
         }
-        let url = with_database(self.server_url(), &name);
-        let queue = Queue::connect(&url).await?;
-        queue.migrate().await?;
-        queue.pool().close().await;
-        Ok(url)
+        Ok(with_database(self.server_url(), &name))
     }
 
     /// Drops the databases made on an external server; a throwaway server goes away whole.
@@ -215,6 +238,24 @@ pub(crate) async fn fill(
             .with_context(|| format!("cannot fill {count} {status} rows"))?;
         base += chunk;
     }
+    Ok(())
+}
+
+/// Writes `count` ready rows with task keys `{prefix}{n}` into the minimal table, with the
+/// payloads [`fill`] writes.
+pub(crate) async fn fill_minimal(pool: &MySqlPool, prefix: &str, count: u64) -> anyhow::Result<()> {
+    let sql = format!(
+        "INSERT INTO job_queue (task_key, payload, status, attempts, created_at, updated_at) \
+         SELECT CONCAT(?, n), CONCAT('{{\"n\":', n, '}}'), 'ready', 0, UTC_TIMESTAMP(6), \
+         UTC_TIMESTAMP(6) FROM {}",
+        numbers(0, count)
+    );
+    sqlx::query(&sql)
+        .persistent(false)
+        .bind(prefix)
+        .execute(pool)
+        .await
+        .with_context(|| format!("cannot fill {count} rows of the minimal table"))?;
     Ok(())
 }
 

@@ -81,7 +81,8 @@ enum Command {
     Worker(child::WorkerArgs),
 }
 
-/// The two ways of running the queue that every scenario compares.
+/// The ways of running the queue that the scenarios compare: every scenario the first two,
+/// the drains the third too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Mode {
@@ -89,6 +90,9 @@ pub(crate) enum Mode {
     Framework,
     /// Plain sqlx statements written by hand.
     Baseline,
+    /// The baseline's claim loop on the minimal table of the pattern
+    /// (`baseline::MINIMAL_TABLE`): the physical floor, measured in the drains only.
+    Minimal,
 }
 
 impl Mode {
@@ -96,7 +100,14 @@ impl Mode {
         match self {
             Mode::Framework => "framework",
             Mode::Baseline => "baseline",
+            Mode::Minimal => "minimal",
         }
+    }
+
+    /// The framework and the two loops of the drains, in an order that turns from run to run.
+    pub(crate) fn order3(run: u32) -> [Mode; 3] {
+        let all = [Mode::Framework, Mode::Baseline, Mode::Minimal];
+        std::array::from_fn(|i| all[(i + run as usize) % 3])
     }
 
     /// Both modes, the one that goes first alternating from run to run.

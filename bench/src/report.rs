@@ -34,6 +34,8 @@ pub(crate) enum TargetOn {
     Ratio,
     /// The framework's own figure (itself a ratio, e.g. history / empty table).
     Framework,
+    /// framework / minimal: against the baseline's loop on the minimal table.
+    Minimal,
 }
 
 /// A target a figure should reach (at least `min`).
@@ -55,6 +57,10 @@ pub(crate) struct Row {
     pub(crate) baseline: Option<Figure>,
     /// framework / baseline, of the medians.
     pub(crate) ratio: Option<f64>,
+    /// The baseline's loop on the minimal table of the pattern, where measured.
+    pub(crate) minimal: Option<Figure>,
+    /// framework / minimal, of the medians.
+    pub(crate) minimal_ratio: Option<f64>,
     pub(crate) target: Option<Target>,
     /// Diagnostics: statements per job, claim sizes, counters.
     pub(crate) notes: BTreeMap<String, String>,
@@ -70,6 +76,8 @@ impl Row {
             framework: None,
             baseline: None,
             ratio: None,
+            minimal: None,
+            minimal_ratio: None,
             target: None,
             notes: BTreeMap::new(),
         }
@@ -96,10 +104,21 @@ impl Row {
         self
     }
 
-    /// Requires at least `min` of the ratio or the framework's figure.
+    /// Sets the minimal table's figure and the framework's ratio to it.
+    pub(crate) fn minimal(mut self, runs: Vec<f64>) -> Row {
+        self.minimal = Figure::of(runs);
+        self.minimal_ratio = match (&self.framework, &self.minimal) {
+            (Some(f), Some(m)) if m.value > 0.0 => Some(f.value / m.value),
+            _ => None,
+        };
+        self
+    }
+
+    /// Requires at least `min` of a ratio or of the framework's figure.
     pub(crate) fn target(mut self, on: TargetOn, min: f64) -> Row {
         let value = match on {
             TargetOn::Ratio => self.ratio,
+            TargetOn::Minimal => self.minimal_ratio,
             TargetOn::Framework => self.framework.as_ref().map(|f| f.value),
         };
         self.target = Some(Target {
@@ -139,18 +158,20 @@ impl Report {
             "framework",
             "baseline",
             "fw/base",
+            "minimal",
+            "fw/min",
             "target",
         ];
-        let mut lines: Vec<[String; 7]> = vec![header.map(String::from)];
+        let mut lines: Vec<[String; 9]> = vec![header.map(String::from)];
         for r in &self.rows {
             let fig = |f: &Option<Figure>| f.as_ref().map_or("-".into(), |f| figure(f.value));
             let target = r.target.as_ref().map_or(String::new(), |t| {
                 format!(
                     "{}>= {:.2} {}",
-                    if t.on == TargetOn::Framework {
-                        "fw "
-                    } else {
-                        ""
+                    match t.on {
+                        TargetOn::Framework => "fw ",
+                        TargetOn::Minimal => "fw/min ",
+                        TargetOn::Ratio => "",
                     },
                     t.min,
                     if t.met { "met" } else { "NOT MET" }
@@ -171,10 +192,12 @@ impl Report {
                 fig(&r.framework),
                 fig(&r.baseline),
                 r.ratio.map_or("-".into(), |v| format!("{v:.2}")),
+                fig(&r.minimal),
+                r.minimal_ratio.map_or("-".into(), |v| format!("{v:.2}")),
                 target,
             ]);
         }
-        let widths: Vec<usize> = (0..7)
+        let widths: Vec<usize> = (0..9)
             .map(|c| {
                 lines
                     .iter()
@@ -188,7 +211,7 @@ impl Report {
             for (c, cell) in l.iter().enumerate() {
                 let pad = widths[c] - cell.chars().count();
                 // Text left, numbers right.
-                if (3..=5).contains(&c) {
+                if (3..=7).contains(&c) {
                     let _ = write!(line, "{}{}  ", " ".repeat(pad), cell);
                 } else {
                     let _ = write!(line, "{}{}  ", cell, " ".repeat(pad));
@@ -196,7 +219,7 @@ impl Report {
             }
             let _ = writeln!(out, "{}", line.trim_end());
             if i == 0 {
-                let _ = writeln!(out, "{}", "-".repeat(widths.iter().sum::<usize>() + 12));
+                let _ = writeln!(out, "{}", "-".repeat(widths.iter().sum::<usize>() + 16));
             }
         }
         let notes: Vec<&Row> = self.rows.iter().filter(|r| !r.notes.is_empty()).collect();

@@ -262,6 +262,13 @@ pub(crate) fn progress(row: &Row) {
         row.ratio
             .map_or(String::new(), |r| format!("  fw/base {r:.2}")),
     );
+    if let (Some(m), Some(r)) = (&row.minimal, row.minimal_ratio) {
+        eprintln!(
+            "   {:<44} minimal table {}  fw/min {r:.2}",
+            "",
+            crate::util::figure(m.value)
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -281,6 +288,10 @@ struct Measured {
     per_claim: Option<f64>,
     /// Each server counter's delta per job.
     per_job: BTreeMap<String, f64>,
+    /// CPU time of the server per job, µs (a throwaway server only).
+    server_cpu_us: Option<f64>,
+    /// CPU time of the worker processes per job, µs.
+    worker_cpu_us: f64,
 }
 
 /// Fills `jobs` ready no-op jobs and has `processes` workers of `mode` drain them.
@@ -326,7 +337,11 @@ async fn drain_limited(
     if empty_first {
         env::truncate(admin).await?;
     }
-    env::fill(admin, Rows::Ready, prefix, jobs).await?;
+    if mode == Mode::Minimal {
+        env::fill_minimal(admin, prefix, jobs).await?;
+    } else {
+        env::fill(admin, Rows::Ready, prefix, jobs).await?;
+    }
     if limited {
         sqlx::query(
             "UPDATE job_queue SET concurrency_key = task_key, concurrency_limit = 1 \
@@ -338,11 +353,18 @@ async fn drain_limited(
     }
     let mut counters = MySqlConnection::connect(url).await?;
     let mut group = Group::start(url, mode, processes, concurrency, false).await?;
+    let server_cpu = || {
+        env::SERVER_PID
+            .get()
+            .and_then(|&pid| crate::util::cpu_ms(pid))
+    };
     let before = server_counters(&mut counters).await?;
+    let cpu_before = server_cpu();
     let start = group.go().await?;
     group
         .wait(|done, _| done >= jobs, Duration::from_secs(600))
         .await?;
+    let cpu_after = server_cpu();
     let after = server_counters(&mut counters).await?;
     let rss_kib = group.peak_rss_kib();
     let results = group.stop().await?;
@@ -353,7 +375,7 @@ async fn drain_limited(
         "{mode:?} recorded {completed} jobs done for {jobs} enqueued"
     );
     let open: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM job_queue WHERE status IN ('ready', 'running', 'scheduled', 'blocked') AND task_key LIKE ?",
+        "SELECT COUNT(*) FROM job_queue WHERE status NOT IN ('done', 'failed') AND task_key LIKE ?",
     )
     .bind(format!("{prefix}%"))
     .fetch_one(admin)
@@ -381,6 +403,10 @@ async fn drain_limited(
             .iter()
             .map(|(k, v)| (k.clone(), *v as f64 / jobs as f64))
             .collect(),
+        server_cpu_us: cpu_before
+            .zip(cpu_after)
+            .map(|(b, a)| a.saturating_sub(b) as f64 * 1000.0 / jobs as f64),
+        worker_cpu_us: results.iter().map(|r| r.cpu_ms).sum::<u64>() as f64 * 1000.0 / jobs as f64,
     })
 }
 
@@ -473,31 +499,55 @@ async fn warm_up(url: &str, admin: &MySqlPool, jobs: u64) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// The drains: (processes, concurrency). Up to 100 slots in one process (the claim takes at
+/// most 100 jobs per queue and transaction), then past it: 256 slots in one process, and 4
+/// processes of 64.
+const DRAIN_CASES: [(usize, usize); 6] = [(1, 16), (1, 64), (1, 100), (4, 16), (1, 256), (4, 64)];
+
 async fn drain(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
     let url = cx.env.database("drain").await?;
     let admin = baseline::pool(&url, 2).await?;
+    let min_url = cx.env.minimal_database("drain_min").await?;
+    let min_admin = baseline::pool(&min_url, 2).await?;
     let jobs = cx.sizes.drain_jobs;
-    let cases: [(usize, usize); 2] = [(1, 16), (4, 16)];
     warm_up(&url, &admin, jobs).await?;
-    let mut results: Vec<[Vec<Measured>; 2]> =
-        cases.iter().map(|_| [Vec::new(), Vec::new()]).collect();
+    drain_once(
+        &min_url,
+        &min_admin,
+        Mode::Minimal,
+        1,
+        16,
+        (jobs / 10).max(500),
+        "warmmin:",
+        false,
+    )
+    .await?;
+    // [case][framework, baseline, minimal]
+    let mut results: Vec<[Vec<Measured>; 3]> =
+        DRAIN_CASES.iter().map(|_| Default::default()).collect();
     for run in 0..cx.runs {
-        for (c, &(procs, conc)) in cases.iter().enumerate() {
-            for mode in Mode::order(run) {
+        for (c, &(procs, conc)) in DRAIN_CASES.iter().enumerate() {
+            for mode in Mode::order3(run) {
+                let (u, a) = if mode == Mode::Minimal {
+                    (&min_url, &min_admin)
+                } else {
+                    (&url, &admin)
+                };
                 let prefix = format!("d{run}{}{c}:", mode.as_str());
-                let d = drain_once(&url, &admin, mode, procs, conc, jobs, &prefix, true).await?;
+                let d = drain_once(u, a, mode, procs, conc, jobs, &prefix, true).await?;
                 eprintln!(
-                    "   run {run} {procs} x {conc} {:<9} {:>8} jobs/s",
+                    "   run {run} {procs} x {conc:<3} {:<9} {:>8} jobs/s",
                     mode.as_str(),
                     thousands(d.rate)
                 );
-                results[c][(mode == Mode::Baseline) as usize].push(d);
+                results[c][mode as usize].push(d);
             }
         }
     }
+    let rates = |v: &[Measured]| v.iter().map(|d| d.rate).collect::<Vec<_>>();
     let mut rows = Vec::new();
-    for (c, &(procs, conc)) in cases.iter().enumerate() {
-        let [fw, base] = &results[c];
+    for (c, &(procs, conc)) in DRAIN_CASES.iter().enumerate() {
+        let [fw, base, min] = &results[c];
         let row = Row::new(
             "drain",
             format!(
@@ -507,16 +557,37 @@ async fn drain(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
             ),
             "jobs/s",
         )
-        .figures(
-            fw.iter().map(|d| d.rate).collect(),
-            base.iter().map(|d| d.rate).collect(),
-        )
-        .target(TargetOn::Ratio, 0.9);
-        let row = counter_notes(row, fw, base);
+        .figures(rates(fw), rates(base))
+        .minimal(rates(min))
+        .target(TargetOn::Minimal, 0.9);
+        let m =
+            |v: &[Measured], f: fn(&Measured) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
+        let row = counter_notes(row, fw, base)
+            .note(
+                "min statements/job, fsyncs/job",
+                format!(
+                    "{:.2}, {:.3}",
+                    m(min, |d| d.statements_per_job),
+                    m(min, |d| d.fsyncs_per_job)
+                ),
+            )
+            .note(
+                "CPU µs/job server + workers",
+                format!(
+                    "fw {:.0} + {:.0}, base {:.0} + {:.0}, min {:.0} + {:.0}",
+                    m(fw, |d| d.server_cpu_us.unwrap_or(0.0)),
+                    m(fw, |d| d.worker_cpu_us),
+                    m(base, |d| d.server_cpu_us.unwrap_or(0.0)),
+                    m(base, |d| d.worker_cpu_us),
+                    m(min, |d| d.server_cpu_us.unwrap_or(0.0)),
+                    m(min, |d| d.worker_cpu_us)
+                ),
+            );
         progress(&row);
         rows.push(row);
     }
     admin.close().await;
+    min_admin.close().await;
     Ok(rows)
 }
 
@@ -650,6 +721,7 @@ impl Enqueuer {
                     .await?,
             ),
             Mode::Baseline => Enqueuer::Baseline(baseline::pool(url, connections).await?),
+            Mode::Minimal => bail!("the minimal table is measured in the drains only"),
         };
         // Open the connections before anything is timed.
         let pool = e.pool();
@@ -786,6 +858,8 @@ async fn enqueue_once(
         rss_kib: Vec::new(),
         per_claim: None,
         per_job,
+        server_cpu_us: None,
+        worker_cpu_us: 0.0,
     })
 }
 
@@ -891,6 +965,7 @@ async fn latency_once(
                 let (stop_tx, stop) = watch::channel(false);
                 let lp = baseline::Loop {
                     pool: baseline::pool(url, 2).await?,
+                    table: baseline::Table::Project,
                     batch: 16,
                     owner: format!("baseline-local:{}", std::process::id()),
                     poll: Duration::from_millis(50),

@@ -49,6 +49,18 @@ pub(crate) fn peak_rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// CPU time (user and system) that process `pid` has used so far, in milliseconds, from
+/// `/proc/<pid>/stat` (in clock ticks of 10 ms, Linux's `USER_HZ`).
+pub(crate) fn cpu_ms(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, in parentheses, may hold spaces: count fields after it.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut fields = rest.split(' ').skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) * 10)
+}
+
 /// A text column that the server may send as a binary string.
 pub(crate) fn text(row: &MySqlRow, i: usize) -> String {
     match row.try_get::<String, _>(i) {
