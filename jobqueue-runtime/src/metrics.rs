@@ -57,6 +57,7 @@ counters! {
     reclaimed => "jobqueue_leases_reclaimed_total": "Expired leases taken back by this process's maintenance.",
     promoted => "jobqueue_jobs_promoted_total": "Scheduled jobs made ready by this process's maintenance.",
     empty_idle => "jobqueue_claims_empty_total{reason=\"idle\"}": "Empty claims: no ready job at all.",
+    idle_probes => "jobqueue_idle_probes_total": "Reads an idle worker made to look for ready jobs (one index entry per served queue) instead of claiming.",
     empty_contended => "jobqueue_claims_empty_total{reason=\"contended\"}": "Empty claims: ready jobs exist, all locked by other claimers.",
     empty_leased_only => "jobqueue_claims_empty_total{reason=\"leased_only\"}": "Empty claims: only running jobs remain, waiting on their leases.",
     empty_paused => "jobqueue_claims_empty_total{reason=\"paused\"}": "Empty claims: every served queue is paused.",

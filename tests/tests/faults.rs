@@ -511,7 +511,10 @@ async fn an_idle_worker_is_quiet_and_survives_a_revoked_privilege() {
         assert!(w.warnings().is_empty(), "{}: {:?}", w.name, w.warnings());
     }
     let m = idle.terminate().await;
-    assert!(counter(&m, "empty_idle") >= 5, "{m}");
+    // One claim found nothing; from then on the worker looked with its idle probe (every
+    // 90 ms: about 30 in the window), and claimed nothing more.
+    assert!(counter(&m, "empty_idle") >= 1, "{m}");
+    assert!(counter(&m, "idle_probes") >= 10, "{m}");
     for name in [
         "claimed",
         "empty_contended",

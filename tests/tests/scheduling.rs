@@ -545,6 +545,8 @@ async fn a_paused_queue_keeps_its_jobs_ready_until_resumed() {
             .data(Effects(effects.clone()))
             .queues(["sched_paused"])
             .poll_interval(Duration::from_millis(20), Duration::from_millis(100))
+            // Claims, not probes, are under test: every one of them must find nothing.
+            .idle_probe(None)
             .build()
             .unwrap(),
     );

@@ -39,17 +39,10 @@ pub fn ready_probe_sql(queues: usize) -> String {
 /// handling takes over).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A connection an idle worker keeps between its probes, so that a probe is one statement
-/// (the pool's check of a connection it hands out costs a statement of its own).
-pub(crate) struct ProbeConnection(sqlx::pool::PoolConnection<sqlx::MySql>);
-
-impl ProbeConnection {
-    /// Closes the connection instead of handing it back to the pool: after a failed or
-    /// abandoned read its state is unknown.
-    pub(crate) fn discard(self) {
-        drop(self.0.detach());
-    }
-}
+/// The connection of a worker's idle probes: its own, opened with the pool's options but
+/// outside the pool, so that it never takes a connection the worker's other work needs,
+/// and a probe is one statement (the pool checks each connection it hands out with one).
+pub(crate) struct ProbeConnection(sqlx::MySqlConnection);
 
 impl std::fmt::Debug for ProbeConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -60,7 +53,13 @@ impl std::fmt::Debug for ProbeConnection {
 impl Store {
     /// A connection for [`Store::probe_ready`].
     pub(crate) async fn probe_connection(&self) -> Result<ProbeConnection> {
-        Ok(ProbeConnection(acquire(self).await?))
+        use sqlx::ConnectOptions as _;
+        let options = self.pool.connect_options();
+        let connect = options.connect();
+        match tokio::time::timeout(PROBE_TIMEOUT, connect).await {
+            Ok(conn) => Ok(ProbeConnection(conn?)),
+            Err(_) => Err(timed_out(PROBE_TIMEOUT).into()),
+        }
     }
 
     /// Whether any of `queues` (not paused) has a ready job, on `conn`. An error (the
@@ -76,7 +75,7 @@ impl Store {
         for queue in queues {
             q = q.bind(queue).bind(queue);
         }
-        match tokio::time::timeout(PROBE_TIMEOUT, q.fetch_one(&mut *conn.0)).await {
+        match tokio::time::timeout(PROBE_TIMEOUT, q.fetch_one(&mut conn.0)).await {
             Ok(r) => Ok(r?),
             Err(_) => Err(timed_out(PROBE_TIMEOUT).into()),
         }

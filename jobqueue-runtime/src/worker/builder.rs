@@ -87,10 +87,12 @@ impl WorkerBuilder {
     /// While it finds nothing to claim, how often the worker looks for ready jobs that
     /// another process enqueued (or that maintenance made ready), instead of polling with
     /// claims. Default 90 ms: a job enqueued elsewhere on an idle queue starts within about
-    /// a tenth of a second. A look is one read of one index entry per served queue, on a
-    /// connection the idle worker keeps, so it costs the server one small statement per
-    /// interval (about 11 a second at the default) and locks nothing; the claim follows
-    /// only when it finds a job. `None` turns it off: the worker then polls with claims,
+    /// a tenth of a second. A look is one read of one index entry per served queue, so it
+    /// costs the server one small statement per interval (about 11 a second at the
+    /// default) and locks nothing; the claim follows only when it finds a job. The probes
+    /// use a connection of their own, opened with the pool's options the first time the
+    /// worker is idle and kept (outside the pool, so that they never wait for, or hold up,
+    /// the worker's other work): count one more connection per worker process. `None` turns it off: the worker then polls with claims,
     /// backing off as [`poll_interval`](Self::poll_interval) says (fewer statements while
     /// idle, up to 2 s before a job from another process starts). A job enqueued in this
     /// process wakes the worker at once either way. At least 10 ms.

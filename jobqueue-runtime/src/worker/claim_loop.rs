@@ -32,7 +32,8 @@ const MAX_CLAIM_BATCH: usize = 100;
 struct IdleProbe {
     active: bool,
     next: Instant,
-    /// Kept from one probe to the next while idle; handed back to the pool when it ends.
+    /// Opened at the first probe and kept for the worker's life (a worker that is never
+    /// idle never opens it); closed after an error, and opened again at the next probe.
     conn: Option<crate::store::ProbeConnection>,
 }
 
@@ -56,7 +57,6 @@ impl IdleProbe {
 
     fn stop(&mut self) {
         self.active = false;
-        self.conn = None;
     }
 }
 
@@ -204,7 +204,11 @@ impl Worker {
                 // While idle the probe stands in for the polls: a claim follows only when it
                 // finds a job.
                 _ = tokio::time::sleep_until(idle.next), if idle.active && jobs.len() < cfg.concurrency => {
-                    match self.probe(&mut idle, &probe_sql).await {
+                    let looked = self.probe(&mut idle, &probe_sql).await;
+                    if looked.is_ok() {
+                        self.metrics.add(&self.metrics.idle_probes, "jobqueue_idle_probes_total", 1);
+                    }
+                    match looked {
                         Ok(true) => pacer.woken(),
                         Ok(false) => {}
                         Err(e) => {
@@ -243,10 +247,8 @@ impl Worker {
                 idle.conn = Some(conn);
                 Ok(found)
             }
-            Err(e) => {
-                conn.discard();
-                Err(e)
-            }
+            // Dropped: after a failed or abandoned read its state is unknown.
+            Err(e) => Err(e),
         }
     }
 

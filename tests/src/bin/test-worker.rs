@@ -182,6 +182,7 @@ fn metrics_json(m: &MetricsSnapshot) -> serde_json::Value {
         "reclaimed": m.reclaimed,
         "promoted": m.promoted,
         "empty_idle": m.empty_idle,
+        "idle_probes": m.idle_probes,
         "empty_contended": m.empty_contended,
         "empty_leased_only": m.empty_leased_only,
         "empty_paused": m.empty_paused,
