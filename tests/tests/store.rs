@@ -315,12 +315,12 @@ async fn claim_skips_a_locked_row_without_waiting() {
 // ---------------------------------------------------------------------------------------
 
 // The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
-use jobqueue_runtime::__store::statements::ready_probe_sql;
 use jobqueue_runtime::__store::statements::{
     complete_in_sql, key_history_sql, release_sql, ATTEMPT_LOG_SELECT, BLOCKED_IN_QUEUE,
     BRING_FORWARD_SELECT, CLAIM_SELECT, CONCURRENCY_KEY_OF_JOB, OUTPUT_AFTER_COMMIT, OUTPUT_SELECT,
     PROGRESS_UPDATE, PROMOTE_PROBE, PROMOTE_SELECT, PRUNE_SELECT, RECLAIM_SELECT,
 };
+use jobqueue_runtime::__store::statements::{ready_probe_sql, COUNT_GAUGES};
 
 /// One row of an `EXPLAIN`.
 #[derive(Debug)]
@@ -523,6 +523,15 @@ async fn maintenance_queries_use_their_indexes() {
         Access::Range,
     )
     .await;
+    // The gauges' count reads the waiting, running and failed rows' range of the status-time
+    // index, never the finished rows; it groups its few result rows in a temporary table.
+    let plan = explain(pool, COUNT_GAUGES, &[]).await;
+    assert!(
+        plan.iter().any(|row| row.table == "job_queue"
+            && row.key.as_deref() == Some("job_queue_status_at")
+            && row.access == "range"),
+        "gauges: {plan:#?}"
+    );
     // A job's completion in its own transaction: one row, by primary key, so that it locks
     // nothing else.
     assert_plan(

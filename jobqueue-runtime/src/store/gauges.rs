@@ -13,9 +13,12 @@ use crate::model::{JobStatus, QueueGauges};
 
 /// Counts per queue and status, with the oldest `run_at` of the ready jobs. It reads every
 /// active and failed row (over the `(status, status_at, id)` index, then the rows): about
-/// 0.1-0.2 s for 80,000 such rows, which is why one worker per interval runs it.
-const COUNT_GAUGES: &str = "SELECT queue, CAST(status AS CHAR), COUNT(*), MIN(run_at) \
-     FROM job_queue WHERE status IN ('scheduled', 'ready', 'blocked', 'running', 'failed') \
+/// 0.1-0.2 s for 80,000 such rows, which is why one worker per interval runs it. The index
+/// is forced: left to itself the optimizer may read the whole table, done rows included
+/// (seen: 226,000 rows examined for 20,000 waiting ones).
+pub const COUNT_GAUGES: &str = "SELECT queue, CAST(status AS CHAR), COUNT(*), MIN(run_at) \
+     FROM job_queue FORCE INDEX (job_queue_status_at) \
+     WHERE status IN ('scheduled', 'ready', 'blocked', 'running', 'failed') \
      GROUP BY queue, status";
 
 impl Store {

@@ -218,6 +218,7 @@ pub(crate) use decode::{
 use enqueue::is_key_conflict;
 pub use enqueue::release_sql;
 pub(crate) use enqueue::{insert, insert_many};
+pub use gauges::COUNT_GAUGES;
 pub(crate) use limits::MAX_SLOTS;
 pub use limits::{
     BLOCKED_DELETE_JOB, BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS,
