@@ -4,8 +4,9 @@
 -- Rolling upgrades: workers of earlier versions name these indexes in their maintenance
 -- statements (promotion, reclaim, pruning), which fail once they are gone: such a worker logs
 -- an error at each maintenance pass, and goes on claiming and finishing jobs, while the
--- upgraded workers do the maintenance. To avoid even that, apply the migrations up to the
--- previous one, upgrade every worker, then apply this one.
+-- upgraded workers (which start only once this migration is applied) do the maintenance.
+-- Finish the rollout soon after migrating: until one upgraded worker runs, no job is
+-- promoted, reclaimed or pruned.
 ALTER TABLE job_queue
     DROP KEY job_queue_due,
     DROP KEY job_queue_lease,

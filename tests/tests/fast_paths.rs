@@ -1,5 +1,5 @@
 //! The paths that make the worker and enqueue fast, held to what they must still guarantee:
-//! a worker with more than 100 slots fills them in one pass (a claim takes at most 100 jobs
+//! a worker with more than 256 slots fills them in one pass (a claim takes at most 256 jobs
 //! per transaction); an idle worker finds a job that another process enqueued within its
 //! idle probe's interval, and never claims for jobs of a paused queue; a bulk enqueue that
 //! takes its ids from the `INSERT` itself reports the id of every row right, whether the
@@ -17,7 +17,7 @@ use tests::{
 };
 
 // ---------------------------------------------------------------------------------------
-// 1. More than 100 slots.
+// 1. More than 256 slots.
 // ---------------------------------------------------------------------------------------
 
 /// Holds every job until `parties` jobs run at once.
@@ -32,35 +32,35 @@ async fn wide(n: u32, gate: Data<Gate>) -> Result<(), JobError> {
     Ok(())
 }
 
-/// 250 jobs that can only finish together need all 250 slots at once. The worker polls
-/// only every 10 s, so a worker that claimed 100 and waited for its next poll would not
+/// 300 jobs that can only finish together need all 300 slots at once. The worker polls
+/// only every 10 s, so a worker that claimed 256 and waited for its next poll would not
 /// finish them within the test's bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_with_250_slots_fills_them_all_in_one_pass() {
+async fn a_worker_with_300_slots_fills_them_all_in_one_pass() {
     let queue = migrated_queue(&fresh_database("fast_wide").await).await;
     let out = queue
-        .enqueue_many((0..250).map(|n| Wide { n }))
+        .enqueue_many((0..300).map(|n| Wide { n }))
         .await
         .expect("enqueue");
-    assert_eq!(out.iter().filter(|e| e.is_new()).count(), 250);
+    assert_eq!(out.iter().filter(|e| e.is_new()).count(), 300);
     let (handle, task) = start(
         Worker::builder(queue.clone())
             .queues(["fast_wide"])
-            .concurrency(250)
+            .concurrency(300)
             .poll_interval(Duration::from_secs(10), Duration::from_secs(10))
             .idle_probe(None)
-            .data(Gate(Arc::new(tokio::sync::Barrier::new(250))))
+            .data(Gate(Arc::new(tokio::sync::Barrier::new(300))))
             .build()
             .expect("build"),
     );
-    wait_for("250 jobs done", Duration::from_secs(8), || async {
-        (count_status(&queue, JobStatus::Done).await == 250).then_some(())
+    wait_for("300 jobs done", Duration::from_secs(8), || async {
+        (count_status(&queue, JobStatus::Done).await == 300).then_some(())
     })
     .await;
     let metrics = handle.metrics();
     stop(&handle, task).await;
-    assert_eq!(metrics.claimed, 250, "each job claimed once");
-    assert_eq!(metrics.succeeded, 250);
+    assert_eq!(metrics.claimed, 300, "each job claimed once");
+    assert_eq!(metrics.succeeded, 300);
 }
 
 // ---------------------------------------------------------------------------------------

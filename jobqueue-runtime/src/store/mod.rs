@@ -284,7 +284,7 @@ pub(crate) fn placeholders(n: usize) -> String {
 /// Each `IN (...)` arity is its own prepared statement on the server, which caps how many
 /// there may be; padding lists to a power of two keeps the arities to a handful.
 pub(crate) fn padded_len(n: usize) -> usize {
-    // Four sizes cover every list the worker sends (claims take at most 100 rows; writes,
+    // Five sizes cover every list the worker sends (claims take at most 256 rows; writes,
     // renewals and lease checks go in chunks of at most 128).
     match n {
         0..=1 => 1,
