@@ -892,7 +892,7 @@ async fn enqueue(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
         row = counter_notes(row, fw, base);
         row = match case {
             EnqueueCase::Bulk => row
-                .target(TargetOn::Ratio, 0.5)
+                .target(TargetOn::Ratio, 0.8)
                 .note("baseline", "one multi-row INSERT of 1,000 rows per call"),
             EnqueueCase::BulkDup => row.note(
                 "baseline",
