@@ -410,9 +410,14 @@ async fn drain_limited(
     })
 }
 
+/// The median of one figure over several measurements.
+fn median_of(v: &[Measured], f: fn(&Measured) -> f64) -> f64 {
+    median(&v.iter().map(f).collect::<Vec<_>>())
+}
+
 /// Medians of the server counters of several measurements, per job, as notes.
 fn counter_notes(mut row: Row, fw: &[Measured], base: &[Measured]) -> Row {
-    let m = |v: &[Measured], f: fn(&Measured) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
+    let m = median_of;
     row = row
         .note(
             "statements/job",
@@ -560,8 +565,7 @@ async fn drain(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
         .figures(rates(fw), rates(base))
         .minimal(rates(min))
         .target(TargetOn::Minimal, 0.9);
-        let m =
-            |v: &[Measured], f: fn(&Measured) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
+        let m = median_of;
         let row = counter_notes(row, fw, base)
             .note(
                 "min statements/job, fsyncs/job",

@@ -137,6 +137,22 @@ pub async fn wait_status(
 // Side effects of in-process jobs
 // ---------------------------------------------------------------------------------------
 
+/// A pool of `max` connections on `url` whose every session first runs `statement` (a
+/// session setting a test needs, such as a short lock wait timeout).
+pub async fn pool_with_session(url: &str, max: u32, statement: &'static str) -> MySqlPool {
+    MySqlPoolOptions::new()
+        .max_connections(max)
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                sqlx::Executor::execute(&mut *conn, statement).await?;
+                Ok(())
+            })
+        })
+        .connect(url)
+        .await
+        .expect("pool")
+}
+
 /// A queue on a new, migrated database (with [`init_tracing`] done), and a separate pool on
 /// the same database for the jobs' side effects, so that they do not compete with the
 /// workers for connections. The pool's database has an `effects` table:

@@ -10,8 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jobqueue::{job, Data, Enqueued, JobError, JobStatus, Queue, Worker};
-use sqlx::mysql::MySqlPoolOptions;
-use sqlx::Executor;
 use tests::{
     count_status, fresh_database, migrated_queue, row, start, stop, wait_for, wait_status,
 };
@@ -209,18 +207,7 @@ async fn concurrent_bulk_enqueues_report_the_id_of_every_row() {
 async fn bulk_ids_are_right_when_the_server_skips_ids() {
     let url = fresh_database("fast_bulk_increment").await;
     migrated_queue(&url).await;
-    let pool = MySqlPoolOptions::new()
-        .max_connections(2)
-        .after_connect(|conn, _| {
-            Box::pin(async move {
-                conn.execute("SET SESSION auto_increment_increment = 3")
-                    .await?;
-                Ok(())
-            })
-        })
-        .connect(&url)
-        .await
-        .expect("pool");
+    let pool = tests::pool_with_session(&url, 2, "SET SESSION auto_increment_increment = 3").await;
     let queue = Queue::from_pool(pool).await.expect("queue");
     let keys: Vec<u32> = (0..1_500).collect();
     let out = queue

@@ -242,18 +242,7 @@ async fn claim_skips_a_locked_row_without_waiting() {
     let url = fresh_database("store_skip_locked").await;
     // A claim that waited for the lock would fail after one second (and be retried), so a
     // prompt answer proves it did not wait. Session-level: no other test is affected.
-    let pool = MySqlPoolOptions::new()
-        .max_connections(4)
-        .after_connect(|conn, _meta| {
-            Box::pin(async move {
-                conn.execute("SET SESSION innodb_lock_wait_timeout = 1")
-                    .await?;
-                Ok(())
-            })
-        })
-        .connect(&url)
-        .await
-        .expect("pool");
+    let pool = tests::pool_with_session(&url, 4, "SET SESSION innodb_lock_wait_timeout = 1").await;
     let queue = Queue::from_pool(pool).await.expect("queue");
     queue.migrate().await.expect("migrate");
     let wait_timeout: u64 = sqlx::query_scalar("SELECT @@SESSION.innodb_lock_wait_timeout")
