@@ -27,12 +27,19 @@ use crate::model::{Claimed, EmptyClaim};
 /// (At 100, a worker with 256 slots drained a third slower than one claim of 256 would.)
 const MAX_CLAIM_BATCH: usize = 256;
 
+/// How long the idle probe stays off after it failed (a server refusing connections, a
+/// revoked grant): the worker polls with claims meanwhile, backing off as they do, instead
+/// of trying the probe and a claim again at every interval.
+const PROBE_COOLDOWN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The idle worker's probing: on after a claim that found nothing to take (and no
 /// contention), off after any other claim or a failed probe.
 #[derive(Debug)]
 struct IdleProbe {
     active: bool,
     next: Instant,
+    /// Until when a failed probe keeps it off.
+    off_until: Option<Instant>,
     /// Opened at the first probe and kept for the worker's life (a worker that is never
     /// idle never opens it); closed after an error, and opened again at the next probe.
     conn: Option<crate::store::ProbeConnection>,
@@ -43,21 +50,30 @@ impl Default for IdleProbe {
         IdleProbe {
             active: false,
             next: Instant::now(),
+            off_until: None,
             conn: None,
         }
     }
 }
 
 impl IdleProbe {
-    fn start(&mut self, first: Instant) {
-        if !self.active {
-            self.active = true;
-            self.next = first;
+    /// Probing from `first` on, unless it is on already or a failure keeps it off at `now`.
+    fn start(&mut self, first: Instant, now: Instant) {
+        if self.off_until.is_some_and(|t| now < t) || self.active {
+            return;
         }
+        self.active = true;
+        self.next = first;
     }
 
     fn stop(&mut self) {
         self.active = false;
+    }
+
+    /// The probe failed at `now`: off for [`PROBE_COOLDOWN`].
+    fn failed(&mut self, now: Instant) {
+        self.active = false;
+        self.off_until = Some(now + PROBE_COOLDOWN);
     }
 }
 
@@ -163,8 +179,9 @@ impl Worker {
                     Ok((n, _)) => *n < free,
                     Err(_) => false,
                 });
+                let now = Instant::now();
                 match probing {
-                    Some(every) => idle.start(Instant::now() + every),
+                    Some(every) => idle.start(now + every, now),
                     None => idle.stop(),
                 }
                 match result.map(|(n, _)| n) {
@@ -214,8 +231,9 @@ impl Worker {
                         Ok(false) => {}
                         Err(e) => {
                             // Back to polling with claims, whose errors are counted and
-                            // backed off; probing resumes after the next empty claim.
-                            idle.stop();
+                            // backed off; probing resumes after an empty claim once the
+                            // cool-down has passed.
+                            idle.failed(Instant::now());
                             pacer.poll_due();
                             tracing::debug!(error = %e, "idle probe failed; polling with claims");
                         }
@@ -442,5 +460,32 @@ impl Worker {
             }
             .instrument(span),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_failed_probe_keeps_probing_off_for_its_cool_down() {
+        let now = Instant::now();
+        let mut idle = IdleProbe::default();
+        idle.start(now + Duration::from_millis(90), now);
+        assert!(idle.active);
+        idle.failed(now);
+        assert!(!idle.active);
+        // An empty claim soon after does not turn it back on...
+        idle.start(
+            now + Duration::from_millis(90),
+            now + Duration::from_secs(1),
+        );
+        assert!(!idle.active);
+        // ...one after the cool-down does.
+        let later = now + PROBE_COOLDOWN;
+        idle.start(later + Duration::from_millis(90), later);
+        assert!(idle.active);
+        assert_eq!(idle.next, later + Duration::from_millis(90));
     }
 }
