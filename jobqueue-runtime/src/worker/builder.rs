@@ -92,10 +92,13 @@ impl WorkerBuilder {
     /// default) and locks nothing; the claim follows only when it finds a job. The probes
     /// use a connection of their own, opened with the pool's options the first time the
     /// worker is idle and kept (outside the pool, so that they never wait for, or hold up,
-    /// the worker's other work): count one more connection per worker process. `None` turns it off: the worker then polls with claims,
-    /// backing off as [`poll_interval`](Self::poll_interval) says (fewer statements while
-    /// idle, up to 2 s before a job from another process starts). A job enqueued in this
-    /// process wakes the worker at once either way. At least 10 ms.
+    /// the worker's other work): count one more connection per worker process. After a
+    /// failed probe it stays off for 10 s while the worker polls with claims.
+    ///
+    /// `None` turns it off: the worker then polls with claims, backing off as
+    /// [`poll_interval`](Self::poll_interval) says (fewer statements while idle, up to 2 s
+    /// before a job from another process starts). A job enqueued in this process wakes the
+    /// worker at once either way. At least 10 ms.
     pub fn idle_probe(mut self, every: Option<Duration>) -> Self {
         self.config.idle_probe = every;
         self
