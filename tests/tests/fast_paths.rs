@@ -73,7 +73,7 @@ async fn idle_job(n: u32) -> Result<(), JobError> {
 
 /// An idle worker that polls with claims only every 10 s starts a job that another
 /// process's `Queue` enqueued (no in-process wake-up) within its probe's interval, and
-/// claims nothing while the only ready job is in a paused queue.
+/// claims nothing while its probes see only a ready job in a paused queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_worker_finds_a_job_from_elsewhere_at_its_probe_and_skips_paused_queues() {
     let url = fresh_database("fast_idle").await;
@@ -109,10 +109,15 @@ async fn an_idle_worker_finds_a_job_from_elsewhere_at_its_probe_and_skips_paused
         .expect("enqueue")
         .id();
     let claims = |m: jobqueue::MetricsSnapshot| m.claimed + m.empty_idle + m.empty_paused;
-    let before = claims(handle.metrics());
-    // A window, not a synchronisation: about 50 probes happen in it.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let made = claims(handle.metrics()) - before;
+    let before = handle.metrics();
+    // Thirty probes look at the paused queue's ready job: none may lead to a claim.
+    wait_for(
+        "thirty probes of the paused queue",
+        Duration::from_secs(10),
+        || async { (handle.metrics().idle_probes >= before.idle_probes + 30).then_some(()) },
+    )
+    .await;
+    let made = claims(handle.metrics()) - claims(before);
     assert!(
         made <= 1,
         "claims while the only ready job was paused: {made}"

@@ -257,18 +257,14 @@ impl Worker {
             Some(c) => c,
             None => self.store.probe_connection().await?,
         };
-        match self
+        // On an error the connection is dropped: after a failed or abandoned read its state
+        // is unknown.
+        let found = self
             .store
             .probe_ready(&mut conn, sql, &self.config.queues)
-            .await
-        {
-            Ok(found) => {
-                idle.conn = Some(conn);
-                Ok(found)
-            }
-            // Dropped: after a failed or abandoned read its state is unknown.
-            Err(e) => Err(e),
-        }
+            .await?;
+        idle.conn = Some(conn);
+        Ok(found)
     }
 
     /// Claims up to `free` jobs over the served queues, in their order, and starts them.
