@@ -243,13 +243,23 @@ pub struct JobContext {
     pub(crate) queue: String,
     pub(crate) task_key: String,
     pub(crate) token: CancellationToken,
-    pub(crate) reason: std::sync::Arc<std::sync::OnceLock<CancelReason>>,
+    pub(crate) reason: std::sync::Arc<CancelState>,
     pub(crate) data: DataMap,
     /// The claim this run holds, for the writes the job makes itself
     /// ([`JobContext::complete_in`]); `None` for a [`JobContext::detached`] one.
     pub(crate) claim: Option<Arc<ClaimFence>>,
     pub(crate) progress: std::sync::Arc<crate::progress::ProgressSlot>,
     pub(crate) output: OutputSlot,
+}
+
+/// Why a context was cancelled, and whether its lease was lost. The reason the job reads is
+/// the first one given; a lease loss is kept apart because it decides, whatever the job was
+/// told before (an operator's cancel, a shutdown), that its future must be dropped at once:
+/// another worker may take the job, and its concurrency slot is freed.
+#[derive(Debug, Default)]
+pub(crate) struct CancelState {
+    first: std::sync::OnceLock<CancelReason>,
+    lease_lost: CancellationToken,
 }
 
 /// What a job needs to write its own completion, fenced like the worker's writes: the
@@ -365,7 +375,7 @@ impl JobContext {
 
     /// Why the job was asked to stop, once it has been.
     pub fn cancel_reason(&self) -> Option<CancelReason> {
-        self.reason.get().copied()
+        self.reason.first.get().copied()
     }
 
     /// The cancellation token itself, to hand to code that takes one.
@@ -499,8 +509,16 @@ impl JobContext {
     }
 
     pub(crate) fn cancel(&self, reason: CancelReason) {
-        let _ = self.reason.set(reason);
+        let _ = self.reason.first.set(reason);
+        if reason == CancelReason::LeaseLost {
+            self.reason.lease_lost.cancel();
+        }
         self.token.cancel();
+    }
+
+    /// Resolves once the attempt's lease is lost, whatever reason the job was told first.
+    pub(crate) async fn lease_lost(&self) {
+        self.reason.lease_lost.cancelled().await
     }
 }
 

@@ -543,3 +543,202 @@ async fn a_database_clock_that_jumps_ahead_is_reported() {
     assert!(warned[0].contains(&format!("job.id={id}")), "{}", warned[0]);
     assert_eq!(handle.metrics().lease_lost, 0);
 }
+
+// ---------------------------------------------------------------------------------------
+// 7. A renewal counts exactly the rows it extended, whatever the writer does meanwhile.
+// ---------------------------------------------------------------------------------------
+
+#[job(name = "lease_renew_count")]
+async fn renew_count(n: u32) {
+    let _ = n;
+}
+
+/// Between the renewal's locking read and its update (whose preparation is held 300 ms, as a
+/// slow network would), another session finishes one of the two jobs, as the worker's own
+/// outcome writer does under load. The other job's lease is extended, so the renewal must
+/// count it: a renewal that counted nothing would leave the worker to stop a job whose lease
+/// the server had just extended, and run it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_finished_during_a_renewal_does_not_discount_the_others() {
+    // The update is sent only once the read's reply has arrived: the trip comes after the
+    // read ran on the server.
+    let rule = Rule {
+        pattern: "SET lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms",
+        after_next: false,
+        hold: Some(Duration::from_millis(300)),
+    };
+    let (direct, queue, _effects, proxy) = proxied("lease_renew_count", rule).await;
+    for n in 0..2 {
+        direct.enqueue(RenewCount { n }).await.unwrap();
+    }
+    let claimed = direct.store().claim("default", "w", 2).await.unwrap();
+    let ids: Vec<u64> = claimed.iter().map(|c| c.id).collect();
+    assert_eq!(ids.len(), 2);
+    let (a, b) = (ids[0], ids[1]);
+    let lease_of = |id: u64| {
+        let pool = direct.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, chrono::NaiveDateTime>(
+                "SELECT lease_until FROM job_queue WHERE id = ?",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let before = lease_of(a).await;
+
+    let finisher = {
+        let pool = direct.pool().clone();
+        let tripped = proxy.tripped.clone();
+        tokio::spawn(async move {
+            let mut tripped = tripped;
+            tokio::time::timeout(Duration::from_secs(15), tripped.wait_for(|t| *t))
+                .await
+                .expect("the renewal's update to be sent")
+                .unwrap();
+            sqlx::query(
+                "UPDATE job_queue SET status = 'done', lease_owner = NULL, lease_until = NULL, \
+                 finished_at = UTC_TIMESTAMP(6) WHERE id = ?",
+            )
+            .bind(b)
+            .execute(&pool)
+            .await
+            .unwrap()
+            .rows_affected()
+        })
+    };
+    let renewed = queue.store().renew("w", &[a, b], false).await.unwrap();
+    assert_eq!(finisher.await.unwrap(), 1, "the other session finished b");
+    assert!(lease_of(a).await > before, "a's lease was extended");
+    // The renewal holds the rows it read until it has extended them: the finishing session
+    // waits for it, and both count. (It must never count fewer than it extended.)
+    assert_eq!(renewed, 2, "every row extended is counted");
+    assert_eq!(row(&direct, b).await.status, JobStatus::Done);
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. A lost lease stops a job whatever it was told before.
+// ---------------------------------------------------------------------------------------
+
+static DEAF: Mailbox<String> = Mailbox::new();
+
+/// Tells the test when the job's future is dropped.
+struct DroppedSignal;
+
+impl Drop for DroppedSignal {
+    fn drop(&mut self) {
+        DEAF.send("dropped".into());
+    }
+}
+
+#[job(
+    name = "lease_deaf_to_cancel",
+    lease = "2s",
+    concurrency = 1,
+    concurrency_key = "deaf"
+)]
+async fn deaf_to_cancel(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    let _dropped = DroppedSignal;
+    let watcher = ctx.clone();
+    tokio::spawn(async move {
+        watcher.cancelled().await;
+        DEAF.send(format!("told {:?}", watcher.cancel_reason()));
+    });
+    DEAF.send("started".into());
+    // Does not watch `ctx.cancelled()`: the docs let a job decide how to stop.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    record_effect_in(&effects, &ctx, "end").await
+}
+
+/// A job told of an operator's cancel goes on (it decides how to stop). Then its row is locked
+/// by another session past three quarters of its lease: the worker can no longer vouch for the
+/// lease, and must drop the job's future as for any lost lease. If it did not, the job would
+/// run on after maintenance took it back and freed its concurrency slot, next to the key's
+/// next job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_with_a_pending_cancel_is_stopped_when_its_lease_is_lost() {
+    let (queue, effects_pool) = fresh_queue_with_effects("lease_deaf").await;
+    let mut told = DEAF.open();
+    let id = queue.enqueue(DeafToCancel {}).await.unwrap().id();
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .build()
+            .unwrap(),
+    );
+    let first = receive(&mut told, "the job to start", Duration::from_secs(10)).await;
+    assert_eq!(first, "started");
+    queue.cancel(id).await.unwrap();
+    let told_cancel = receive(&mut told, "the job to be told", Duration::from_secs(10)).await;
+    assert_eq!(told_cancel, "told Some(Requested)");
+
+    let mut holder = queue.pool().begin().await.unwrap();
+    sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
+        .bind(id)
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+    // Stopped 1.5 s after its last renewal; the bound leaves room for a loaded machine and
+    // is far below the 60 s the job would otherwise run.
+    let stopped = receive(
+        &mut told,
+        "the job's future to be dropped",
+        Duration::from_secs(15),
+    )
+    .await;
+    assert_eq!(stopped, "dropped");
+    holder.rollback().await.unwrap();
+
+    let r = wait_status(&queue, id, JobStatus::Cancelled, Duration::from_secs(20)).await;
+    assert_eq!(r.attempts, 1);
+    stop_within(&handle, task, Duration::from_secs(10)).await;
+    assert_eq!(handle.metrics().lease_lost, 1);
+    assert!(
+        effects(&effects_pool).await.is_empty(),
+        "the job never ended"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. An operator's cancel reaches a job whose own completion was rolled back.
+// ---------------------------------------------------------------------------------------
+
+static ROLLED_BACK: Mailbox<String> = Mailbox::new();
+
+#[job(name = "lease_cancel_after_rollback", lease = "3s")]
+async fn cancel_after_rollback(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    let mut tx = effects.0 .0.begin().await?;
+    ctx.complete_in(&mut tx).await?;
+    tx.rollback().await?;
+    ROLLED_BACK.send("rolled back".into());
+    let _ = tokio::time::timeout(Duration::from_secs(30), ctx.cancelled()).await;
+    ROLLED_BACK.send(format!("{:?}", ctx.cancel_reason()));
+    Err(JobError::cancel("stopped on request"))
+}
+
+/// A job called `complete_in`, rolled its transaction back and went on. An operator's cancel
+/// must reach it as a cancel, and its lease stay renewed meanwhile: not a stop for a lost
+/// lease at three quarters of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_reaches_a_job_whose_completion_was_rolled_back() {
+    let (queue, effects_pool) = fresh_queue_with_effects("lease_cancel_rolled_back").await;
+    let mut said = ROLLED_BACK.open();
+    let id = queue.enqueue(CancelAfterRollback {}).await.unwrap().id();
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .build()
+            .unwrap(),
+    );
+    let first = receive(&mut said, "the rollback", Duration::from_secs(10)).await;
+    assert_eq!(first, "rolled back");
+    queue.cancel(id).await.unwrap();
+    let reason = receive(&mut said, "the job to be told", Duration::from_secs(20)).await;
+    assert_eq!(reason, "Some(Requested)");
+    let r = wait_status(&queue, id, JobStatus::Cancelled, Duration::from_secs(15)).await;
+    assert_eq!(r.attempts, 1);
+    stop_within(&handle, task, Duration::from_secs(10)).await;
+    assert_eq!(handle.metrics().lease_lost, 0);
+}

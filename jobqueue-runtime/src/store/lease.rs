@@ -6,8 +6,8 @@ use super::*;
 use crate::model::LeaseState;
 
 impl Store {
-    /// Extends the leases of `ids` held by `owner`: one locking read and one update for all of
-    /// them (per 128).
+    /// Extends the leases of `ids` held by `owner`: one short transaction of a locking read
+    /// and an update for all of them (per 128).
     /// Jobs with a pending cancel request are left out unless `with_cancel_requested`, so that
     /// a short count tells the caller to look. Rows that another session has locked are
     /// skipped, not waited for: they are not renewed this time. Returns the rows renewed.
@@ -39,47 +39,47 @@ impl Store {
         let mut renewed = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(128) {
             // A locking read that skips rows other sessions hold, so that one locked job
-            // cannot make the renewal of every other wait for it. It runs in autocommit: its
-            // locks end with it, and a connection abandoned after it holds none. Both
-            // statements go by primary key: a scan of a secondary index would lock (or wait
-            // for) other running jobs' rows too.
-            let sql = format!(
+            // cannot make the renewal of every other wait for it, then the update of exactly
+            // the rows it locked, in one transaction: a row the read returned cannot change
+            // before the update (the worker's own completions wait for it), so every row
+            // counted is a row extended, and a row finished meanwhile is simply not returned.
+            // (Two autocommit statements let a completion land between them, and the chunk's
+            // short count then hid which rows were renewed.) Both statements go by primary
+            // key: a scan of a secondary index would lock (or wait for) other running jobs'
+            // rows too. A try cut off by the call timeout closes its connection, which ends
+            // the transaction and its locks.
+            let select = format!(
                 "SELECT id, COALESCE(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until), 0) \
                  FROM job_queue FORCE INDEX (PRIMARY) WHERE id IN ({}) \
                  AND status = 'running' AND lease_owner = ?{cancel} FOR UPDATE SKIP LOCKED",
                 placeholders(padded_len(chunk.len()))
             );
-            let free: Vec<(u64, i64)> = on_connection!(self, |conn| {
-                let mut q = sqlx::query_as(&sql);
+            let free: Vec<(u64, i64)> = transaction!(self, |conn| {
+                let mut q = sqlx::query_as(&select);
                 for id in padded(chunk) {
                     q = q.bind(id);
                 }
-                q.bind(owner).fetch_all(&mut *conn)
-            })
-            .await?;
-            if free.is_empty() {
-                continue;
-            }
-            let sql = format!(
-                "UPDATE job_queue FORCE INDEX (PRIMARY) \
-                 SET lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms * 1000 MICROSECOND \
-                 WHERE id IN ({}) AND status = 'running' AND lease_owner = ?{cancel}",
-                placeholders(padded_len(free.len()))
-            );
-            let matched = on_connection!(self, |conn| {
-                let mut q = sqlx::query(&sql);
+                let free: Vec<(u64, i64)> = q.bind(owner).fetch_all(&mut *conn).await?;
+                if free.is_empty() {
+                    return Ok((free, false));
+                }
+                let update = format!(
+                    "UPDATE job_queue FORCE INDEX (PRIMARY) \
+                     SET lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms * 1000 MICROSECOND \
+                     WHERE id IN ({})",
+                    placeholders(padded_len(free.len()))
+                );
+                let mut q = sqlx::query(&update);
                 for (id, _) in padded(&free) {
                     q = q.bind(id);
                 }
-                q.bind(owner).execute(&mut *conn)
-            })
-            .await?
-            .rows_affected();
-            // A row changed between the two statements. Which one is unknown, so none counts
-            // as renewed; the next round sorts it out.
-            if matched == free.len() as u64 {
-                renewed.extend(free);
-            }
+                let matched = q.execute(&mut *conn).await?.rows_affected();
+                // The rows are locked by this transaction since the read: nothing else can
+                // have changed them.
+                debug_assert_eq!(matched, free.len() as u64);
+                Ok((free, true))
+            })?;
+            renewed.extend(free);
         }
         Ok(renewed)
     }

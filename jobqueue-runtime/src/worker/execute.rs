@@ -80,10 +80,12 @@ pub(crate) async fn run_one(
         _ = shutdown.cancelled() => tokio::select! {
             r = &mut run => finished(r),
             _ = tokio::time::sleep(cancel_grace) => Ran::Abandoned { hand_back: true },
+            _ = ctx.lease_lost() => Ran::Abandoned { hand_back: false },
         },
-        // Lease lost: another worker may run it now; stop at once. (An operator's cancel
-        // only tells the job, which decides how to stop.)
-        _ = lease_lost(&ctx) => Ran::Abandoned { hand_back: false },
+        // Lease lost: another worker may run it now; stop at once, even if the job was told
+        // of an operator's cancel or a shutdown before and is still deciding how to stop.
+        // (An operator's cancel alone only tells the job.)
+        _ = ctx.lease_lost() => Ran::Abandoned { hand_back: false },
     };
     // An unfinished job (timed out, abandoned) is dropped here: its destructors run now,
     // outside the polls above, and one that panics must not take the outcome with it.
@@ -93,14 +95,6 @@ pub(crate) async fn run_one(
     metrics::histogram!("jobqueue_job_duration_seconds", "queue" => ctx.queue.clone(), "kind" => d.kind())
         .record(started.elapsed().as_secs_f64());
     ran
-}
-
-/// Resolves when the job's lease is lost.
-async fn lease_lost(ctx: &JobContext) {
-    ctx.cancelled().await;
-    if ctx.cancel_reason() != Some(CancelReason::LeaseLost) {
-        std::future::pending::<()>().await;
-    }
 }
 
 fn finished(

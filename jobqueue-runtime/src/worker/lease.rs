@@ -337,11 +337,13 @@ async fn sort_out(
                 // tells which.
                 continue;
             }
-            if h.ctx.completion_written() {
+            if h.ctx.completion_written() && !(s.held && s.cancel_requested && !h.cancel_seen) {
                 // The job completed itself in its own transaction: while that is open it
                 // holds the row (locked, so not renewed); once committed the row is done.
                 // The writer reads which when the job returns; a transaction that outlasts
-                // the lease is stopped by `stop_expired` like any unrenewed job.
+                // the lease is stopped by `stop_expired` like any unrenewed job. A row still
+                // held with a cancel requested tells that the transaction rolled back (the
+                // cancel waited for it): the job goes on, and is told of the cancel below.
                 locked |= s.held;
                 continue;
             }
