@@ -82,3 +82,158 @@ async fn a_dml_only_user_runs_jobs_but_cannot_migrate() {
     assert!(msg.contains("run `migrate` as the migration user"), "{msg}");
     assert!(!msg.contains("s3cret-pw"), "the password leaked: {msg}");
 }
+
+#[job(name = "privileges_fails_once", queue = "privileges")]
+async fn fails_once(ctx: jobqueue::JobContext, n: u32) -> Result<(), jobqueue::JobError> {
+    let _ = n;
+    if ctx.attempt() == 1 {
+        return Err(jobqueue::JobError::retryable("the first attempt fails"));
+    }
+    Ok(())
+}
+
+static LIMITED_GO: tokio::sync::Notify = tokio::sync::Notify::const_new();
+static LIMITED_STARTED: tests::Mailbox<u64> = tests::Mailbox::new();
+
+#[job(
+    name = "privileges_limited",
+    queue = "privileges",
+    concurrency = 1,
+    concurrency_key = "privileges"
+)]
+async fn limited(ctx: jobqueue::JobContext) -> Result<(), jobqueue::JobError> {
+    LIMITED_STARTED.send(ctx.id());
+    LIMITED_GO.notified().await;
+    Err(jobqueue::JobError::retryable(
+        "fails, so that its slot is freed by the outcome",
+    ))
+}
+
+/// Whether every job of `ids` is done.
+async fn all_done(queue: &Queue, ids: &[u64]) -> Option<()> {
+    for &id in ids {
+        if queue.job(id).await.unwrap().unwrap().status != JobStatus::Done {
+            return None;
+        }
+    }
+    Some(())
+}
+
+/// A worker user kept from a release before limits has no rights on the limits' tables. Jobs
+/// without limits still run, retry and are recorded: their outcomes touch only `job_queue`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_user_without_rights_on_the_limits_tables_records_unlimited_outcomes() {
+    init_tracing();
+    let url = fresh_database("privileges_nolimits").await;
+    let db = url.rsplit('/').next().unwrap().to_owned();
+    let root = Queue::connect(&url).await.unwrap();
+    root.migrate().await.unwrap();
+    let user = format!("n{}", std::process::id());
+    create_worker_user(&root, &db, &user, "s3cret-pw").await;
+    for host in ["%", "localhost", "127.0.0.1"] {
+        for table in ["job_queue_slot", "job_queue_blocked"] {
+            let revoke = format!(
+                "REVOKE SELECT, INSERT, UPDATE, DELETE ON `{db}`.{table} FROM '{user}'@'{host}'"
+            );
+            sqlx::query(&revoke)
+                .execute(root.pool())
+                .await
+                .expect(&revoke);
+        }
+    }
+    let queue = Queue::connect(&url_as(&url, &user, "s3cret-pw"))
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for n in 0..10 {
+        ids.push(queue.enqueue(FailsOnce { n }).await.unwrap().id());
+    }
+    for n in 0..20 {
+        ids.push(queue.enqueue(Ping { n }).await.unwrap().id());
+    }
+    let worker = Worker::builder(queue.clone())
+        .queues(["privileges"])
+        .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
+        .maintenance_interval(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let handle = worker.handle();
+    let run = tokio::spawn(worker.run());
+    wait_for("every job to be done", Duration::from_secs(60), || {
+        all_done(&root, &ids)
+    })
+    .await;
+    handle.shutdown();
+    run.await.unwrap().unwrap();
+    for &id in &ids[..10] {
+        assert_eq!(root.job(id).await.unwrap().unwrap().attempts, 2);
+    }
+    let m = handle.metrics();
+    assert_eq!((m.succeeded, m.retried), (30, 10), "{m:?}");
+}
+
+/// The server refuses a job's outcome for good (here: the right to update the limits' slots
+/// was taken away while the job ran). The worker gives up on that one outcome, says why, and
+/// goes on recording the others instead of retrying it for ever ahead of them.
+// One thread: the log capture is the thread's default subscriber, which the worker's lease
+// thread takes from the thread that starts it.
+#[tokio::test(flavor = "current_thread")]
+async fn an_outcome_the_server_refuses_does_not_hold_back_the_others() {
+    let (logs, _guard) = tests::LogCapture::install("error");
+    let url = fresh_database("privileges_refused").await;
+    let db = url.rsplit('/').next().unwrap().to_owned();
+    let root = Queue::connect(&url).await.unwrap();
+    root.migrate().await.unwrap();
+    let user = format!("r{}", std::process::id());
+    create_worker_user(&root, &db, &user, "s3cret-pw").await;
+    let queue = Queue::connect(&url_as(&url, &user, "s3cret-pw"))
+        .await
+        .unwrap();
+    let mut started = LIMITED_STARTED.open();
+    let limited = queue.enqueue(Limited {}).await.unwrap().id();
+    let worker = Worker::builder(queue.clone())
+        .queues(["privileges"])
+        .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
+        .maintenance(false)
+        .concurrency(4)
+        .build()
+        .unwrap();
+    let handle = worker.handle();
+    let run = tokio::spawn(worker.run());
+    tests::receive(
+        &mut started,
+        "the limited job to start",
+        Duration::from_secs(20),
+    )
+    .await;
+    for host in ["%", "localhost", "127.0.0.1"] {
+        let revoke = format!("REVOKE UPDATE ON `{db}`.job_queue_slot FROM '{user}'@'{host}'");
+        sqlx::query(&revoke)
+            .execute(root.pool())
+            .await
+            .expect(&revoke);
+    }
+    LIMITED_GO.notify_one();
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        ids.push(queue.enqueue(Ping { n }).await.unwrap().id());
+    }
+    wait_for(
+        "the later jobs to be recorded done",
+        Duration::from_secs(60),
+        || all_done(&root, &ids),
+    )
+    .await;
+    handle.shutdown();
+    run.await.unwrap().unwrap();
+    let refused = logs.lines_with(&[
+        "refuses to record this job's outcome",
+        &format!("job.id={limited}"),
+    ]);
+    assert_eq!(refused.len(), 1, "{}", logs.text());
+    assert_eq!(handle.metrics().succeeded, 20);
+    // Not written: the job is still `running`, for its lease to expire and maintenance to
+    // decide.
+    let job = root.job(limited).await.unwrap().unwrap();
+    assert_eq!((job.status, job.attempts), (JobStatus::Running, 1));
+}

@@ -766,3 +766,70 @@ async fn a_limited_job_completing_in_its_transaction_holds_up_no_other_key() {
         .unwrap();
     assert_eq!(effects_total, 3);
 }
+
+// ---------------------------------------------------------------------------------------
+// A run dropped after its own commit
+// ---------------------------------------------------------------------------------------
+
+static COMMITTED_THEN_STALLED: Mailbox<u32> = Mailbox::new();
+static COMMIT_GO: Notify = Notify::const_new();
+
+/// Job 1 waits for the test, completes itself and commits, then stalls without watching its
+/// context; job 2 (same key, limit 1) just returns.
+#[job(
+    name = "tx_commit_then_stall",
+    lease = "2s",
+    concurrency = 1,
+    concurrency_key = "commit-then-stall"
+)]
+async fn commit_then_stall(
+    ctx: JobContext,
+    pool: Data<MySqlPool>,
+    n: u32,
+) -> Result<u32, JobError> {
+    if n == 1 {
+        COMMITTED_THEN_STALLED.send(0);
+        COMMIT_GO.notified().await;
+        let mut tx = pool.begin().await?;
+        ctx.complete_in(&mut tx).await?;
+        tx.commit().await?;
+        COMMITTED_THEN_STALLED.send(1);
+        // Its row is done, so its lease is no longer renewed: the worker stops it at three
+        // quarters of the lease, after its completion committed.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    }
+    Ok(n)
+}
+
+/// A job whose own transaction committed its completion is dropped afterwards, as one whose
+/// lease can no longer be renewed. It is done, and the worker must still count it done and
+/// wake the key's next job, which its transaction left blocked; here no maintenance runs,
+/// so nothing else would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_dropped_after_its_own_commit_is_counted_and_wakes_its_key() {
+    let (queue, effects) = fresh_queue_with_effects("tx_commit_stall").await;
+    let mut said = COMMITTED_THEN_STALLED.open();
+    let first = queue.enqueue(CommitThenStall { n: 1 }).await.unwrap().id();
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(effects.clone())
+            .maintenance(false)
+            .concurrency(2)
+            .build()
+            .unwrap(),
+    );
+    receive(&mut said, "job 1 to start", WAIT).await;
+    let second = queue.enqueue(CommitThenStall { n: 2 }).await.unwrap().id();
+    wait_status(&queue, second, JobStatus::Blocked, WAIT).await;
+    COMMIT_GO.notify_one();
+    assert_eq!(receive(&mut said, "job 1 to commit", WAIT).await, 1);
+
+    let r = wait_status(&queue, second, JobStatus::Done, WAIT).await;
+    assert_eq!(r.attempts, 1);
+    assert_eq!(row(&queue, first).await.status, JobStatus::Done);
+    wait_for("both successes to be counted", WAIT, || async {
+        (handle.metrics().succeeded == 2).then_some(())
+    })
+    .await;
+    stop(&handle, task).await;
+}

@@ -39,7 +39,7 @@ pub const PROMOTE_SELECT: &str = "SELECT id FROM job_queue FORCE INDEX (job_queu
 /// running row's `status_at` is its `lease_until`).
 pub const RECLAIM_SELECT: &str =
     "SELECT id, attempts, max_attempts, cancel_requested, COALESCE(lease_owner, ''), \
-     lease_expiries, lease_ms \
+     lease_expiries, lease_ms, concurrency_key IS NOT NULL \
      FROM job_queue FORCE INDEX (job_queue_status_at) \
      WHERE status = 'running' AND status_at < UTC_TIMESTAMP(6) \
      ORDER BY status_at, id LIMIT ? FOR UPDATE SKIP LOCKED";
@@ -178,12 +178,19 @@ impl Store {
                     return Ok((Reclaimed::default(), false));
                 }
             }
-            // The slots of the claims taken back are free again, in this transaction.
-            let claims: Vec<(u64, u32)> = rows
-                .iter()
-                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-                .collect::<sqlx::Result<_>>()?;
-            super::limits::release_claims(conn, &claims).await?;
+            // The slots of the claims taken back are free again, in this transaction. Jobs
+            // without a concurrency key hold none: the tables of the limits are left alone
+            // when no such job was taken back, so that a worker user without rights on them
+            // (kept from a release before limits) still takes back unlimited jobs.
+            let mut claims: Vec<(u64, u32)> = Vec::new();
+            for r in &rows {
+                if r.try_get::<bool, _>(7)? {
+                    claims.push((r.try_get(0)?, r.try_get(1)?));
+                }
+            }
+            if !claims.is_empty() {
+                super::limits::release_claims(conn, &claims).await?;
+            }
             Ok((out, true))
         })
     }

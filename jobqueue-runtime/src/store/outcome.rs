@@ -207,6 +207,20 @@ impl Store {
         attempt: u32,
         how: &Finish,
     ) -> Result<Option<JobStatus>> {
+        self.finish_claim(owner, id, attempt, how, true).await
+    }
+
+    /// [`Store::finish`], told whether the claim holds a concurrency slot. One that does not
+    /// touches no table of the limits, so that a worker user without rights on them (kept
+    /// from a release before limits) still records the outcomes of unlimited jobs.
+    pub(crate) async fn finish_claim(
+        &self,
+        owner: &str,
+        id: u64,
+        attempt: u32,
+        how: &Finish,
+        holds_slot: bool,
+    ) -> Result<Option<JobStatus>> {
         const FENCE: &str =
             "WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ?";
         // Binds in the order of the statement's marks, before the fence's: the history
@@ -353,7 +367,7 @@ impl Store {
                 .bind(attempt)
                 .execute(&mut *conn)
                 .await?;
-            if done.rows_affected() == 1 {
+            if done.rows_affected() == 1 && holds_slot {
                 limits::release_claims(conn, &[(id, attempt)]).await?;
             }
             Ok((done, true))

@@ -18,12 +18,13 @@ pub(crate) enum Outcome {
     },
     Finish(Finish),
     /// The job wrote its own completion in its transaction ([`JobContext::complete_in`]):
-    /// done if that transaction committed, else `otherwise`. `output` is the JSON of what
+    /// done if that transaction committed, else `otherwise` (nothing, for a run dropped
+    /// because its lease was lost). `output` is the JSON of what
     /// the job returned (unless `()`), written by the writer once it sees the commit;
     /// `refused` says why a value the job returned cannot be stored (over the limit, not
     /// serializable), for the writer to log if the job is done without it.
     DoneInTransaction {
-        otherwise: Finish,
+        otherwise: Option<Finish>,
         output: Option<String>,
         refused: Option<String>,
     },
@@ -138,6 +139,16 @@ pub(crate) fn decide(
         Ran::Panicked(msg) => Outcome::Finish(failed_attempt(format!("job panicked: {msg}"))),
         Ran::TimedOut(t) => Outcome::Finish(failed_attempt(format!("timed out after {t:?}"))),
         Ran::Abandoned { hand_back: true } => Outcome::Finish(Finish::HandBack),
+        // Lease lost: nothing of the attempt is written, unless the job's own transaction
+        // committed its completion before the run was dropped. The writer reads whether it
+        // did, so that the job is recorded done and its key's next job woken either way.
+        Ran::Abandoned { hand_back: false } if ctx.completion_tried() => {
+            return Some(Outcome::DoneInTransaction {
+                otherwise: None,
+                output: None,
+                refused: None,
+            })
+        }
         Ran::Abandoned { hand_back: false } => return None,
     };
     if !ctx.completion_tried() {
@@ -149,17 +160,18 @@ pub(crate) fn decide(
     // completion committed, the job is done without it, and the writer says why.
     Some(match outcome {
         Outcome::Done { output } => Outcome::DoneInTransaction {
-            otherwise: failed_attempt(NOT_COMMITTED.into()),
+            otherwise: Some(failed_attempt(NOT_COMMITTED.into())),
             output,
             refused: None,
         },
-        Outcome::Finish(how) | Outcome::DoneInTransaction { otherwise: how, .. } => {
+        already @ Outcome::DoneInTransaction { .. } => already,
+        Outcome::Finish(how) => {
             let refused = match &how {
                 Finish::Fail { error } if returned_ok => Some(error.clone()),
                 _ => None,
             };
             Outcome::DoneInTransaction {
-                otherwise: how,
+                otherwise: Some(how),
                 output: None,
                 refused,
             }
@@ -224,7 +236,10 @@ mod tests {
             c
         };
         let otherwise = |ran: Ran, c: &JobContext| match decide(ran, c, None, DAY) {
-            Some(Outcome::DoneInTransaction { otherwise, .. }) => otherwise,
+            Some(Outcome::DoneInTransaction {
+                otherwise: Some(otherwise),
+                ..
+            }) => otherwise,
             other => panic!("not left to the transaction: {other:?}"),
         };
         // Ok, but not committed: a failed attempt, retried, failed on the last one, or

@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::metrics::Metrics;
 use crate::model::{Finish, JobStatus};
 use crate::queue::Queue;
-use crate::store::Store;
+use crate::store::{self, Store};
 
 /// How long one outcome write may wait for the server before it is given up, its connection
 /// closed, and the write tried again on a new one. The lease is renewed meanwhile.
@@ -44,6 +44,10 @@ pub(super) async fn write_outcomes(
         }
         let began = Instant::now();
         let mut delay = Duration::from_millis(100);
+        // Writes the server refused (rather than failed to answer): after a few, each report
+        // is written alone and one the server keeps refusing is given up, so that it cannot
+        // hold back every later outcome of this worker.
+        let mut refused = 0;
         loop {
             // Nothing is written for a claim the renewer has given up on.
             batch.retain(|r| {
@@ -61,9 +65,17 @@ pub(super) async fn write_outcomes(
                 held
             });
             leases.mark_finishing(batch.iter().map(|r| (r.id, r.attempt)));
-            match write_batch(&store, &owner, &leases, &metrics, &mut batch).await {
+            let written = if refused < GIVE_UP_AFTER {
+                write_batch(&store, &owner, &leases, &metrics, &mut batch).await
+            } else {
+                write_singly(&store, &owner, &leases, &metrics, &mut batch).await
+            };
+            match written {
                 Ok(()) => break,
                 Err(e) => {
+                    if store::is_deterministic(&e) {
+                        refused += 1;
+                    }
                     metrics.add(
                         &metrics.database_errors,
                         "jobqueue_database_errors_total",
@@ -79,6 +91,51 @@ pub(super) async fn write_outcomes(
         batch.clear();
         queue.jobs_ended();
     }
+}
+
+/// How many times a batch is written whole while the server refuses it, before its reports
+/// are written one by one and a refused one is given up.
+const GIVE_UP_AFTER: u32 = 3;
+
+/// Writes each report of `batch` on its own, giving up on one the server refuses (a missing
+/// grant, say): it is logged and released, so that its lease expires and reclaim decides
+/// what becomes of the job, and the rest of the batch is written. An error that may pass
+/// (no reply, a conflict, a failover) is returned, for the whole of what is left to be
+/// retried.
+async fn write_singly(
+    store: &Store,
+    owner: &str,
+    leases: &Leases,
+    metrics: &Metrics,
+    batch: &mut Vec<Report>,
+) -> Result<()> {
+    while let Some(r) = batch.pop() {
+        let mut one = vec![r];
+        match write_batch(store, owner, leases, metrics, &mut one).await {
+            Ok(()) => {}
+            Err(e) if store::is_deterministic(&e) => {
+                let r = &one[0];
+                leases.release(r.id, r.attempt);
+                metrics.add(
+                    &metrics.database_errors,
+                    "jobqueue_database_errors_total",
+                    1,
+                );
+                tracing::error!(
+                    job.id = r.id,
+                    job.kind = %r.kind,
+                    attempt = r.attempt,
+                    error = %e,
+                    "the database refuses to record this job's outcome; giving up on it: its lease will expire and maintenance will run it again or fail it (check the worker user's grants)"
+                );
+            }
+            Err(e) => {
+                batch.extend(one);
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Writes `batch`, removing each report once written, so that a retry after an error only
@@ -141,14 +198,22 @@ async fn write_batch(
     }
     while let Some(r) = batch.last() {
         let (how, in_transaction) = match &r.outcome {
-            Outcome::Finish(how) => (how, false),
-            Outcome::DoneInTransaction { otherwise, .. } => (otherwise, true),
+            Outcome::Finish(how) => (Some(how), false),
+            Outcome::DoneInTransaction { otherwise, .. } => (otherwise.as_ref(), true),
             Outcome::Done { .. } => {
                 batch.pop();
                 continue;
             }
         };
-        let written = store.finish(owner, r.id, r.attempt, how).await?;
+        // A run dropped after its lease was lost writes nothing of its own.
+        let written = match how {
+            Some(how) => {
+                store
+                    .finish_claim(owner, r.id, r.attempt, how, r.holds_slot)
+                    .await?
+            }
+            None => None,
+        };
         leases.release(r.id, r.attempt);
         let (id, attempt, kind, queue) = (r.id, r.attempt, r.kind.as_str(), r.queue.as_str());
         // The job's own transaction may have committed its completion after it was read
@@ -161,22 +226,24 @@ async fn write_batch(
             batch.pop();
             continue;
         }
+        let (Some(written), Some(how)) = (written, how) else {
+            metrics.add_job(
+                &metrics.lease_lost,
+                "jobqueue_leases_lost_total",
+                queue,
+                kind,
+                1,
+            );
+            tracing::warn!(
+                job.id = id,
+                attempt,
+                "lease lost before the outcome was recorded; nothing was written"
+            );
+            batch.pop();
+            continue;
+        };
         match (written, how) {
-            (None, _) => {
-                metrics.add_job(
-                    &metrics.lease_lost,
-                    "jobqueue_leases_lost_total",
-                    queue,
-                    kind,
-                    1,
-                );
-                tracing::warn!(
-                    job.id = id,
-                    attempt,
-                    "lease lost before the outcome was recorded; nothing was written"
-                );
-            }
-            (Some(JobStatus::Scheduled), Finish::Retry { delay, error }) => {
+            (JobStatus::Scheduled, Finish::Retry { delay, error }) => {
                 metrics.add_job(
                     &metrics.retried,
                     "jobqueue_jobs_retried_total",
@@ -186,7 +253,7 @@ async fn write_batch(
                 );
                 tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; retrying in {delay:.1?}");
             }
-            (Some(JobStatus::Failed), Finish::Fail { error }) => {
+            (JobStatus::Failed, Finish::Fail { error }) => {
                 metrics.add_job(
                     &metrics.failed,
                     "jobqueue_jobs_failed_total",
@@ -196,7 +263,7 @@ async fn write_batch(
                 );
                 tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; not retrying");
             }
-            (Some(JobStatus::Scheduled), Finish::Defer { delay, error, .. }) => {
+            (JobStatus::Scheduled, Finish::Defer { delay, error, .. }) => {
                 metrics.add_job(
                     &metrics.deferred,
                     "jobqueue_jobs_deferred_total",
@@ -207,7 +274,7 @@ async fn write_batch(
                 tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "this worker cannot run the job; left for a worker that can, back in {delay:.1?} (not counted as an attempt)");
             }
             (
-                Some(JobStatus::Failed),
+                JobStatus::Failed,
                 Finish::Defer {
                     error,
                     give_up_after,
@@ -223,7 +290,7 @@ async fn write_batch(
                 );
                 tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "no worker could run the job within {give_up_after:?}; job failed");
             }
-            (Some(JobStatus::Scheduled), Finish::Snooze { delay, .. }) => {
+            (JobStatus::Scheduled, Finish::Snooze { delay, .. }) => {
                 metrics.add_job(
                     &metrics.snoozed,
                     "jobqueue_jobs_snoozed_total",
@@ -238,7 +305,7 @@ async fn write_batch(
                     "job snoozed; runs again in {delay:.1?} (not counted as an attempt)"
                 );
             }
-            (Some(JobStatus::Failed), Finish::Snooze { exhausted, .. }) => {
+            (JobStatus::Failed, Finish::Snooze { exhausted, .. }) => {
                 metrics.add_job(
                     &metrics.failed,
                     "jobqueue_jobs_failed_total",
@@ -248,7 +315,7 @@ async fn write_batch(
                 );
                 tracing::error!(job.id = id, job.kind = kind, attempt, error = %exhausted, "job failed; not retrying");
             }
-            (Some(JobStatus::Failed), _) => {
+            (JobStatus::Failed, _) => {
                 metrics.add_job(
                     &metrics.failed,
                     "jobqueue_jobs_failed_total",
@@ -263,7 +330,7 @@ async fn write_batch(
                     "job stopped at shutdown during its last attempt; failed, not run again"
                 );
             }
-            (Some(JobStatus::Ready), _) => {
+            (JobStatus::Ready, _) => {
                 metrics.add_job(
                     &metrics.handed_back,
                     "jobqueue_jobs_handed_back_total",
@@ -278,7 +345,7 @@ async fn write_batch(
                     "job handed back to ready at shutdown"
                 );
             }
-            (Some(_), _) => {
+            (_, _) => {
                 metrics.add_job(
                     &metrics.cancelled,
                     "jobqueue_jobs_cancelled_total",
