@@ -82,23 +82,66 @@ pub fn init_tracing() {
         .try_init();
 }
 
-/// Polls `check` until it returns `Some`, or panics after `timeout` naming `what`. For
-/// waiting on database state, which has no push notification; each poll is a query.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+/// Polls `check` every 25 ms until it returns `Some`, or panics after `timeout` naming
+/// `what`. For waiting on database state, which has no push notification; each poll is a
+/// query. See [`wait_for_every`] for what the time-out covers.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let start = Instant::now();
+    wait_for_every(what, timeout, Duration::from_millis(25), check).await
+}
+
+/// Polls `check` until it returns `Some`, sleeping `every` between polls, or panics after
+/// `timeout` naming `what`. The time-out covers the checks too: a check that hangs (a query
+/// waiting on a lock) fails the wait at its deadline instead of holding it up.
+///
+/// Choose `every` for what is polled: InnoDB's `information_schema` tables (`INNODB_TRX`,
+/// `INNODB_LOCKS`, `INNODB_LOCK_WAITS`) are served from a snapshot that the server refreshes
+/// only once nobody has read it for 100 ms, so polling them more often than that sees the
+/// first snapshot forever. Prefer live sources (`PROCESSLIST`, `SHOW GLOBAL STATUS`).
+pub async fn wait_for_every<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
     loop {
-        if let Some(v) = check().await {
-            return v;
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, check()).await {
+            Ok(Some(v)) => return v,
+            Ok(None) if Instant::now() < deadline => tokio::time::sleep(every).await,
+            _ => panic!("timed out after {timeout:?} waiting for {what}"),
         }
-        if start.elapsed() > timeout {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
     }
+}
+
+/// The server-wide status variable `name` (`SHOW GLOBAL STATUS`), such as the live
+/// `Innodb_row_lock_current_waits` or the cumulative `Innodb_row_lock_waits`. These count
+/// every session of the server: read them on a private server
+/// (`jobqueue::testing::TestServer::start`) when other tests must not add to them.
+pub async fn global_status(pool: &MySqlPool, name: &str) -> u64 {
+    let row = sqlx::query("SHOW GLOBAL STATUS WHERE Variable_name = ?")
+        .bind(name)
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("read the status variable {name}: {e}"));
+    // The server sends the value as text or as bytes, depending on its version.
+    let value: String = sqlx::Row::try_get::<String, _>(&row, 1)
+        .or_else(|_| {
+            sqlx::Row::try_get::<Vec<u8>, _>(&row, 1)
+                .map(|b| String::from_utf8(b).expect("a status value in UTF-8"))
+        })
+        .unwrap_or_else(|e| panic!("the value of {name}: {e}"));
+    value
+        .parse()
+        .unwrap_or_else(|e| panic!("{name} = {value:?} is not a count: {e}"))
 }
 
 /// Count of jobs in `status` (all queues).

@@ -385,8 +385,21 @@ async fn an_enqueue_after_a_leaked_transaction_is_committed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_enqueues_of_one_key_survive_the_duplicate_key_deadlock() {
     init_tracing();
-    let url = fresh_database("conn_dup_deadlock").await;
+    // A private server: the count of row lock waits read below is server-wide, and no other
+    // test may add to it meanwhile.
+    let server = tokio::task::spawn_blocking(TestServer::start)
+        .await
+        .unwrap()
+        .expect("a private server");
+    let url = server.create_database("conn_dup_deadlock").await.unwrap();
     let queue = migrated_queue(&url).await;
+    // The racers' lock waits outlast the wait for them below (the server's default is 50 s),
+    // so that a wait that never sees them fails saying so, not with the racers' 1205.
+    let racing = Queue::from_pool(
+        tests::pool_with_session(&url, 4, "SET SESSION innodb_lock_wait_timeout = 300").await,
+    )
+    .await
+    .expect("the racers' queue");
     let mut first = MySqlConnection::connect(&url).await.unwrap();
     let mut tx = first.begin().await.unwrap();
     assert!(queue
@@ -397,14 +410,20 @@ async fn racing_enqueues_of_one_key_survive_the_duplicate_key_deadlock() {
 
     let racers: Vec<_> = (0..2)
         .map(|_| {
-            let q = queue.clone();
+            let q = racing.clone();
             tokio::spawn(async move { q.enqueue(Noop { n: 13 }).await })
         })
         .collect();
     let watch = sqlx::MySqlPool::connect(&url).await.unwrap();
-    wait_for(
-        "both enqueues to wait on the first session's lock",
-        Duration::from_secs(60),
+    // Both signals are read live: `PROCESSLIST` is built for each query, and the status
+    // counter is the lock system's own. (InnoDB's `INNODB_TRX` is not: it is a snapshot that
+    // is refreshed only after 100 ms without readers, so frequent polls keep seeing the
+    // first one.) Nothing else on this server waits for a row lock, so two waits are the
+    // two inserts, each waiting on the first session's row.
+    tests::wait_for_every(
+        "both enqueues to wait on the first session's insert of their key",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
         || {
             let w = watch.clone();
             // An enqueue that ended before the race (an error) is reported below, not as a
@@ -414,15 +433,16 @@ async fn racing_enqueues_of_one_key_survive_the_duplicate_key_deadlock() {
                 if ended {
                     return Some(());
                 }
-                let waiting: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
-                     JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
-                     WHERE p.DB = DATABASE() AND t.trx_state = 'LOCK WAIT'",
+                let inserting: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+                     WHERE DB = DATABASE() AND ID <> CONNECTION_ID() \
+                       AND INFO LIKE 'INSERT INTO job_queue%'",
                 )
                 .fetch_one(&w)
                 .await
                 .unwrap();
-                (waiting == 2).then_some(())
+                let waiting = tests::global_status(&w, "Innodb_row_lock_current_waits").await;
+                (inserting == 2 && waiting == 2).then_some(())
             }
         },
     )
@@ -448,6 +468,12 @@ async fn racing_enqueues_of_one_key_survive_the_duplicate_key_deadlock() {
         .await
         .unwrap();
     assert_eq!(rows, 1);
+    // The race ran as intended: the deadlock happened, and its victim was retried.
+    let metrics = racing.metrics();
+    assert!(
+        metrics.conflict_retries >= 1,
+        "no deadlock was retried: {metrics:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
