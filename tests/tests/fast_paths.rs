@@ -128,6 +128,58 @@ async fn an_idle_worker_finds_a_job_from_elsewhere_at_its_probe_and_skips_paused
     stop(&handle, task).await;
 }
 
+/// The server closes every connection of an idle worker (a `wait_timeout` reached while it
+/// was busy, a restart). The probe's kept connection fails once; the probe goes on at once on
+/// a new one instead of switching off for its cool-down, and a job enqueued elsewhere still
+/// starts within the probe's interval, not at the next 10 s poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_probe_whose_connection_was_closed_goes_on_on_a_new_one() {
+    let url = fresh_database("fast_idle_closed").await;
+    let queue = migrated_queue(&url).await;
+    let (handle, task) = start(
+        Worker::builder(queue.clone())
+            .queues(["fast_idle"])
+            .poll_interval(Duration::from_secs(10), Duration::from_secs(10))
+            .idle_probe(Some(Duration::from_millis(20)))
+            .maintenance(false)
+            .build()
+            .expect("build"),
+    );
+    wait_for("five probes", Duration::from_secs(10), || async {
+        (handle.metrics().idle_probes >= 5).then_some(())
+    })
+    .await;
+    let outside = sqlx::MySqlPool::connect(&url).await.expect("connect");
+    let others: Vec<i64> = sqlx::query_scalar(
+        "SELECT ID FROM information_schema.PROCESSLIST \
+         WHERE DB = DATABASE() AND ID <> CONNECTION_ID()",
+    )
+    .fetch_all(&outside)
+    .await
+    .expect("list sessions");
+    assert!(!others.is_empty());
+    for id in others {
+        // A session may end by itself meanwhile.
+        let _ = sqlx::query(&format!("KILL {id}")).execute(&outside).await;
+    }
+    let before = handle.metrics().idle_probes;
+    wait_for(
+        "five probes after the connections were closed",
+        Duration::from_secs(5),
+        || async { (handle.metrics().idle_probes >= before + 5).then_some(()) },
+    )
+    .await;
+    let elsewhere = Queue::connect(&url).await.expect("second queue");
+    let id = elsewhere
+        .enqueue(IdleJob { n: 3 })
+        .await
+        .expect("enqueue")
+        .id();
+    let done = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(5)).await;
+    assert_eq!(done.attempts, 1);
+    stop(&handle, task).await;
+}
+
 #[tokio::test]
 async fn the_idle_probe_interval_is_checked() {
     let queue = migrated_queue(&fresh_database("fast_idle_setting").await).await;

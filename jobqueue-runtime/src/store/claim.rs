@@ -101,10 +101,14 @@ impl Store {
         // (id, attempt, max_attempts, lease_ms) of the rows the UPDATE took, set only once it
         // matched them all: an error after that can only be the COMMIT's.
         let mut taken: Vec<(u64, u32, u32, u32)> = Vec::new();
-        let mut sent = std::time::Instant::now();
+        // When the first UPDATE of the try that committed was sent: every job of the claim
+        // gets its local deadline from it, the earliest, so that it is conservative for the
+        // jobs of later rounds too.
+        let mut first_sent: Option<std::time::Instant> = None;
         let committed: Result<()> = async {
             transaction!(self, |conn| {
                 taken.clear();
+                first_sent = None;
                 let mut want = limit;
                 let mut changed = false;
                 for round in 0..CLAIM_ROUNDS {
@@ -170,7 +174,7 @@ impl Store {
                         // The server's lease starts while this statement runs: a local clock
                         // read just before it is never later than the server's, so deadlines
                         // derived from it are conservative.
-                        sent = std::time::Instant::now();
+                        first_sent.get_or_insert_with(std::time::Instant::now);
                         let matched = q.execute(&mut *conn).await?.rows_affected();
                         if matched != ids.len() as u64 {
                             tracing::warn!(
@@ -199,6 +203,7 @@ impl Store {
         if taken.is_empty() {
             return committed.map(|()| Vec::new());
         }
+        let sent = first_sent.unwrap_or_else(std::time::Instant::now);
         match committed {
             Ok(()) => {
                 // The rows are ours now: a failed read would leave them to run out their

@@ -251,8 +251,22 @@ impl Worker {
     }
 
     /// Whether a served queue has a ready job, on the idle probe's connection (opened on
-    /// first use). On an error the connection is closed.
+    /// first use). On an error the connection is closed. A kept connection that fails is
+    /// replaced once at once: the server may have closed it while the worker was busy
+    /// (its `wait_timeout`, a restart), which says nothing of the next one; only a failure
+    /// on a new connection counts as a failed probe.
     async fn probe(&self, idle: &mut IdleProbe, sql: &str) -> Result<bool> {
+        let kept = idle.conn.is_some();
+        match self.probe_once(idle, sql).await {
+            Err(e) if kept => {
+                tracing::debug!(error = %e, "the idle probe's connection failed; probing on a new one");
+                self.probe_once(idle, sql).await
+            }
+            other => other,
+        }
+    }
+
+    async fn probe_once(&self, idle: &mut IdleProbe, sql: &str) -> Result<bool> {
         let mut conn = match idle.conn.take() {
             Some(c) => c,
             None => self.store.probe_connection().await?,
