@@ -418,3 +418,91 @@ async fn a_bulk_enqueue_keeps_the_callers_order() {
         "rows, and so claims, follow the input order"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// 5. A job's last progress does not hold its outcome behind a pool the jobs exhaust.
+// ---------------------------------------------------------------------------------------
+
+static HOLDERS: Mailbox<u32> = Mailbox::new();
+static HOLDERS_GO: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+static REPORTER_GO: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Holds one connection of the queue's own pool until the test lets it go.
+#[job(name = "regressions_pool_holder")]
+async fn pool_holder(queue: Data<Queue>, n: u32) -> Result<(), JobError> {
+    let _conn = queue.pool().acquire().await?;
+    HOLDERS.send(n);
+    HOLDERS_GO.acquire().await.expect("open").forget();
+    Ok(())
+}
+
+/// Reports progress once every connection of the queue's pool is taken, and returns.
+#[job(name = "regressions_progress_reporter")]
+async fn progress_reporter(ctx: JobContext) -> Result<(), JobError> {
+    REPORTER_GO.notified().await;
+    ctx.set_progress(&serde_json::json!({ "done": 1 }))?;
+    Ok(())
+}
+
+/// Jobs hold every connection of the queue's pool. A job that reported progress and
+/// returned is recorded done within seconds (its outcome goes through the worker's own
+/// connections), not after the pool's 30 s wait for its last progress write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reported_progress_does_not_hold_back_the_outcome_while_jobs_hold_the_pool() {
+    init_tracing();
+    let url = fresh_database("regressions_progress_pool").await;
+    let queue = Queue::connect_with(&url, QueueConfig::default().max_connections(3))
+        .await
+        .unwrap();
+    queue.migrate().await.unwrap();
+    let observer = MySqlPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await
+        .unwrap();
+    let mut holding = HOLDERS.open();
+    let reporter = queue.enqueue(ProgressReporter {}).await.unwrap().id();
+    queue
+        .enqueue_many((0..3).map(|n| PoolHolder { n }))
+        .await
+        .unwrap();
+    let worker = Worker::builder(queue.clone())
+        .concurrency(4)
+        .data(queue.clone())
+        .maintenance(false)
+        .build()
+        .unwrap();
+    let (handle, task) = start(worker);
+    for _ in 0..3 {
+        receive(
+            &mut holding,
+            "the pool's three connections to be held",
+            Duration::from_secs(20),
+        )
+        .await;
+    }
+    REPORTER_GO.notify_one();
+    let status = wait_for(
+        "the reporter to be recorded done while the pool is held",
+        Duration::from_secs(12),
+        || async {
+            let status: String =
+                sqlx::query_scalar("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ?")
+                    .bind(reporter)
+                    .fetch_one(&observer)
+                    .await
+                    .unwrap();
+            (status == "done").then_some(status)
+        },
+    )
+    .await;
+    assert_eq!(status, "done");
+    HOLDERS_GO.add_permits(3);
+    wait_for(
+        "the holders to be done",
+        Duration::from_secs(20),
+        || async { (handle.metrics().succeeded == 4).then_some(()) },
+    )
+    .await;
+    stop(&handle, task).await;
+}

@@ -9,6 +9,11 @@ use tokio_util::sync::CancellationToken;
 use crate::progress::ProgressSlot;
 use crate::store::Store;
 
+/// How long one progress write may take, from asking the pool for a connection to the
+/// reply: the most it can delay the attempt's outcome, twice (a write under way when the job
+/// returns, then the last value).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// One attempt's progress writer. Runs until `done` fires, then writes the value still
 /// unwritten, if any, and returns: the caller awaits it before recording the outcome, so
 /// the last value is in the row before the job leaves `running`.
@@ -19,6 +24,12 @@ pub(super) async fn write_progress(
     every: Duration,
     done: CancellationToken,
 ) {
+    // The outcome waits for this writer, which shares the queue's pool with the jobs: jobs
+    // that hold every connection must not hold the outcome back for the pool's whole
+    // timeout. A write that does not get through in time is given up (its connection, if
+    // it had one, closed); the value is kept for the next write, and the last one is lost
+    // (progress is advisory).
+    let store = store.bounded(WRITE_TIMEOUT);
     loop {
         tokio::select! {
             _ = slot.changed.notified() => {}
