@@ -491,8 +491,11 @@ async fn shutdown_stubborn(ctx: JobContext, effects: Data<Effects>) -> Result<()
 
 const GRACE: Duration = Duration::from_millis(200);
 const CANCEL_GRACE: Duration = Duration::from_millis(200);
-/// Room for the final writes and a loaded machine.
-const MARGIN: Duration = Duration::from_millis(1000);
+/// Room for the final writes on a loaded two-core machine, where a statement can wait for a
+/// CPU for a second or more. Far below what the jobs would take by themselves (the
+/// cooperative one never ends unless cancelled, the stubborn one sleeps 60 s), so a
+/// shutdown that waited for them still fails.
+const MARGIN: Duration = Duration::from_secs(8);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_cancels_a_running_job_and_hands_it_back() {
@@ -816,12 +819,14 @@ async fn a_timeout_cancels_the_attempt_and_counts_as_a_failure() {
             .unwrap(),
     );
 
+    // Cancelled at 200 ms; the bound leaves a busy machine seconds of room and still ends
+    // well before the job's 10 s of sleep would.
     let first = receive(&mut started, "the first attempt", Duration::from_secs(10)).await;
     let t0 = Instant::now();
-    tokio::time::timeout(Duration::from_secs(5), first.cancelled())
+    tokio::time::timeout(Duration::from_secs(6), first.cancelled())
         .await
-        .expect("the attempt is cancelled at its timeout");
-    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        .expect("the attempt is cancelled at its timeout, not at the end of its work");
+    println!("cancelled {:?} after the start", t0.elapsed());
     assert_eq!(first.cancel_reason(), Some(CancelReason::Timeout));
 
     let second = receive(&mut started, "the retry", Duration::from_secs(10)).await;
