@@ -735,15 +735,17 @@ async fn an_unknown_kind_waits_without_spending_attempts_then_fails_naming_the_k
             .unwrap(),
     );
 
-    let (delay_us, max_attempts, error): (i64, u32, String) = wait_for(
-        "the first claim to put the job back",
+    // Whichever claim put it back: each one waits about a second in `scheduled`, and a
+    // busy test can miss the first.
+    let (delay_us, attempts, max_attempts, error): (i64, u32, u32, String) = wait_for(
+        "a claim to put the job back",
         Duration::from_secs(10),
         || async {
             sqlx::query_as(
-                "SELECT TIMESTAMPDIFF(MICROSECOND, updated_at, run_at), max_attempts, \
+                "SELECT TIMESTAMPDIFF(MICROSECOND, updated_at, run_at), attempts, max_attempts, \
                    CAST(last_error AS CHAR) \
                  FROM job_queue \
-                 WHERE id = ? AND status = 'scheduled' AND attempts = 1",
+                 WHERE id = ? AND status = 'scheduled' AND attempts >= 1",
             )
             .bind(id)
             .fetch_optional(queue.pool())
@@ -757,8 +759,9 @@ async fn an_unknown_kind_waits_without_spending_attempts_then_fails_naming_the_k
         "put back with a delay, got {delay_us} µs"
     );
     assert_eq!(
-        max_attempts, 3,
-        "the claim did not spend one of the 2 attempts"
+        max_attempts,
+        attempts + 2,
+        "the claims did not spend one of the 2 attempts"
     );
     assert!(
         error.starts_with(
