@@ -389,6 +389,22 @@ impl LogCapture {
             .collect()
     }
 
+    /// Captured lines at WARN or ERROR, except sqlx's reports that a statement took 1 s or
+    /// more, or a pool acquire 2 s or more: a busy machine produces those whatever the code
+    /// under test does, so they say nothing about it.
+    pub fn warnings(&self) -> Vec<String> {
+        self.text()
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .filter(|l| {
+                !(l.contains(" sqlx::query: slow statement")
+                    || l.contains(" sqlx::pool::acquire: ")
+                        && l.contains("time to acquire exceeded slow threshold"))
+            })
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Installs a subscriber capturing events at `filter` for the current thread; use it in
     /// a `current_thread` test so that every task logs through it.
     pub fn install(filter: &str) -> (LogCapture, tracing::subscriber::DefaultGuard) {

@@ -202,11 +202,12 @@ impl Proc {
             .collect()
     }
 
-    /// Log records at WARN or ERROR.
+    /// Log records at WARN or ERROR, except the driver's reports that a statement or a pool
+    /// acquire was slow: a loaded machine produces those, and they say nothing of a fault.
     fn warnings(&self) -> Vec<Value> {
         self.logs()
             .into_iter()
-            .filter(|r| matches!(level(r), "WARN" | "ERROR"))
+            .filter(|r| matches!(level(r), "WARN" | "ERROR") && !reports_slowness(r))
             .collect()
     }
 
@@ -315,6 +316,15 @@ fn level(r: &Value) -> &str {
 
 fn message(r: &Value) -> &str {
     r["message"].as_str().unwrap_or("")
+}
+
+/// Whether `r` is sqlx's warning that a statement took a second or more, or that a pool
+/// acquire took two seconds or more. Their level is WARN whatever the cause, and on a busy
+/// machine the cause is the machine.
+fn reports_slowness(r: &Value) -> bool {
+    let target = r["target"].as_str().unwrap_or("");
+    (target == "sqlx::query" && message(r).starts_with("slow statement"))
+        || (target == "sqlx::pool::acquire" && message(r).contains("exceeded slow threshold"))
 }
 
 /// Whether `r` says that the worker's claims or its maintenance work again after failing

@@ -699,10 +699,7 @@ async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
         !logs.lines_with(&["worker starting"]).is_empty(),
         "the capture sees the worker's logs:\n{text}"
     );
-    let loud: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
-        .collect();
+    let loud = logs.warnings();
     assert!(
         loud.is_empty(),
         "empty claims logged warnings or errors: {loud:#?}"
