@@ -511,3 +511,71 @@ async fn a_key_held_by_another_kind_is_an_error_not_a_duplicate() {
         .collect();
     assert_eq!(keys, ["order:7"]);
 }
+
+// ---------------------------------------------------------------------------------------
+// A slow maintenance pass does not collapse dense ticks
+// ---------------------------------------------------------------------------------------
+
+#[job(name = "hc_dense", queue = "hc_dense", cron = "* * * * * *")]
+async fn dense_tick(ctx: JobContext) -> Result<(), JobError> {
+    let _ = ctx;
+    Ok(())
+}
+
+/// Another session holds the gauges' refresh row, so the maintenance pass that refreshes
+/// them waits, for as long as the test holds it: longer than the 5 s catch-up window. The
+/// per-second kind's ticks must keep coming meanwhile, each second once; a scheduler that
+/// ran inside that pass would find them past the window and keep only the latest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_maintenance_pass_does_not_collapse_dense_ticks() {
+    let (queue, effects) = fresh_queue_with_effects("hc_dense").await;
+    let mut holder = queue.pool().begin().await.expect("begin");
+    sqlx::query("SELECT id FROM job_queue_gauge_refresh WHERE id = 1 FOR UPDATE")
+        .fetch_one(&mut *holder)
+        .await
+        .expect("lock the gauges' refresh row");
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects.clone()))
+            .queues(["hc_dense"])
+            .build()
+            .expect("build"),
+    );
+    let waiting = |queue: Queue| async move {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+             WHERE DB = DATABASE() AND INFO LIKE 'UPDATE job_queue_gauge_refresh%'",
+        )
+        .fetch_one(queue.pool())
+        .await
+        .expect("read the process list");
+        (n == 1).then_some(())
+    };
+    wait_for("the gauges' refresh to wait", PATIENCE, || {
+        waiting(queue.clone())
+    })
+    .await;
+    wait_for(
+        "seven ticks while the maintenance pass waits",
+        Duration::from_secs(15),
+        || async { (tick_rows(&queue, DenseTick::KIND).await.len() >= 7).then_some(()) },
+    )
+    .await;
+    // The pass is still waiting: the ticks did not come from it.
+    wait_for(
+        "the gauges' refresh to still wait",
+        Duration::from_secs(1),
+        || waiting(queue.clone()),
+    )
+    .await;
+    holder.rollback().await.expect("rollback");
+    stop(&handle, task).await;
+    let rows = tick_rows(&queue, DenseTick::KIND).await;
+    for pair in rows.windows(2) {
+        assert_eq!(
+            (pair[1].1 - pair[0].1).num_seconds(),
+            1,
+            "a tick was skipped or repeated: {rows:?}"
+        );
+    }
+}

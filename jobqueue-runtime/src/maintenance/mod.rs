@@ -1,5 +1,5 @@
 //! Maintenance: the work every worker shares with no leader, once per maintenance interval:
-//! enqueue periodic ticks, promote due jobs, reclaim expired leases, prune finished jobs,
+//! enqueue periodic ticks (on a task of their own), promote due jobs, reclaim expired leases, prune finished jobs,
 //! refresh the queue gauges.
 //! SKIP LOCKED keeps the passes of many workers apart.
 
@@ -34,7 +34,6 @@ pub(crate) struct Maintenance {
     pub(crate) store: Store,
     pub(crate) queue: Queue,
     pub(crate) metrics: Arc<Metrics>,
-    pub(crate) scheduler: Scheduler,
     pub(crate) retention: Retention,
     pub(crate) max_lease_expiries: u32,
     pub(crate) last_prune: Option<Instant>,
@@ -43,8 +42,53 @@ pub(crate) struct Maintenance {
     pub(crate) failing_steps: std::collections::HashMap<&'static str, String>,
 }
 
-/// Promotes due scheduled jobs, reclaims expired leases, enqueues periodic jobs' ticks and
-/// prunes old finished jobs, every `every` (jittered).
+/// Enqueues periodic jobs' ticks every `every` (jittered), on a task of its own: a pass of
+/// the other steps can take seconds (a promotion backlog, many keys to wake, pruning), and a
+/// scheduler that waited for it would find dense schedules' ticks past their catch-up window
+/// and collapse them.
+pub(crate) async fn scheduler_loop(
+    mut scheduler: Scheduler,
+    store: Store,
+    queue: Queue,
+    metrics: Arc<Metrics>,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    if scheduler.is_empty() {
+        return;
+    }
+    let mut failing: Option<String> = None;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(jitter(every, 0.2)) => {}
+        }
+        match enqueue_ticks(&mut scheduler, &store, &queue).await {
+            Ok(()) => {
+                if failing.take().is_some() {
+                    tracing::info!(step = "periodic jobs", "maintenance step recovered");
+                }
+            }
+            Err(e) => {
+                metrics.add(
+                    &metrics.database_errors,
+                    "jobqueue_database_errors_total",
+                    1,
+                );
+                let message = e.to_string();
+                if failing.as_ref() != Some(&message) {
+                    tracing::error!(error = %e, step = "periodic jobs", "maintenance step failed; retrying at the next interval");
+                    failing = Some(message);
+                } else {
+                    tracing::debug!(error = %e, step = "periodic jobs", "maintenance step still failing");
+                }
+            }
+        }
+    }
+}
+
+/// Promotes due scheduled jobs, reclaims expired leases and prunes old finished jobs, every
+/// `every` (jittered).
 pub(crate) async fn maintenance_loop(mut m: Maintenance, every: Duration, stop: CancellationToken) {
     loop {
         tokio::select! {
@@ -83,7 +127,6 @@ async fn wake_blocked(m: &Maintenance) -> Result<()> {
 /// that cannot be enqueued must not stop reclaims); the first error is returned after all.
 async fn maintain(m: &mut Maintenance) -> Result<()> {
     let steps = [
-        ("periodic jobs", enqueue_ticks(m).await),
         ("promotion", promote_due(m).await),
         ("reclaim", reclaim_expired(m).await),
         ("limits", wake_blocked(m).await),

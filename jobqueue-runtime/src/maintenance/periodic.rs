@@ -3,19 +3,23 @@
 
 use chrono::{DateTime, Utc};
 
-use super::Maintenance;
 use crate::cron::{tick_key, Schedule};
 use crate::error::{Error, Result};
 use crate::model::{NewJob, TickPass};
+use crate::queue::Queue;
 use crate::registry::{JobDescriptor, Registry};
 use crate::store::Store;
 
-pub(super) async fn enqueue_ticks(m: &mut Maintenance) -> Result<()> {
-    if !m.scheduler.is_empty() {
-        let now = m.store.now().await?.and_utc();
-        let n = m.scheduler.run(&m.store, now).await?;
+pub(super) async fn enqueue_ticks(
+    scheduler: &mut Scheduler,
+    store: &Store,
+    queue: &Queue,
+) -> Result<()> {
+    if !scheduler.is_empty() {
+        let now = store.now().await?.and_utc();
+        let n = scheduler.run(store, now).await?;
         if n > 0 {
-            m.queue.wake_workers();
+            queue.wake_workers();
         }
     }
     Ok(())

@@ -29,7 +29,7 @@ mod pacer;
 mod progress;
 mod writer;
 
-use crate::maintenance::{maintenance_loop, Maintenance, Scheduler};
+use crate::maintenance::{maintenance_loop, scheduler_loop, Maintenance, Scheduler};
 use builder::Config;
 pub use builder::WorkerBuilder;
 use claim_loop::{drain, Running};
@@ -222,13 +222,22 @@ impl Worker {
             queue: self.queue.clone(),
         }
         .spawn()?;
+        let scheduler = cfg.maintenance.then(|| {
+            tokio::spawn(scheduler_loop(
+                scheduler,
+                self.store.clone(),
+                self.queue.clone(),
+                self.metrics.clone(),
+                cfg.maintenance_interval,
+                background.clone(),
+            ))
+        });
         let maintenance = cfg.maintenance.then(|| {
             tokio::spawn(maintenance_loop(
                 Maintenance {
                     store: self.store.clone(),
                     queue: self.queue.clone(),
                     metrics: self.metrics.clone(),
-                    scheduler,
                     retention: cfg.retention,
                     max_lease_expiries: cfg.max_lease_expiries,
                     last_prune: None,
@@ -301,8 +310,8 @@ impl Worker {
         }
         background.cancel();
         let _ = lease_thread.finished.await;
-        if let Some(m) = maintenance {
-            let _ = m.await;
+        for task in [maintenance, scheduler].into_iter().flatten() {
+            let _ = task.await;
         }
         let _ = heartbeat.await;
         tracing::info!(owner = %cfg.owner, metrics = ?self.metrics.snapshot(), "worker stopped");
