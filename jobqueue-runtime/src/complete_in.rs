@@ -44,7 +44,11 @@ impl JobContext {
     /// then stops before doing any work, and once it returns `Ok` the job's row is locked by
     /// `tx`: no other worker can take the job back until `tx` ends. Called last, it is just
     /// as safe (nothing commits without it), but a stale attempt finds out only after its
-    /// work.
+    /// work. Except under REPEATABLE READ with MariaDB's `innodb_snapshot_isolation` (on by
+    /// default from 11.6.2, opt-in on 10.6 and 10.11): there a transaction that read before
+    /// the lease's last renewal (every third of the lease) cannot lock the job's row, and
+    /// the call fails saying so, every time. Call it first, or run such a transaction at
+    /// READ COMMITTED.
     ///
     /// From this call to the commit, the job's row is locked, so the worker cannot renew the
     /// job's lease; and an operator's cancel of the job waits for the commit. Keep that part
@@ -68,7 +72,8 @@ impl JobContext {
     /// # Limits
     ///
     /// - `tx` must be a transaction on the queue's database: the completion is a statement
-    ///   on `job_queue` inside it. It may run at any isolation level: the completion locks
+    ///   on `job_queue` inside it. It may run at any isolation level (see above for
+    ///   MariaDB's snapshot isolation when it is called late): the completion locks
     ///   the job's row and, for a job with a concurrency limit, its one slot row, both by
     ///   primary key, and no gap, so other workers' claims go on while `tx` is open.
     /// - Only what `tx` writes is exactly once. Effects outside the database (an e-mail, an

@@ -833,3 +833,69 @@ async fn a_job_dropped_after_its_own_commit_is_counted_and_wakes_its_key() {
     .await;
     stop(&handle, task).await;
 }
+
+// ---------------------------------------------------------------------------------------
+// A late call under MariaDB's snapshot isolation
+// ---------------------------------------------------------------------------------------
+
+static SNAPSHOT: Mailbox<String> = Mailbox::new();
+
+/// Reads in its transaction (taking its snapshot), waits until its lease has been renewed,
+/// then calls `complete_in` last, on a session with `innodb_snapshot_isolation` on.
+#[job(name = "tx_snapshot_late", lease = "3s")]
+async fn snapshot_late(ctx: JobContext, pool: Data<MySqlPool>) -> Result<(), JobError> {
+    let mut conn = pool.acquire().await?;
+    if let Err(e) = sqlx::query("SET SESSION innodb_snapshot_isolation = ON")
+        .execute(&mut *conn)
+        .await
+    {
+        SNAPSHOT.send(format!("unsupported: {e}"));
+        return Ok(());
+    }
+    sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *conn)
+        .await?;
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    let lease = "SELECT lease_until FROM job_queue WHERE id = ?";
+    let before: sqlx::types::chrono::NaiveDateTime = sqlx::query_scalar(lease)
+        .bind(ctx.id())
+        .fetch_one(&mut *tx)
+        .await?;
+    // A renewal comes a third of the way through the lease: wait for it (outside `tx`).
+    loop {
+        let now: sqlx::types::chrono::NaiveDateTime = sqlx::query_scalar(lease)
+            .bind(ctx.id())
+            .fetch_one(&*pool)
+            .await?;
+        if now != before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let said = match ctx.complete_in(&mut tx).await {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    SNAPSHOT.send(said);
+    Err(JobError::permanent("the test is over"))
+}
+
+/// The call fails, every time, and says why and what to do instead of passing on the
+/// server's "record has changed since last read".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_completion_under_snapshot_isolation_says_what_to_do() {
+    let (queue, effects) = fresh_queue_with_effects("tx_snapshot").await;
+    let mut said = SNAPSHOT.open();
+    let id = queue.enqueue(SnapshotLate {}).await.unwrap().id();
+    let (handle, task) = start(quick_worker(&queue).data(effects.clone()).build().unwrap());
+    let message = receive(&mut said, "the job's call", WAIT).await;
+    if message.starts_with("unsupported") {
+        // MySQL, or a MariaDB before 10.6.18/10.11.8: no such variable, nothing to check.
+        eprintln!("skipped: {message}");
+    } else {
+        assert!(message.contains("innodb_snapshot_isolation"), "{message}");
+        assert!(message.contains("Call `complete_in` first"), "{message}");
+    }
+    wait_status(&queue, id, JobStatus::Failed, WAIT).await;
+    stop(&handle, task).await;
+}
