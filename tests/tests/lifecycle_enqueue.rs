@@ -832,3 +832,49 @@ fn the_macro_sets_the_kinds_uniqueness() {
     assert_eq!(SyncAccount::OPTIONS.unique, Uniqueness::WhileActive);
     assert_eq!(Plain::OPTIONS.unique, Uniqueness::UntilPruned);
 }
+
+/// Inside a REPEATABLE READ transaction, a `while_active` holder that finished after the
+/// transaction's snapshot began still looks unfinished: the enqueue reports it as the
+/// duplicate, a finished job, and enqueues nothing (as the docs say). At READ COMMITTED the
+/// same enqueue makes a new job.
+#[tokio::test(flavor = "multi_thread")]
+async fn while_active_inside_a_repeatable_read_snapshot_sees_the_holder_as_it_was() {
+    let url = fresh_database("life_active_rr").await;
+    let queue = migrated_queue(&url).await;
+    let opts = || keyed("report:rr").unique(Uniqueness::WhileActive);
+    let first = queue.enqueue_with(Plain { n: 1 }, opts()).await.unwrap();
+    for (level, expect_new) in [("REPEATABLE READ", false), ("READ COMMITTED", true)] {
+        // The application's own connection, set as it likes.
+        let mut conn = <sqlx::MySqlConnection as sqlx::Connection>::connect(&url)
+            .await
+            .unwrap();
+        sqlx::query(&format!("SET SESSION TRANSACTION ISOLATION LEVEL {level}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let mut tx = sqlx::Connection::begin(&mut conn).await.unwrap();
+        // The snapshot begins with the transaction's first read.
+        let holder: u64 = sqlx::query_scalar("SELECT id FROM job_queue WHERE task_key = ?")
+            .bind("report:rr")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+        // The holder ends, committed by someone else.
+        queue.cancel(holder).await.unwrap();
+        let again = queue
+            .enqueue_in_with(&mut tx, Plain { n: 2 }, opts())
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        if expect_new {
+            assert!(again.is_new(), "{level}: {again:?}");
+        } else {
+            assert_eq!(again, Enqueued::Duplicate(first.id()), "{level}");
+            assert_eq!(row(&queue, first.id()).await.status, JobStatus::Cancelled);
+        }
+        // Put a live holder back for the next round.
+        if !expect_new {
+            queue.retry(first.id()).await.unwrap();
+        }
+    }
+}
