@@ -1047,3 +1047,60 @@ async fn a_queue_bound_holds_within_the_worker() {
         "{wrong}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// 6. Wakes and blocks at scale, and against concurrent claims, wakes and cancels.
+// ---------------------------------------------------------------------------------------
+
+#[job(
+    name = "limits_tenant",
+    concurrency = 1,
+    concurrency_key = "t:{tenant}"
+)]
+async fn limits_tenant(tenant: u32, n: u32) {
+    let _ = (tenant, n);
+}
+
+#[job(name = "limits_rate_slow", rate_limit = "1/200ms")]
+async fn limits_rate_slow(n: u32) {
+    let _ = n;
+}
+
+/// Claims until no job is ready (each claim takes or blocks what it reads).
+async fn claim_until_none_ready(queue: &Queue, store: &Store) {
+    while count_status(queue, JobStatus::Ready).await > 0 {
+        store.claim("default", "worker-a", 256).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn rate_limited_jobs_are_woken_when_a_thousand_other_keys_are_full() {
+    let queue = fresh_queue("limits_wake_all_keys").await;
+    let store = store(&queue);
+    // A thousand tenants at their limit, each with a job waiting: a thousand keys with
+    // blocked jobs and no free slot, all sorting before the rate key below.
+    queue
+        .enqueue_many((0..1000).flat_map(|tenant| (0..2).map(move |n| LimitsTenant { tenant, n })))
+        .await
+        .unwrap();
+    claim_until_none_ready(&queue, &store).await;
+    assert_eq!(count_status(&queue, JobStatus::Running).await, 1000);
+    assert_eq!(count_status(&queue, JobStatus::Blocked).await, 1000);
+
+    let first = queue.enqueue(LimitsRateSlow { n: 0 }).await.unwrap().id();
+    let second = queue.enqueue(LimitsRateSlow { n: 1 }).await.unwrap().id();
+    let claimed = store.claim("default", "worker-a", 2).await.unwrap();
+    assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [first]);
+    assert_eq!(row(&queue, second).await.status, JobStatus::Blocked);
+    // Only maintenance wakes a rate-limited job, once its window has passed.
+    wait_for(
+        "the second rate-limited job to be woken and claimed",
+        Duration::from_secs(30),
+        || async {
+            store.limits_pass().await.unwrap();
+            store.claim("default", "worker-a", 10).await.unwrap();
+            (row(&queue, second).await.status == JobStatus::Running).then_some(())
+        },
+    )
+    .await;
+}

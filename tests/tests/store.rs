@@ -756,7 +756,7 @@ async fn limit_statements_use_their_indexes() {
             "s",
             "job_queue_slot_holder",
         ),
-        ("keys to wake", WAKE_SCAN, &[], "s", "PRIMARY"),
+        ("keys to wake", WAKE_SCAN, &[""], "s", "PRIMARY"),
         // A completion in the job's own transaction finds its slot without a lock, then
         // frees it by primary key.
         (

@@ -16,7 +16,7 @@
 //! slot key it waits for. A freed concurrency slot wakes the first blocked job of its key
 //! (back to `ready`) in the same transaction; a completion in the job's own transaction
 //! (`complete_in.rs`) frees its slot by primary key and leaves the wake to the worker once
-//! it sees the commit, so as to lock nothing more there; maintenance wakes blocked jobs of any key
+//! it sees the commit, so as to lock nothing more there; maintenance wakes blocked jobs of every key
 //! that has a free slot (rate slots free with time, and a wake can be missed when a release
 //! and a block commit at the same moment), and frees slots whose claim has ended without
 //! releasing them.
@@ -50,13 +50,20 @@ pub const BLOCKED_DELETE_JOB: &str = "DELETE FROM job_queue_blocked WHERE job_id
 /// its way to the blocked jobs it wakes.
 const WAKE_MAX_LEFTOVERS: u32 = 1000;
 
-/// The keys with blocked jobs and how many of their slots are free now (maintenance). A
-/// concurrency slot's `free_at` stays in the past and a rate slot's `job_id` stays NULL, so
-/// one condition serves both.
+/// A page of the keys with blocked jobs, in key order after the key bound (maintenance reads
+/// them all, a page at a time), with how many of their slots are free now. A concurrency
+/// slot's `free_at` stays in the past and a rate slot's `job_id` stays NULL, so one
+/// condition serves both. Every key is read, full or not: a fixed first page would let
+/// keys at their limit hide the others for good, and only maintenance wakes a rate key.
+/// The keys come from the blocked table's primary key, one entry per key.
 pub const WAKE_SCAN: &str = "SELECT b.slot_key, \
-       (SELECT COUNT(*) FROM job_queue_slot s WHERE s.slot_key = b.slot_key \
+       (SELECT COUNT(*) FROM job_queue_slot s FORCE INDEX (PRIMARY) WHERE s.slot_key = b.slot_key \
           AND s.job_id IS NULL AND s.free_at <= UTC_TIMESTAMP(6)) \
-     FROM (SELECT DISTINCT slot_key FROM job_queue_blocked) b LIMIT 1000";
+     FROM (SELECT DISTINCT slot_key FROM job_queue_blocked WHERE slot_key > ? \
+           ORDER BY slot_key LIMIT 1000) b";
+
+/// The keys [`WAKE_SCAN`] reads at once.
+const WAKE_SCAN_PAGE: usize = 1000;
 
 /// Held slots whose claim is over (maintenance): the job is no longer running at that
 /// attempt, so no worker can release the slot any more.
@@ -557,19 +564,28 @@ impl Store {
             .execute(&mut *conn))?
             .rows_affected();
         }
-        let keys =
-            on_connection!(self, |conn| sqlx::query(WAKE_SCAN).fetch_all(&mut *conn)).await?;
         let mut woken = 0u64;
-        for r in &keys {
-            let (key, free): (Vec<u8>, i64) = (r.try_get(0)?, r.try_get(1)?);
-            if free <= 0 {
-                continue;
+        let mut after: Vec<u8> = Vec::new();
+        loop {
+            let keys = on_connection!(self, |conn| sqlx::query(WAKE_SCAN)
+                .bind(&after)
+                .fetch_all(&mut *conn))
+            .await?;
+            for r in &keys {
+                let (key, free): (Vec<u8>, i64) = (r.try_get(0)?, r.try_get(1)?);
+                if free <= 0 {
+                    continue;
+                }
+                let free = free.min(i64::from(MAX_SLOTS)) as u32;
+                woken += u64::from(transaction!(self, |conn| {
+                    let n = wake(conn, &key, free).await?;
+                    Ok((n, n > 0))
+                })?);
             }
-            let free = free.min(i64::from(MAX_SLOTS)) as u32;
-            woken += u64::from(transaction!(self, |conn| {
-                let n = wake(conn, &key, free).await?;
-                Ok((n, n > 0))
-            })?);
+            match keys.last() {
+                Some(last) if keys.len() == WAKE_SCAN_PAGE => after = last.try_get(0)?,
+                _ => break,
+            }
         }
         Ok((freed, woken))
     }
