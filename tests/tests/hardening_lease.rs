@@ -266,10 +266,14 @@ async fn a_frozen_outcome_write_is_retried_on_a_new_connection_and_shutdown_retu
     assert_eq!(effects(&effects_pool).await, [(r.task_key, 1)]);
 }
 
-#[job(name = "lease_frozen_renewal", lease = "3s")]
+/// The first renewal is sent at a third of the lease (2 s) and abandoned at seven twelfths
+/// (3.5 s); the job would be stopped at three quarters (4.5 s). The 6 s lease leaves the
+/// second try a second to open a new connection and renew, which a busy machine needs; it
+/// works past the stop, so that a lease not kept shows.
+#[job(name = "lease_frozen_renewal", lease = "6s")]
 async fn frozen_renewal(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
     record_effect_in(&effects, &ctx, "start").await?;
-    work(&ctx, Duration::from_secs(4)).await?;
+    work(&ctx, Duration::from_secs(6)).await?;
     record_effect_in(&effects, &ctx, "done").await
 }
 
@@ -293,7 +297,7 @@ async fn a_frozen_renewal_is_abandoned_and_the_lease_kept() {
     );
 
     proxy.tripped(Duration::from_secs(15)).await;
-    let r = wait_status(&direct, id, JobStatus::Done, Duration::from_secs(20)).await;
+    let r = wait_status(&direct, id, JobStatus::Done, Duration::from_secs(30)).await;
     assert_eq!(r.attempts, 1, "the lease was kept: {:?}", r.last_error);
     stop_within(&handle, task, Duration::from_secs(10)).await;
     let m = handle.metrics();
@@ -374,10 +378,12 @@ async fn a_row_locked_by_another_session_disturbs_only_its_own_job() {
 // 3. Job code that blocks its thread cannot starve renewals.
 // ---------------------------------------------------------------------------------------
 
-#[job(name = "lease_blocking", lease = "1s")]
+/// The lease leaves a renewal round a second of slack, so that a slow statement on a busy
+/// machine is not a lost lease.
+#[job(name = "lease_blocking", lease = "3s")]
 async fn blocking(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
     // Wrong (it belongs in `spawn_blocking`), and exactly what this test is about.
-    std::thread::sleep(Duration::from_millis(2500));
+    std::thread::sleep(Duration::from_millis(7500));
     record_effect_in(&effects, &ctx, "done").await
 }
 
@@ -505,10 +511,12 @@ async fn a_completion_with_a_late_reply_is_not_a_lost_lease() {
 
 static SKEW_STARTED: Mailbox<u64> = Mailbox::new();
 
-#[job(name = "lease_clock_skew", lease = "3s")]
+/// The first renewal comes 2 s (a third of the lease) after the claim: the test's `UPDATE`
+/// must land before it, which leaves a busy machine time. It works past that renewal.
+#[job(name = "lease_clock_skew", lease = "6s")]
 async fn clock_skew(ctx: JobContext) -> Result<(), JobError> {
     SKEW_STARTED.send(ctx.id());
-    work(&ctx, Duration::from_secs(2)).await
+    work(&ctx, Duration::from_secs(4)).await
 }
 
 /// The row's lease is moved two seconds closer to its end, as a two-second forward step of the
