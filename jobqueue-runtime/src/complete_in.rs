@@ -63,7 +63,11 @@ impl JobContext {
     /// the worker then stores the value the job returned as its output (unless it is over
     /// the output limit: the job stays done without it) and its last progress value, just
     /// after the commit: a reader that sees the job done at that very moment may find them
-    /// not written yet.
+    /// not written yet. A run stopped after its commit (its row, being done, is no longer
+    /// renewed: a job that goes on long after `commit` is stopped at three quarters of its
+    /// lease), or a worker that dies there, leaves no value to store: the job is done
+    /// without an output, and [`Queue::output`](crate::Queue::output) reads it as one that
+    /// returned nothing. Commit last, and return soon after.
     /// If it did not (you rolled back, or the commit failed), the attempt counts as failed:
     /// the job is retried with its backoff (or fails on its last attempt), with the reason
     /// in `last_error`; a job an operator asked to cancel ends `cancelled`. A job that
