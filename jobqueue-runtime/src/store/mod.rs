@@ -268,16 +268,29 @@ impl Store {
 /// will give again (a missing grant, a value the server refuses): not a lost connection, a
 /// timeout, a lock conflict, or a server going away or read-only for a failover, which pass.
 pub(crate) fn is_deterministic(e: &Error) -> bool {
-    let Error::Database(e @ sqlx::Error::Database(_)) = e else {
-        return false;
-    };
-    // 1040, 1203, 1226: connection limits; 1053: shutdown under way; 1290, 1836: read-only
-    // (a failover); 1927: connection killed; 4031: MariaDB's idle-transaction disconnect.
-    !is_transient(server_code(e))
-        && !matches!(
-            server_code(e),
-            Some(1040 | 1053 | 1203 | 1226 | 1290 | 1836 | 1927 | 4031)
-        )
+    match e {
+        Error::Database(e @ sqlx::Error::Database(_)) => {
+            // 1040, 1203, 1226: connection limits; 1053: shutdown under way; 1290, 1836:
+            // read-only (a failover); 1927: connection killed; 4031: MariaDB's
+            // idle-transaction disconnect.
+            !is_transient(server_code(e))
+                && !matches!(
+                    server_code(e),
+                    Some(1040 | 1053 | 1203 | 1226 | 1290 | 1836 | 1927 | 4031)
+                )
+        }
+        // The connection, not the statement: a new one may do.
+        Error::Database(
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed,
+        ) => false,
+        // A row or value the code cannot read reads the same way again.
+        _ => true,
+    }
 }
 
 /// `d` in whole microseconds, for `INTERVAL ? MICROSECOND`.
