@@ -268,26 +268,27 @@ async fn claim_skips_a_locked_row_without_waiting() {
         .expect("lock the row");
     assert_eq!(locked, ids[0]);
 
+    // Whether a claim waited is judged by its lock wait timeout, not by a stopwatch: a
+    // claim that waited for the held row would have hit it and been retried.
     let store = queue.store();
     let began = Instant::now();
     let claimed = store.claim("default", "worker-a", 10).await.expect("claim");
-    let elapsed = began.elapsed();
+    println!("the claim beside a locked row took {:?}", began.elapsed());
     let got: Vec<u64> = claimed.iter().map(|c| c.id).collect();
     assert_eq!(got, ids[1..], "the unlocked rows, and never the locked one");
-    assert!(
-        elapsed < Duration::from_millis(500),
-        "the claim took {elapsed:?}: it waited for the locked row"
-    );
     assert_eq!(
         queue.metrics().conflict_retries,
         0,
-        "no lock wait timeout was retried"
+        "no lock wait timeout was retried: the claim did not wait for the locked row"
     );
-    // While the lock is held, a claim finds nothing, also at once.
-    let began = Instant::now();
+    // While the lock is held, a claim finds nothing, also without waiting.
     let again = store.claim("default", "worker-a", 10).await.expect("claim");
     assert!(again.is_empty(), "{again:?}");
-    assert!(began.elapsed() < Duration::from_millis(500));
+    assert_eq!(
+        queue.metrics().conflict_retries,
+        0,
+        "no lock wait timeout was retried: the second claim did not wait either"
+    );
     assert_eq!(job(&queue, ids[0]).await.status, JobStatus::Ready);
 
     tx.commit().await.expect("release");
