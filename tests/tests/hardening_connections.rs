@@ -276,7 +276,7 @@ async fn rows_locked_by_a_silent_session_become_claimable_within_the_bound() {
     let t0 = Instant::now();
     let claimed = wait_for(
         "the silent session's rows to be claimable",
-        Duration::from_secs(30 + 15),
+        Duration::from_secs(30 + 20),
         || async {
             let c = store.claim("conn", "other", 10).await.unwrap();
             (!c.is_empty()).then_some(c)
@@ -285,7 +285,9 @@ async fn rows_locked_by_a_silent_session_become_claimable_within_the_bound() {
     .await;
     let waited = t0.elapsed();
     assert_eq!(claimed.len(), 5);
-    assert!(waited <= Duration::from_secs(30 + 5), "waited {waited:?}");
+    // The margin leaves a busy machine room for the server's kill and the claims after it,
+    // and still tells the 30 s timeout from none or a longer one.
+    assert!(waited <= Duration::from_secs(30 + 10), "waited {waited:?}");
     println!("rows came free after {waited:?}");
     drop(silent);
 }
@@ -517,7 +519,8 @@ async fn pruning_works_off_a_backlog_larger_than_one_minutes_quota() {
     wait_status(&queue, recent, JobStatus::Done, Duration::from_secs(20)).await;
     wait_for(
         "the backlog of 30,000 old done jobs to be pruned",
-        Duration::from_secs(45),
+        // A busy machine's margin; at 10,000 a minute it would take three.
+        Duration::from_secs(90),
         || async {
             let n = tests::count_status(&queue, JobStatus::Done).await;
             (n == 1).then_some(())
