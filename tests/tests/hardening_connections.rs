@@ -668,11 +668,17 @@ async fn a_paused_queue_stays_paused_while_its_pause_row_is_locked() {
             .unwrap();
     assert_eq!(locked, 1);
 
+    // Bounded: a claim that locked the pause row would wait for the server's lock wait
+    // timeout, and be retried, for minutes.
     let store = queue.store();
-    let (a, b) = tokio::join!(
-        store.claim("conn", "claimer-a", 10),
-        store.claim("conn", "claimer-b", 10)
-    );
+    let (a, b) = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::join!(
+            store.claim("conn", "claimer-a", 10),
+            store.claim("conn", "claimer-b", 10)
+        )
+    })
+    .await
+    .expect("claims that do not wait for the locked pause row");
     assert!(a.unwrap().is_empty() && b.unwrap().is_empty());
 
     let workers: Vec<_> = (0..2)
