@@ -256,10 +256,12 @@ async fn panics_fail_clearly_bad_payloads_wait_and_the_worker_goes_on() {
         Duration::from_secs(10),
     )
     .await;
+    // Whichever put-back the test met (each lasts about a second, and a busy test can miss
+    // the first): none spent one of the 3 attempts.
     assert_eq!(
-        (r.attempts, r.max_attempts),
-        (1, 4),
-        "the claim that could not read it spent no attempt"
+        r.max_attempts,
+        r.attempts + 3,
+        "the claims that could not read it spent no attempt: {r:?}"
     );
     let error = r.last_error.unwrap();
     assert!(
