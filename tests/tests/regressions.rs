@@ -244,19 +244,47 @@ static BUSY_STARTED: Mailbox<u32> = Mailbox::new();
 #[job(name = "regressions_busy_slot")]
 async fn busy_slot(n: u32) {
     BUSY_STARTED.send(n);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
 }
 
 /// CPU time (user + system) used so far by the calling thread.
 fn thread_cpu_time() -> Duration {
     let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("read /proc stat");
+    ticks_to_time(cpu_ticks(&stat))
+}
+
+/// The CPU ticks (user + system) of a `/proc/.../stat` line.
+fn cpu_ticks(stat: &str) -> u64 {
     // Fields 14 and 15 (utime, stime), counted after the command name in parentheses,
     // which may itself contain spaces.
     let fields: Vec<&str> = stat[stat.rfind(')').expect("a stat line") + 1..]
         .split_whitespace()
         .collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+fn ticks_to_time(ticks: u64) -> Duration {
     Duration::from_secs_f64(ticks as f64 / clock_ticks_per_second() as f64)
+}
+
+/// CPU ticks used so far by each thread of this process named `name`, by thread id.
+fn named_threads_cpu_ticks(name: &str) -> std::collections::HashMap<String, u64> {
+    let mut ticks = std::collections::HashMap::new();
+    for task in std::fs::read_dir("/proc/self/task").expect("list /proc/self/task") {
+        let dir = task.expect("a task").path();
+        // A thread that ends meanwhile has no files left: it is simply not counted.
+        let (Ok(comm), Ok(stat)) = (
+            std::fs::read_to_string(dir.join("comm")),
+            std::fs::read_to_string(dir.join("stat")),
+        ) else {
+            continue;
+        };
+        if comm.trim_end() == name {
+            let tid = dir.file_name().unwrap().to_string_lossy().into_owned();
+            ticks.insert(tid, cpu_ticks(&stat));
+        }
+    }
+    ticks
 }
 
 /// The kernel's `USER_HZ`, in which /proc reports CPU times: from `getconf CLK_TCK`, else
@@ -275,7 +303,8 @@ fn clock_ticks_per_second() -> u64 {
 /// On a single-threaded runtime the worker's every task runs on the test's thread, so the
 /// thread's CPU time is the worker's, whatever the other tests of this binary (threads of
 /// the same process) are doing meanwhile; unlike wall time, it does not depend on the
-/// machine's load either.
+/// machine's load either. The worker's lease thread, an OS thread of its own, is measured
+/// too: with those of other tests' workers, which renew a few leases at most.
 #[tokio::test(flavor = "current_thread")]
 async fn a_saturated_worker_does_not_spin() {
     init_tracing();
@@ -295,12 +324,20 @@ async fn a_saturated_worker_does_not_spin() {
         receive(&mut started, "every slot busy", Duration::from_secs(10)).await;
     }
 
-    // The measurement needs time to pass: 2 s with all four slots busy (the jobs run 3 s).
+    // The measurement needs time to pass: 2 s with all four slots busy (the jobs run 5 s).
+    let lease_before = named_threads_cpu_ticks("jobqueue-lease");
+    assert!(!lease_before.is_empty(), "no lease thread found to measure");
     let cpu_before = thread_cpu_time();
     let wall_before = Instant::now();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let cpu = thread_cpu_time() - cpu_before;
     let wall = wall_before.elapsed();
+    let lease_cpu = ticks_to_time(
+        named_threads_cpu_ticks("jobqueue-lease")
+            .iter()
+            .map(|(tid, after)| after.saturating_sub(lease_before.get(tid).copied().unwrap_or(0)))
+            .sum(),
+    );
     assert_eq!(
         handle.metrics().succeeded,
         0,
@@ -309,6 +346,10 @@ async fn a_saturated_worker_does_not_spin() {
     assert!(
         cpu < Duration::from_millis(300),
         "the worker used {cpu:?} of CPU in {wall:?} with every slot busy"
+    );
+    assert!(
+        lease_cpu < Duration::from_millis(300),
+        "the lease threads used {lease_cpu:?} of CPU in {wall:?} with every slot busy"
     );
 
     wait_for("the four jobs done", Duration::from_secs(10), || async {
