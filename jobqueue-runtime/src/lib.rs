@@ -69,6 +69,8 @@ pub mod __store {
             BLOCKED_DELETE_JOB, BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT,
             ORPHAN_SLOTS, WAKE_SCAN,
         };
+        // The claim's locking read of the free slots it takes.
+        pub use crate::store::limits::lock_free_slots_sql;
         // The operator dashboard's statements for a filter, with their arguments; run one
         // with `Store::explain`.
         pub use crate::store::{dashboard_statements, Arg};

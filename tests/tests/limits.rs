@@ -1109,3 +1109,72 @@ async fn rate_limited_jobs_are_woken_when_a_thousand_other_keys_are_full() {
     )
     .await;
 }
+
+#[job(name = "limits_five", concurrency = 5, concurrency_key = "five")]
+async fn limits_five(n: u32) {
+    let _ = n;
+}
+
+#[tokio::test]
+async fn jobs_stay_ready_while_another_claim_has_their_free_slots_locked() {
+    let queue = fresh_queue("limits_locked_slots").await;
+    let store = store(&queue);
+    // The key's five slots exist and are free.
+    let first = queue.enqueue(LimitsFive { n: 0 }).await.unwrap().id();
+    assert_eq!(
+        store.claim("default", "worker-a", 1).await.unwrap().len(),
+        1
+    );
+    assert!(store
+        .complete("worker-a", &[(first, 1)])
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(slots(&queue, "c:five").await.len(), 5);
+    let ids: Vec<u64> = queue
+        .enqueue_many((1..=5).map(|n| LimitsFive { n }))
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id())
+        .collect();
+
+    // Another claim, still open, has every free slot of the key locked; it may take them
+    // all, or none.
+    let mut other = queue.pool().acquire().await.unwrap();
+    sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN").execute(&mut *other).await.unwrap();
+    let locked = sqlx::query(
+        "SELECT slot_no FROM job_queue_slot WHERE slot_key = 'c:five' AND job_id IS NULL \
+         FOR UPDATE SKIP LOCKED",
+    )
+    .fetch_all(&mut *other)
+    .await
+    .unwrap();
+    assert_eq!(locked.len(), 5);
+
+    assert!(store
+        .claim("default", "worker-b", 5)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        count_status(&queue, JobStatus::Blocked).await,
+        0,
+        "no job is blocked while its key's slots are only locked"
+    );
+    sqlx::query("ROLLBACK").execute(&mut *other).await.unwrap();
+    drop(other);
+    let mut claimed: Vec<u64> = store
+        .claim("default", "worker-b", 5)
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    claimed.sort();
+    assert_eq!(claimed, ids, "the slots freed up: the five run");
+}

@@ -698,8 +698,8 @@ async fn the_time_a_status_waits_on_is_one_column_under_one_index() {
 #[tokio::test(flavor = "multi_thread")]
 async fn limit_statements_use_their_indexes() {
     use jobqueue_runtime::__store::statements::{
-        BLOCKED_DELETE_JOB, BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS,
-        SLOT_OF_CLAIM, SLOT_RELEASE, WAKE_SCAN,
+        lock_free_slots_sql, BLOCKED_DELETE_JOB, BLOCKED_SELECT, FREE_CONCURRENCY_SLOT,
+        FREE_RATE_SLOT, ORPHAN_SLOTS, SLOT_OF_CLAIM, SLOT_RELEASE, WAKE_SCAN,
     };
     let queue = fresh_queue("store_explain_limits").await;
     let pool = queue.pool();
@@ -728,7 +728,15 @@ async fn limit_statements_use_their_indexes() {
             .await
             .expect("analyze");
     }
-    let cases: [(&str, &str, &[&str], &str, &str); 8] = [
+    let lock_slots = lock_free_slots_sql(3);
+    let cases: [(&str, &str, &[&str], &str, &str); 9] = [
+        (
+            "lock of the free slots a claim takes",
+            &lock_slots,
+            &["c:key-7", "1", "c:key-9", "3", "c:key-9", "5"],
+            "job_queue_slot",
+            "PRIMARY",
+        ),
         (
             "free concurrency slot",
             FREE_CONCURRENCY_SLOT,

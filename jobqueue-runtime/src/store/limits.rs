@@ -182,7 +182,7 @@ pub(super) async fn take_slots_batch(
     jobs: &[(u64, u32, Option<RowLimits>)],
     want: usize,
 ) -> sqlx::Result<Vec<Verdict>> {
-    use std::collections::{BTreeMap, VecDeque};
+    use std::collections::{BTreeMap, BTreeSet, VecDeque};
     // Each key's limit (and window), as the first of its jobs in the batch states it.
     let mut limit_of: BTreeMap<Vec<u8>, (u32, Option<u32>)> = BTreeMap::new();
     for (_, _, l) in jobs {
@@ -195,13 +195,28 @@ pub(super) async fn take_slots_batch(
         }
     }
     let keys: Vec<Vec<u8>> = limit_of.keys().cloned().collect();
-    // Free slots, locked: held or locked ones are left to their holders.
-    let mut free: BTreeMap<Vec<u8>, VecDeque<u32>> = BTreeMap::new();
+    // How many slots of each key this read could take at most: one per job of the key, and
+    // no more than the claim wants.
+    let mut need: BTreeMap<&[u8], usize> = BTreeMap::new();
+    for (_, _, l) in jobs {
+        let Some(l) = l else { continue };
+        let c = l.concurrency.as_ref().map(|(k, _)| k);
+        let r = l.rate.as_ref().map(|(k, _, _)| k);
+        for k in c.into_iter().chain(r) {
+            let n = need.entry(k.as_slice()).or_default();
+            *n = (*n + 1).min(want);
+        }
+    }
+    // The free slots, by a plain read (it locks nothing), then as many of each key as the
+    // read could take, locked by primary key. Locking every free slot of a key instead would
+    // make concurrent claims find the key full and block its jobs, with nothing to wake them
+    // when this claim takes fewer: a claim refilling one freed worker slot wants one job.
+    let mut candidates: BTreeMap<Vec<u8>, VecDeque<u32>> = BTreeMap::new();
     for chunk in keys.chunks(128) {
         let sql = format!(
             "SELECT slot_key, slot_no FROM job_queue_slot FORCE INDEX (PRIMARY) \
              WHERE slot_key IN ({}) AND job_id IS NULL AND free_at <= UTC_TIMESTAMP(6) \
-             ORDER BY slot_key, slot_no FOR UPDATE SKIP LOCKED",
+             ORDER BY slot_key, slot_no",
             placeholders(padded_len(chunk.len()))
         );
         let mut q = sqlx::query(&sql);
@@ -211,15 +226,54 @@ pub(super) async fn take_slots_batch(
         for r in q.fetch_all(&mut *conn).await? {
             let (k, no): (Vec<u8>, u32) = (r.try_get(0)?, r.try_get(1)?);
             if limit_of.get(&k).is_some_and(|(n, _)| no < *n) {
-                free.entry(k).or_default().push_back(no);
+                candidates.entry(k).or_default().push_back(no);
             }
         }
+    }
+    // Free slots, locked: held or locked ones are left to their holders. A slot another
+    // claim has locked is tried no more, and the next free one of its key is tried instead.
+    let mut free: BTreeMap<Vec<u8>, VecDeque<u32>> = BTreeMap::new();
+    // Keys with a free slot that another claim has locked: their jobs are left ready, not
+    // blocked, since that claim may not take the slot.
+    let mut contended: BTreeSet<Vec<u8>> = BTreeSet::new();
+    loop {
+        let mut wanted: Vec<(Vec<u8>, u32)> = Vec::new();
+        for (k, nos) in &mut candidates {
+            let have = free.get(k).map_or(0, VecDeque::len);
+            let more = need
+                .get(k.as_slice())
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(have);
+            for _ in 0..more {
+                match nos.pop_front() {
+                    Some(no) => wanted.push((k.clone(), no)),
+                    None => break,
+                }
+            }
+        }
+        if wanted.is_empty() {
+            break;
+        }
+        for chunk in wanted.chunks(128) {
+            let locked = lock_free_slots(conn, chunk).await?;
+            for (k, no) in chunk {
+                if locked.contains(&(k.clone(), *no)) {
+                    free.entry(k.clone()).or_default().push_back(*no);
+                } else {
+                    contended.insert(k.clone());
+                }
+            }
+        }
+    }
+    for nos in free.values_mut() {
+        nos.make_contiguous().sort_unstable();
     }
     // Keys with nothing free: are their slots missing (a new key, a raised limit)?
     let mut created: Vec<(Vec<u8>, u32)> = Vec::new();
     let short: Vec<Vec<u8>> = keys
         .iter()
-        .filter(|k| !free.contains_key(*k))
+        .filter(|k| !free.contains_key(*k) && !contended.contains(*k))
         .cloned()
         .collect();
     for chunk in short.chunks(128) {
@@ -245,7 +299,12 @@ pub(super) async fn take_slots_batch(
             }
         }
     }
-    // Hand out slots in claim order.
+    // Hand out slots in claim order. A job whose key has no slot left for it waits for one,
+    // unless a free slot of the key was only locked by another claim.
+    let full = |k: &Vec<u8>| match contended.contains(k) {
+        true => Verdict::Leave,
+        false => Verdict::Block(k.clone()),
+    };
     let mut out = Vec::with_capacity(jobs.len());
     // (key, slot_no) -> the claim holding it (concurrency) or the window in µs (rate).
     let mut taken: BTreeMap<(Vec<u8>, u32), SlotUse> = BTreeMap::new();
@@ -265,7 +324,7 @@ pub(super) async fn take_slots_batch(
             Some((k, _)) => match free.get_mut(k).and_then(VecDeque::pop_front) {
                 Some(no) => Some((k, no)),
                 None => {
-                    out.push(Verdict::Block(k.clone()));
+                    out.push(full(k));
                     continue;
                 }
             },
@@ -278,7 +337,7 @@ pub(super) async fn take_slots_batch(
                     if let Some((ck, no)) = c {
                         free.get_mut(ck).expect("taken from it").push_front(no);
                     }
-                    out.push(Verdict::Block(k.clone()));
+                    out.push(full(k));
                     continue;
                 }
             },
@@ -350,6 +409,37 @@ pub(super) async fn take_slots_batch(
         q.bind(k).bind(no).execute(&mut *conn).await?;
     }
     Ok(out)
+}
+
+/// Locks those of `slots` (slot key, slot number) that are free now, skipping any another
+/// transaction has locked; returns the ones locked. By primary key, so that only these
+/// records are locked (the same on MySQL 8.0 and MariaDB 10.6+, which both read a
+/// row-constructor `IN` list as ranges of the index).
+async fn lock_free_slots(
+    conn: &mut MySqlConnection,
+    slots: &[(Vec<u8>, u32)],
+) -> sqlx::Result<Vec<(Vec<u8>, u32)>> {
+    let sql = lock_free_slots_sql(padded_len(slots.len()));
+    let mut q = sqlx::query(&sql);
+    for (k, no) in padded(slots) {
+        q = q.bind(k).bind(no);
+    }
+    q.fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect()
+}
+
+/// The claim's locking read of `n` given slots (slot key, slot number pairs), of those that
+/// are free now.
+pub fn lock_free_slots_sql(n: usize) -> String {
+    format!(
+        "SELECT slot_key, slot_no FROM job_queue_slot FORCE INDEX (PRIMARY) \
+         WHERE (slot_key, slot_no) IN ({}) AND job_id IS NULL AND free_at <= UTC_TIMESTAMP(6) \
+         FOR UPDATE SKIP LOCKED",
+        vec!["(?, ?)"; n.max(1)].join(", ")
+    )
 }
 
 /// A free slot of `key` by `select`, locked; the key's missing slots are created first when
