@@ -1178,3 +1178,87 @@ async fn jobs_stay_ready_while_another_claim_has_their_free_slots_locked() {
     claimed.sort();
     assert_eq!(claimed, ids, "the slots freed up: the five run");
 }
+
+/// The statements the server has run on the one connection of `pool`.
+async fn questions(pool: &MySqlPool) -> u64 {
+    let row = sqlx::query("SHOW SESSION STATUS LIKE 'Questions'")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let value: String = row
+        .try_get::<String, _>(1)
+        .or_else(|_| {
+            row.try_get::<Vec<u8>, _>(1)
+                .map(|b| String::from_utf8(b).unwrap())
+        })
+        .unwrap();
+    value.parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_finished_job_wakes_the_next_one_behind_thousands_of_cancelled_ones() {
+    let queue = fresh_queue("limits_many_leftovers").await;
+    let store = store(&queue);
+    let running = queue
+        .enqueue(LimitsExport { account: 1, n: 0 })
+        .await
+        .unwrap()
+        .id();
+    assert_eq!(
+        store.claim("default", "worker-a", 1).await.unwrap().len(),
+        1
+    );
+    // A thousand blocked jobs cancelled in bulk, and fifteen hundred by an operator's SQL.
+    queue
+        .enqueue_many((1..=1000).map(|n| LimitsExport { account: 1, n }))
+        .await
+        .unwrap();
+    claim_until_none_ready(&queue, &store).await;
+    let blocked = jobqueue::JobQuery::default().status(JobStatus::Blocked);
+    assert_eq!(queue.cancel_matching(&blocked).await.unwrap(), 1000);
+    queue
+        .enqueue_many((1001..=2500).map(|n| LimitsExport { account: 1, n }))
+        .await
+        .unwrap();
+    claim_until_none_ready(&queue, &store).await;
+    sqlx::query(
+        "UPDATE job_queue SET status = 'cancelled', finished_at = UTC_TIMESTAMP(6) \
+         WHERE status = 'blocked'",
+    )
+    .execute(queue.pool())
+    .await
+    .unwrap();
+    let next = queue
+        .enqueue(LimitsExport {
+            account: 1,
+            n: 2501,
+        })
+        .await
+        .unwrap()
+        .id();
+    claim_until_none_ready(&queue, &store).await;
+    assert_eq!(row(&queue, next).await.status, JobStatus::Blocked);
+
+    // The running job ends, on a store of one connection, whose statements are counted.
+    let url = tests::database_url(queue.pool()).await;
+    let one = Queue::connect_with(&url, jobqueue::QueueConfig::default().max_connections(1))
+        .await
+        .unwrap();
+    let before = questions(one.pool()).await;
+    assert!(one
+        .store()
+        .complete("worker-a", &[(running, 1)])
+        .await
+        .unwrap()
+        .is_empty());
+    let spent = questions(one.pool()).await - before;
+    assert_eq!(row(&queue, next).await.status, JobStatus::Ready, "woken");
+    // A few statements per hundred rows left behind, not a few per row: the release runs in
+    // the outcome's transaction, which has a few seconds.
+    assert!(spent < 150, "{spent} statements to end one job");
+    let waiting: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue_blocked")
+        .fetch_one(queue.pool())
+        .await
+        .unwrap();
+    assert_eq!(waiting, 0);
+}

@@ -47,8 +47,12 @@ pub const BLOCKED_SELECT: &str = "SELECT job_id FROM job_queue_blocked \
 pub const BLOCKED_DELETE_JOB: &str = "DELETE FROM job_queue_blocked WHERE job_id = ?";
 
 /// The most waiting rows of jobs no longer blocked (cancelled, pruned) one wake deletes on
-/// its way to the blocked jobs it wakes.
-const WAKE_MAX_LEFTOVERS: u32 = 1000;
+/// its way to the blocked jobs it wakes: a hundred rounds of [`WAKE_BATCH`]. A key with
+/// more is woken again by the next release, or by maintenance, which goes on from there.
+const WAKE_MAX_LEFTOVERS: u32 = 10_000;
+
+/// The waiting rows a wake reads at once once it has met rows of jobs no longer blocked.
+const WAKE_BATCH: u32 = 100;
 
 /// A page of the keys with blocked jobs, in key order after the key bound (maintenance reads
 /// them all, a page at a time), with how many of their slots are free now. A concurrency
@@ -595,35 +599,69 @@ pub(crate) async fn release_claims(
 /// jobs another transaction is waking. Returns how many. Rows of jobs no longer blocked
 /// (cancelled or pruned meanwhile, by a path that left the row) are deleted on the way:
 /// up to [`WAKE_MAX_LEFTOVERS`] of them, so that they never keep a free slot from the
-/// blocked jobs behind them.
+/// blocked jobs behind them. Once a round has met such rows, the next ones read
+/// [`WAKE_BATCH`] rows at a time: a wake runs inside an outcome's or reclaim's transaction,
+/// which has a few seconds, and a few statements per leftover row would outlast it.
 pub(super) async fn wake(conn: &mut MySqlConnection, key: &[u8], n: u32) -> sqlx::Result<u32> {
     let mut woken = 0;
     let mut leftovers = 0u32;
     // Every round wakes a job or deletes a leftover row, both bounded: it ends.
     while woken < n && leftovers < WAKE_MAX_LEFTOVERS {
+        let want = n - woken;
+        let read = if leftovers == 0 {
+            want
+        } else {
+            want.max(WAKE_BATCH)
+        };
         let ids: Vec<u64> = sqlx::query_scalar(BLOCKED_SELECT)
             .bind(key)
-            .bind(n - woken)
+            .bind(read)
             .fetch_all(&mut *conn)
             .await?;
         if ids.is_empty() {
             break;
         }
-        let p = placeholders(padded_len(ids.len()));
-        let sql = format!(
-            "UPDATE job_queue SET status = 'ready', updated_at = UTC_TIMESTAMP(6) \
-             WHERE id IN ({p}) AND status = 'blocked'"
-        );
-        let mut q = sqlx::query(&sql);
-        for id in padded(&ids) {
-            q = q.bind(id);
+        // The rows to wake, and those of jobs no longer blocked. With no more rows than jobs
+        // to wake, the guarded UPDATE tells them apart; with more, a plain read of the jobs
+        // says which are still blocked (the rest of those stay, locked until the commit).
+        let (chosen, mut gone): (Vec<u64>, Vec<u64>) = if ids.len() as u32 <= want {
+            (ids.clone(), Vec::new())
+        } else {
+            let sql = format!(
+                "SELECT id FROM job_queue WHERE id IN ({}) AND status = 'blocked'",
+                placeholders(padded_len(ids.len()))
+            );
+            let mut q = sqlx::query_scalar(&sql);
+            for id in padded(&ids) {
+                q = q.bind(id);
+            }
+            let blocked: Vec<u64> = q.fetch_all(&mut *conn).await?;
+            let (still, gone): (Vec<u64>, Vec<u64>) =
+                ids.iter().partition(|id| blocked.contains(id));
+            (still.into_iter().take(want as usize).collect(), gone)
+        };
+        let mut now_woken = 0;
+        if !chosen.is_empty() {
+            let sql = format!(
+                "UPDATE job_queue SET status = 'ready', updated_at = UTC_TIMESTAMP(6) \
+                 WHERE id IN ({}) AND status = 'blocked'",
+                placeholders(padded_len(chosen.len()))
+            );
+            let mut q = sqlx::query(&sql);
+            for id in padded(&chosen) {
+                q = q.bind(id);
+            }
+            now_woken = q.execute(&mut *conn).await?.rows_affected() as u32;
         }
-        let now_woken = q.execute(&mut *conn).await?.rows_affected() as u32;
         woken += now_woken;
-        leftovers += ids.len() as u32 - now_woken;
-        let sql = format!("DELETE FROM job_queue_blocked WHERE slot_key = ? AND job_id IN ({p})");
+        leftovers += gone.len() as u32 + (chosen.len() as u32 - now_woken);
+        gone.extend(chosen);
+        let sql = format!(
+            "DELETE FROM job_queue_blocked WHERE slot_key = ? AND job_id IN ({})",
+            placeholders(padded_len(gone.len()))
+        );
         let mut q = sqlx::query(&sql).bind(key);
-        for id in padded(&ids) {
+        for id in padded(&gone) {
             q = q.bind(id);
         }
         q.execute(&mut *conn).await?;
