@@ -1262,3 +1262,99 @@ async fn a_finished_job_wakes_the_next_one_behind_thousands_of_cancelled_ones() 
         .unwrap();
     assert_eq!(waiting, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_cancel_of_a_blocked_job_does_not_deadlock_with_a_wake() {
+    use jobqueue_runtime::__store::statements::BLOCKED_SELECT;
+    let queue = fresh_queue("limits_cancel_wake").await;
+    let store = store(&queue);
+    let holder = queue
+        .enqueue(LimitsExport { account: 3, n: 0 })
+        .await
+        .unwrap()
+        .id();
+    let blocked = queue
+        .enqueue(LimitsExport { account: 3, n: 1 })
+        .await
+        .unwrap()
+        .id();
+    assert_eq!(
+        store.claim("default", "worker-a", 2).await.unwrap().len(),
+        1
+    );
+    assert_eq!(row(&queue, blocked).await.status, JobStatus::Blocked);
+    // Rows another transaction changes first, so that it weighs more than the cancel: if
+    // the two deadlock, the server rolls the cancel back.
+    let others: Vec<u64> = queue
+        .enqueue_many((0..50).map(|n| LimitsExport { account: 4, n }))
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id())
+        .collect();
+
+    // A wake, as a release runs it in an outcome's transaction: the waiting row first.
+    let mut wake = queue.pool().acquire().await.unwrap();
+    sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .execute(&mut *wake)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN").execute(&mut *wake).await.unwrap();
+    for id in &others {
+        sqlx::query("UPDATE job_queue SET updated_at = UTC_TIMESTAMP(6) WHERE id = ?")
+            .bind(id)
+            .execute(&mut *wake)
+            .await
+            .unwrap();
+    }
+    let woken: Vec<u64> = sqlx::query_scalar(BLOCKED_SELECT)
+        .bind(&b"c:account:3"[..])
+        .bind(1u32)
+        .fetch_all(&mut *wake)
+        .await
+        .unwrap();
+    assert_eq!(woken, [blocked]);
+
+    // The operator cancels the job meanwhile; the cancel waits for the waiting row.
+    let cancel = tokio::spawn({
+        let queue = queue.clone();
+        async move { queue.cancel(blocked).await }
+    });
+    wait_for(
+        "the cancel to wait for the blocked job's waiting row",
+        Duration::from_secs(30),
+        || async {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+                 WHERE DB = DATABASE() AND INFO LIKE 'DELETE FROM job_queue_blocked%'",
+            )
+            .fetch_one(queue.pool())
+            .await
+            .unwrap();
+            (n > 0).then_some(())
+        },
+    )
+    .await;
+
+    // The wake goes on to the job row and ends.
+    sqlx::query("UPDATE job_queue SET status = 'ready' WHERE id = ? AND status = 'blocked'")
+        .bind(blocked)
+        .execute(&mut *wake)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM job_queue_blocked WHERE slot_key = ? AND job_id = ?")
+        .bind(&b"c:account:3"[..])
+        .bind(blocked)
+        .execute(&mut *wake)
+        .await
+        .unwrap();
+    sqlx::query("COMMIT").execute(&mut *wake).await.unwrap();
+
+    let outcome = tokio::time::timeout(Duration::from_secs(30), cancel)
+        .await
+        .expect("the cancel ends")
+        .unwrap();
+    assert_eq!(outcome.unwrap(), jobqueue::CancelOutcome::Cancelled);
+    assert_eq!(row(&queue, blocked).await.status, JobStatus::Cancelled);
+    let _ = holder;
+}

@@ -1,6 +1,7 @@
 //! Operator queries: read jobs and figures, cancel, retry, pause, resume, count what pruning
 //! would delete. They run on the queue's pool as single statements or one short transaction,
-//! without the worker's conflict retries: an operator sees an error and tries again.
+//! without the worker's conflict retries (an operator sees an error and tries again), but
+//! for the cancel, which can meet a wake of a blocked job's key and retries as it does.
 
 use sqlx::Row;
 
@@ -29,49 +30,79 @@ const RETRY_BATCH: u64 = 1000;
 impl Store {
     /// Cancels job `id`: at once if it has not started, by request if it is running.
     /// `None`: no such job.
+    ///
+    /// A blocked job's waiting row is deleted first, by its primary key (found by a plain
+    /// read), and the job row locked after: the order a wake takes them in, which locks the
+    /// waiting row and then updates the job. The other order deadlocks with a wake of the
+    /// job's key. Conflicts that remain possible (a claim blocking the job meanwhile) are
+    /// retried, as for the worker's transactions.
     pub(crate) async fn cancel(&self, id: u64) -> Result<Option<CancelOutcome>> {
-        let mut tx = self.pool.begin().await?;
-        let status: Option<String> =
-            sqlx::query("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ? FOR UPDATE")
+        let status: Option<String> = transaction!(self, |conn| {
+            let waiting: Vec<(Vec<u8>, i16)> =
+                sqlx::query_as("SELECT slot_key, priority FROM job_queue_blocked WHERE job_id = ?")
+                    .bind(id)
+                    .fetch_all(&mut *conn)
+                    .await?;
+            for (key, priority) in &waiting {
+                sqlx::query(
+                    "DELETE FROM job_queue_blocked \
+                     WHERE slot_key = ? AND priority = ? AND job_id = ?",
+                )
+                .bind(key)
+                .bind(priority)
                 .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?
-                .map(|r| text(&r, 0))
-                .transpose()?;
+                .execute(&mut *conn)
+                .await?;
+            }
+            let status: Option<String> =
+                sqlx::query("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ? FOR UPDATE")
+                    .bind(id)
+                    .fetch_optional(&mut *conn)
+                    .await?
+                    .map(|r| text(&r, 0))
+                    .transpose()?;
+            match status.as_deref() {
+                Some("scheduled" | "ready" | "blocked") => {
+                    sqlx::query(
+                        "UPDATE job_queue SET status = 'cancelled', finished_at = UTC_TIMESTAMP(6), \
+                         updated_at = UTC_TIMESTAMP(6), last_error = 'cancelled by an operator before it ran' \
+                         WHERE id = ?",
+                    )
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await?;
+                    if status.as_deref() == Some("blocked") && waiting.is_empty() {
+                        // Blocked since the read above: its waiting row goes with it, so
+                        // that the next wake of its key does not spend a round on it.
+                        sqlx::query(BLOCKED_DELETE_JOB)
+                            .bind(id)
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                }
+                Some("running") => {
+                    sqlx::query(
+                        "UPDATE job_queue SET cancel_requested = 1, updated_at = UTC_TIMESTAMP(6) \
+                         WHERE id = ?",
+                    )
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await?;
+                }
+                _ => {}
+            }
+            Ok((status, true))
+        })?;
         let Some(status) = status else {
             return Ok(None);
         };
-        let outcome = match status.parse::<JobStatus>()? {
+        Ok(Some(match status.parse::<JobStatus>()? {
             JobStatus::Scheduled | JobStatus::Ready | JobStatus::Blocked => {
-                sqlx::query(
-                    "UPDATE job_queue SET status = 'cancelled', finished_at = UTC_TIMESTAMP(6), \
-                     updated_at = UTC_TIMESTAMP(6), last_error = 'cancelled by an operator before it ran' \
-                     WHERE id = ?",
-                )
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-                if status == "blocked" {
-                    // Its waiting row goes with it, so that the next wake of its key does not
-                    // spend a round on it.
-                    sqlx::query(BLOCKED_DELETE_JOB)
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await?;
-                }
                 CancelOutcome::Cancelled
             }
-            JobStatus::Running => {
-                sqlx::query("UPDATE job_queue SET cancel_requested = 1, updated_at = UTC_TIMESTAMP(6) WHERE id = ?")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                CancelOutcome::Requested
-            }
+            JobStatus::Running => CancelOutcome::Requested,
             other => CancelOutcome::AlreadyFinished(other),
-        };
-        tx.commit().await?;
-        Ok(Some(outcome))
+        }))
     }
 
     /// Puts job `id` back to `ready` if it is `failed` or `cancelled`. Returns the rows
