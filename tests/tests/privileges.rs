@@ -92,6 +92,11 @@ async fn fails_once(ctx: jobqueue::JobContext, n: u32) -> Result<(), jobqueue::J
     Ok(())
 }
 
+#[job(name = "privileges_answer", queue = "privileges")]
+async fn answer(n: u32) -> Result<u32, jobqueue::JobError> {
+    Ok(n + 1)
+}
+
 static LIMITED_GO: tokio::sync::Notify = tokio::sync::Notify::const_new();
 static LIMITED_STARTED: tests::Mailbox<u64> = tests::Mailbox::new();
 
@@ -151,6 +156,10 @@ async fn a_worker_user_without_rights_on_the_limits_tables_records_unlimited_out
     for n in 0..20 {
         ids.push(queue.enqueue(Ping { n }).await.unwrap().id());
     }
+    // Jobs that return a value are recorded with it, by a statement of their own.
+    for n in 0..5 {
+        ids.push(queue.enqueue(Answer { n }).await.unwrap().id());
+    }
     let worker = Worker::builder(queue.clone())
         .queues(["privileges"])
         .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
@@ -169,7 +178,8 @@ async fn a_worker_user_without_rights_on_the_limits_tables_records_unlimited_out
         assert_eq!(root.job(id).await.unwrap().unwrap().attempts, 2);
     }
     let m = handle.metrics();
-    assert_eq!((m.succeeded, m.retried), (30, 10), "{m:?}");
+    assert_eq!((m.succeeded, m.retried), (35, 10), "{m:?}");
+    assert_eq!(root.output::<Answer>(ids[30]).await.unwrap(), Some(1));
 }
 
 /// The server refuses a job's outcome for good (here: the right to update the limits' slots

@@ -33,28 +33,30 @@ pub(crate) async fn complete_in(
     attempt: u32,
     holds_slot: bool,
 ) -> Result<Option<String>> {
-    let matched =
-        match sqlx::query(&complete_in_sql())
-            .bind(id)
-            .bind(owner)
-            .bind(attempt)
-            .execute(&mut *conn)
-            .await
-        {
-            Ok(done) => done.rows_affected(),
-            // MariaDB's `innodb_snapshot_isolation` (on by default from 11.6.2) refuses, under
-            // REPEATABLE READ, to lock a row changed since the transaction's snapshot was taken:
-            // every renewal of the lease changes the job's row, so a transaction that read
-            // before the last renewal can never complete the job. The server has rolled it back.
-            Err(e) if server_code(&e) == Some(1020) => return Ok(Some(
-                "the transaction's snapshot is older than the job's last lease renewal, and the \
-                 server (innodb_snapshot_isolation) refuses to lock a row changed since; it \
-                 rolled the transaction back. Call `complete_in` first in the transaction, \
+    let matched = match sqlx::query(&complete_in_sql())
+        .bind(id)
+        .bind(owner)
+        .bind(attempt)
+        .execute(&mut *conn)
+        .await
+    {
+        Ok(done) => done.rows_affected(),
+        // MariaDB's `innodb_snapshot_isolation` (on by default from 11.6.2) refuses, under
+        // REPEATABLE READ, to lock a row changed since the transaction's snapshot was taken:
+        // every renewal of the lease changes the job's row, so a transaction that read
+        // before the last renewal can never complete the job. The server has rolled it back.
+        Err(e) if server_code(&e) == Some(1020) => {
+            return Ok(Some(
+                "the transaction's snapshot is older than the job row's last change (a lease \
+                 renewal, every third of the lease, or a progress write), and the server \
+                 (innodb_snapshot_isolation) refuses to lock a row changed since; it rolled \
+                 the transaction back. Call `complete_in` first in the transaction, \
                  or run the transaction at READ COMMITTED"
                     .into(),
-            )),
-            Err(e) => return Err(e.into()),
-        };
+            ))
+        }
+        Err(e) => return Err(e.into()),
+    };
     if matched == 1 {
         // The claim's concurrency slot is freed with the completion: both commit with the
         // caller's transaction, or neither does.

@@ -15,6 +15,13 @@ use crate::metrics::Metrics;
 /// [`QueueConfig::idle_transaction_timeout`] is shorter.
 const MYSQL_MIN_WAIT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
+/// How long a lease session may sit idle inside a transaction (MariaDB).
+const LEASE_IDLE_TRANSACTION: Duration = Duration::from_secs(5);
+
+/// How long a lease session may sit idle at all on MySQL, which cannot bound idle
+/// transactions alone.
+const LEASE_MYSQL_WAIT: Duration = Duration::from_secs(30);
+
 /// How long an idle connection stays in the pool: below [`MYSQL_MIN_WAIT_TIMEOUT`], so that
 /// the pool, not the server, closes idle connections.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 60);
@@ -78,12 +85,22 @@ async fn set_idle_transaction_timeout(
     conn: &mut sqlx::MySqlConnection,
     secs: u64,
 ) -> sqlx::Result<()> {
+    set_idle_timeouts(conn, secs, MYSQL_MIN_WAIT_TIMEOUT).await
+}
+
+/// [`set_idle_transaction_timeout`], with `mysql_floor` as the least `wait_timeout` set on
+/// MySQL.
+async fn set_idle_timeouts(
+    conn: &mut sqlx::MySqlConnection,
+    secs: u64,
+    mysql_floor: Duration,
+) -> sqlx::Result<()> {
     let mariadb = conn
         .execute(format!("SET SESSION idle_transaction_timeout = {secs}").as_str())
         .await;
     match mariadb {
         Err(e) if crate::error::server_code(&e) == Some(1193) => {
-            let secs = secs.max(MYSQL_MIN_WAIT_TIMEOUT.as_secs());
+            let secs = secs.max(mysql_floor.as_secs());
             conn.execute(format!("SET SESSION wait_timeout = {secs}").as_str())
                 .await?;
             Ok(())
@@ -119,11 +136,22 @@ impl Store {
             .max_connections(2)
             .acquire_timeout(connect.acquire_timeout)
             .max_lifetime(connect.max_lifetime)
+            // Before MySQL's `wait_timeout` below closes them.
+            .idle_timeout(LEASE_MYSQL_WAIT - Duration::from_secs(10))
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
                     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
                         .await?;
                     conn.execute("SET SESSION innodb_lock_wait_timeout = 1")
+                        .await?;
+                    // A renewal holds the rows it renews locked from its read to its
+                    // commit, a few milliseconds. A worker frozen (or cut off) in between
+                    // would keep them locked, and out of every other worker's reclaim, for
+                    // as long as the server keeps its session: the server ends a session
+                    // idle inside a transaction after 5 s (MariaDB), or any session idle
+                    // for 30 s (MySQL, which has no such bound: the pool then reconnects
+                    // after a quiet spell).
+                    set_idle_timeouts(conn, LEASE_IDLE_TRANSACTION.as_secs(), LEASE_MYSQL_WAIT)
                         .await?;
                     Ok(())
                 })

@@ -264,32 +264,30 @@ impl Store {
     }
 }
 
-/// Whether `e` is an error the server gave for the statement itself, which sending it again
-/// will give again (a missing grant, a value the server refuses): not a lost connection, a
-/// timeout, a lock conflict, or a server going away or read-only for a failover, which pass.
+/// Whether `e` says the statement itself cannot be written, so that sending it again gives
+/// the same error: a missing right, table or column, a value the server refuses, or a row
+/// or value this code cannot read. Anything else (no reply, a lost or refused connection, a
+/// conflict, a failover, a full disk, a statement killed) may pass, and is retried.
 pub(crate) fn is_deterministic(e: &Error) -> bool {
     match e {
-        Error::Database(e @ sqlx::Error::Database(_)) => {
-            // 1040, 1203, 1226: connection limits; 1053: shutdown under way; 1290, 1836:
-            // read-only (a failover); 1927: connection killed; 4031: MariaDB's
-            // idle-transaction disconnect.
-            !is_transient(server_code(e))
-                && !matches!(
-                    server_code(e),
-                    Some(1040 | 1053 | 1203 | 1226 | 1290 | 1836 | 1927 | 4031)
-                )
-        }
-        // The connection, not the statement: a new one may do.
+        Error::Database(e @ sqlx::Error::Database(_)) => matches!(
+            server_code(e),
+            // Rights: 1044 (database), 1142 (table), 1143 (column), 1227 (privilege).
+            Some(1044 | 1142 | 1143 | 1227)
+            // Missing table or column.
+            | Some(1146 | 1054)
+            // Values refused: NULL into NOT NULL, wrong or out-of-range values, data too
+            // long, invalid JSON (MySQL 3140, 3141; MariaDB 4025, a failed CHECK).
+            | Some(1048 | 1264 | 1292 | 1366 | 1406 | 3140 | 3141 | 4025)
+        ),
         Error::Database(
-            sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::Protocol(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed,
-        ) => false,
-        // A row or value the code cannot read reads the same way again.
-        _ => true,
+            sqlx::Error::ColumnDecode { .. }
+            | sqlx::Error::Decode(_)
+            | sqlx::Error::ColumnNotFound(_)
+            | sqlx::Error::ColumnIndexOutOfBounds { .. }
+            | sqlx::Error::TypeNotFound { .. },
+        ) => true,
+        _ => false,
     }
 }
 

@@ -147,6 +147,20 @@ impl Store {
         attempt: u32,
         output: &str,
     ) -> Result<bool> {
+        self.complete_claim_with_output(owner, id, attempt, output, true)
+            .await
+    }
+
+    /// [`Store::complete_with_output`], told whether the claim holds a concurrency slot (see
+    /// [`Store::finish_claim`]).
+    pub(crate) async fn complete_claim_with_output(
+        &self,
+        owner: &str,
+        id: u64,
+        attempt: u32,
+        output: &str,
+        holds_slot: bool,
+    ) -> Result<bool> {
         let sql = format!(
             "UPDATE job_queue SET {log}, status = 'done', output = ?, lease_owner = NULL, lease_until = NULL, \
              finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
@@ -162,7 +176,7 @@ impl Store {
                 .execute(&mut *conn)
                 .await?
                 .rows_affected();
-            if matched == 1 {
+            if matched == 1 && holds_slot {
                 limits::release_claims(conn, &[(id, attempt)]).await?;
             }
             Ok((matched, true))

@@ -48,6 +48,7 @@ pub(super) async fn write_outcomes(
         // is written alone and one the server keeps refusing is given up, so that it cannot
         // hold back every later outcome of this worker.
         let mut refused = 0;
+        let mut left = batch.len();
         loop {
             // Nothing is written for a claim the renewer has given up on.
             batch.retain(|r| {
@@ -73,6 +74,11 @@ pub(super) async fn write_outcomes(
             match written {
                 Ok(()) => break,
                 Err(e) => {
+                    // Consecutive refusals: a try that wrote part of the batch starts over.
+                    if batch.len() < left {
+                        refused = 0;
+                        left = batch.len();
+                    }
                     if store::is_deterministic(&e) {
                         refused += 1;
                     }
@@ -95,7 +101,7 @@ pub(super) async fn write_outcomes(
 
 /// How many times a batch is written whole while the server refuses it, before its reports
 /// are written one by one and a refused one is given up.
-const GIVE_UP_AFTER: u32 = 3;
+const GIVE_UP_AFTER: u32 = 5;
 
 /// Writes each report of `batch` on its own, giving up on one the server refuses (a missing
 /// grant, say): it is logged and released, so that its lease expires and reclaim decides
@@ -121,6 +127,24 @@ async fn write_singly(
                     "jobqueue_database_errors_total",
                     1,
                 );
+                // A job whose own transaction committed is done whatever failed after it
+                // (storing its output, waking its key): it is not run again.
+                let committed = matches!(r.outcome, Outcome::DoneInTransaction { .. })
+                    && store
+                        .ids_done_at(&[(r.id, r.attempt)])
+                        .await
+                        .is_ok_and(|done| !done.is_empty());
+                if committed {
+                    succeeded(metrics, r);
+                    tracing::error!(
+                        job.id = r.id,
+                        job.kind = %r.kind,
+                        attempt = r.attempt,
+                        error = %e,
+                        "the job is done (its transaction committed), but the database refuses what the worker records after it: its output is not stored, and its key's next job waits for maintenance (check the worker user's grants)"
+                    );
+                    continue;
+                }
                 tracing::error!(
                     job.id = r.id,
                     job.kind = %r.kind,
@@ -161,7 +185,7 @@ async fn write_batch(
             unreachable!("found above")
         };
         let written = store
-            .complete_with_output(owner, r.id, r.attempt, output)
+            .complete_claim_with_output(owner, r.id, r.attempt, output, r.holds_slot)
             .await?;
         leases.release(r.id, r.attempt);
         if written {
@@ -223,6 +247,17 @@ async fn write_batch(
             && !store.ids_done_at(&[(id, attempt)]).await?.is_empty()
         {
             succeeded(metrics, r);
+            batch.pop();
+            continue;
+        }
+        if how.is_none() {
+            // A run dropped for its lost lease, already counted as such when it was dropped;
+            // its transaction did not commit either.
+            tracing::debug!(
+                job.id = id,
+                attempt,
+                "the stopped job's own transaction did not commit; nothing was written"
+            );
             batch.pop();
             continue;
         }
