@@ -444,6 +444,21 @@ async fn no_job_lost(
     Ok(c)
 }
 
+/// The job's claim after `attempt`, for a message: who held the job next, and from when.
+fn next_claim(job: &Job, attempt: u32) -> String {
+    match job.history.iter().find(|h| h.attempt > attempt) {
+        Some(h) => format!(
+            "; attempt {} was claimed by {} at {} ({} at {})",
+            h.attempt,
+            h.worker.as_deref().unwrap_or("?"),
+            h.started.map_or("?".into(), clock),
+            h.outcome,
+            clock(h.ended)
+        ),
+        None => String::new(),
+    }
+}
+
 /// The history entry of `job`'s attempt `attempt`.
 fn entry(job: &Job, attempt: u32) -> Option<&Entry> {
     job.history.iter().rev().find(|e| e.attempt == attempt)
@@ -491,7 +506,7 @@ fn bodies_inside_claims(jobs: &[Job], by_id: &HashMap<u64, &Job>, effects: &[Eff
             outside += 1;
             c.violation(format!(
                 "body {} of job {} ({}) attempt {} in pid {} ran {} .. {} outside its claim \
-                 {} .. {} ({})",
+                 {} .. {} ({}){}",
                 e.id,
                 e.job_id,
                 e.kind,
@@ -501,7 +516,8 @@ fn bodies_inside_claims(jobs: &[Job], by_id: &HashMap<u64, &Job>, effects: &[Eff
                 e.ended.map_or("(no end)".into(), clock),
                 claim.started.map_or("?".into(), clock),
                 clock(claim.ended),
-                claim.outcome
+                claim.outcome,
+                next_claim(job, e.attempt)
             ));
         }
     }
