@@ -464,21 +464,23 @@ async fn renewals_of_jobs_claimed_at_different_times_travel_together() {
 // 5. A completion whose reply is late is not mistaken for a lost lease.
 // ---------------------------------------------------------------------------------------
 
-#[job(name = "lease_late_reply", lease = "3s")]
+/// Renewal rounds come every 2 s (a third of the lease); the job ends at 2.7 s, 0.7 s after
+/// the first round and 1.3 s before the second, which lands inside the 2.4 s hold.
+#[job(name = "lease_late_reply", lease = "6s")]
 async fn late_reply(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
-    work(&ctx, Duration::from_millis(1350)).await?;
+    work(&ctx, Duration::from_millis(2700)).await?;
     record_effect_in(&effects, &ctx, "done").await
 }
 
 /// The job ends just after its first renewal; the server records the completion at once, but
-/// its reply arrives 1.2 s later, after the next renewal round has found the row `done`. That
+/// its reply arrives 2.4 s later, after the next renewal round has found the row `done`. That
 /// round must not count a lost lease: the completion is the worker's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_completion_with_a_late_reply_is_not_a_lost_lease() {
     let rule = Rule {
         pattern: "status = 'done', lease_owner = NULL",
         after_next: true,
-        hold: Some(Duration::from_millis(1200)),
+        hold: Some(Duration::from_millis(2400)),
     };
     let (direct, queue, effects_pool, proxy) = proxied("lease_late_reply", rule).await;
     let id = direct.enqueue(LateReply {}).await.unwrap().id();
@@ -490,6 +492,8 @@ async fn a_completion_with_a_late_reply_is_not_a_lost_lease() {
     );
 
     proxy.tripped(Duration::from_secs(15)).await;
+    // The completion has been sent; its reply is held from now on.
+    let rounds_before_the_hold = handle.metrics().renewals;
     let r = wait_status(&direct, id, JobStatus::Done, Duration::from_secs(15)).await;
     assert_eq!(r.attempts, 1);
     // The late reply arrives; then the worker records the success.
@@ -499,6 +503,13 @@ async fn a_completion_with_a_late_reply_is_not_a_lost_lease() {
         || async { (handle.metrics().succeeded == 1).then_some(()) },
     )
     .await;
+    // The case under test happened: a renewal round ran while the reply was held, and met
+    // the row its own completion had ended.
+    let m = handle.metrics();
+    assert!(
+        m.renewals > rounds_before_the_hold,
+        "no renewal round ran while the reply was held ({rounds_before_the_hold} before): {m:?}"
+    );
     stop_within(&handle, task, Duration::from_secs(10)).await;
     let m = handle.metrics();
     assert_eq!((m.succeeded, m.lease_lost), (1, 0), "{m:?}");
