@@ -52,6 +52,8 @@ struct ProxyState {
     lose_next_commit_reply: AtomicBool,
     /// COMMITs whose reply was dropped.
     commit_replies_lost: AtomicU64,
+    /// Of those, COMMITs on a connection that had sent the claim's locking read.
+    claim_commit_replies_lost: AtomicU64,
     /// Bytes from the server to the client between a BEGIN and its COMMIT or ROLLBACK.
     bytes_in_transactions: AtomicU64,
 }
@@ -61,6 +63,9 @@ struct ProxyState {
 struct Conn {
     in_transaction: AtomicBool,
     lose_reply: AtomicBool,
+    /// The client sent the claim's locking read on this connection (its text travels when
+    /// the statement is prepared, once per connection, or with each plain query).
+    sent_claim: AtomicBool,
 }
 
 impl Proxy {
@@ -121,7 +126,15 @@ async fn pipe(client: TcpStream, upstream: TcpStream, state: Arc<ProxyState>) {
                 if client_read.read_exact(&mut body).await.is_err() {
                     return;
                 }
-                // A command starts a new sequence (id 0); COM_QUERY is 0x03.
+                // A command starts a new sequence (id 0); COM_QUERY is 0x03, COM_STMT_PREPARE
+                // 0x16.
+                let claim = jobqueue_runtime::__store::statements::CLAIM_SELECT.as_bytes();
+                if header[3] == 0
+                    && matches!(body.first(), Some(&0x03 | &0x16))
+                    && body.windows(claim.len()).any(|w| w == claim)
+                {
+                    conn.sent_claim.store(true, Ordering::SeqCst);
+                }
                 if header[3] == 0 && body.first() == Some(&3) {
                     let text = String::from_utf8_lossy(&body[1..])
                         .trim()
@@ -161,6 +174,11 @@ async fn pipe(client: TcpStream, upstream: TcpStream, state: Arc<ProxyState>) {
                     // The server has answered the COMMIT, so it has committed: the client
                     // never hears it, and the connection dies.
                     state.commit_replies_lost.fetch_add(1, Ordering::SeqCst);
+                    if conn.sent_claim.load(Ordering::SeqCst) {
+                        state
+                            .claim_commit_replies_lost
+                            .fetch_add(1, Ordering::SeqCst);
+                    }
                     stop.cancel();
                     return;
                 }
@@ -370,6 +388,11 @@ async fn a_claim_whose_commit_reply_is_lost_still_runs_its_job_once() {
         proxy.state.commit_replies_lost.load(Ordering::SeqCst),
         1,
         "the fault happened"
+    );
+    assert_eq!(
+        proxy.state.claim_commit_replies_lost.load(Ordering::SeqCst),
+        1,
+        "the lost reply was a claim's: its connection had sent the claim's locking read"
     );
     assert_eq!((r.status, r.attempts), (JobStatus::Done, 1), "{r:?}");
     assert_eq!(
