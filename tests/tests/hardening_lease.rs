@@ -761,3 +761,50 @@ async fn a_cancel_reaches_a_job_whose_completion_was_rolled_back() {
     stop_within(&handle, task, Duration::from_secs(10)).await;
     assert_eq!(handle.metrics().lease_lost, 0);
 }
+
+// ---------------------------------------------------------------------------------------
+// 10. A renewal cut off inside its transaction does not keep its rows locked.
+// ---------------------------------------------------------------------------------------
+
+#[job(name = "lease_cut_renewal", lease = "6s")]
+async fn cut_renewal(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    record_effect_in(&effects, &ctx, "start").await?;
+    // Longer than the 4.5 s after which a worker stops a job it cannot renew.
+    work(&ctx, Duration::from_secs(7)).await?;
+    record_effect_in(&effects, &ctx, "done").await
+}
+
+/// The connection of the first renewal freezes after its locking read, inside its
+/// transaction, as a worker frozen or cut off there would leave it: the server holds the row
+/// locked for an idle session. It must end that transaction within seconds, so that the job,
+/// stopped by its worker, is taken back and run again, instead of staying locked (and out
+/// of every reclaim) for as long as the server keeps an idle session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_cut_off_inside_its_transaction_does_not_keep_its_rows_locked() {
+    let rule = Rule {
+        pattern: "SET lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms",
+        after_next: false,
+        hold: None,
+    };
+    let (direct, queue, effects_pool, proxy) = proxied("lease_cut_renewal", rule).await;
+    let id = direct.enqueue(CutRenewal {}).await.unwrap().id();
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(Effects(effects_pool.clone()))
+            .build()
+            .unwrap(),
+    );
+    proxy.tripped(Duration::from_secs(15)).await;
+    let r = wait_status(&direct, id, JobStatus::Done, Duration::from_secs(40)).await;
+    assert_eq!(r.attempts, 2, "stopped once, run again: {:?}", r.last_error);
+    stop_within(&handle, task, Duration::from_secs(10)).await;
+    assert_eq!(handle.metrics().lease_lost, 1);
+    assert_eq!(
+        effects_of(&effects_pool, &r.task_key).await,
+        [
+            (1, "start".to_owned()),
+            (2, "start".to_owned()),
+            (2, "done".to_owned())
+        ]
+    );
+}
