@@ -10,8 +10,19 @@ use jobqueue::testing::TestServer;
 use jobqueue_testserver::find_server_binary;
 use sqlx::{Connection as _, MySqlConnection, Row as _};
 
-/// Set in the environment of the child process that `killed_process_leaves_no_server` starts.
-const HELPER_VAR: &str = "JOBQUEUE_TEST_SERVER_HELPER";
+/// The program that holds a private server until it is killed (`src/bin/hold-test-server.rs`).
+const HOLDER_BIN: &str = env!("CARGO_BIN_EXE_hold-test-server");
+
+/// Whether process `pid` still exists (a zombie counts as gone: it runs nothing). By pid,
+/// not by port: another test's private server may listen on a port this one gave up.
+fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            let state = stat[stat.rfind(')').expect("a stat line") + 1..].trim_start();
+            !state.starts_with('Z')
+        })
+        .unwrap_or(false)
+}
 
 #[tokio::test]
 async fn shared_server_answers_queries() {
@@ -102,9 +113,10 @@ async fn private_server_keeps_its_data_across_a_restart() {
 
     let dir = server.dir().unwrap().to_owned();
     assert!(dir.join("data").is_dir());
+    let pid = server.server_pid().expect("a running server has a process");
     drop(server);
     assert!(!dir.exists(), "{} is left after drop", dir.display());
-    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+    assert!(!process_alive(pid), "server process {pid} runs after drop");
 }
 
 #[test]
@@ -128,15 +140,7 @@ fn missing_server_binary_says_how_to_install_one() {
 /// go away all the same.
 #[test]
 fn killed_process_leaves_no_server() {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "hold_a_server_until_killed",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HELPER_VAR, "1")
+    let mut child = Command::new(HOLDER_BIN)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
@@ -144,45 +148,32 @@ fn killed_process_leaves_no_server() {
     let mut ready = None;
     for line in BufReader::new(child.stdout.take().unwrap()).lines() {
         let line = line.unwrap();
-        // libtest prints the test's name on the same line first.
-        if let Some((_, rest)) = line.split_once("READY ") {
+        if let Some(rest) = line.strip_prefix("READY ") {
             ready = Some(rest.to_owned());
             break;
         }
     }
     let ready = ready.unwrap_or_else(|| panic!("the helper exited: {:?}", child.wait()));
-    let (port, dir) = ready.split_once(' ').unwrap();
-    let (port, dir): (u16, PathBuf) = (port.parse().unwrap(), dir.into());
+    let fields: Vec<&str> = ready.splitn(3, ' ').collect();
+    let [port, pid, dir] = fields[..] else {
+        panic!("READY {ready}: not a port, a pid and a folder");
+    };
+    let (port, dir, pid): (u16, PathBuf, u32) =
+        (port.parse().unwrap(), dir.into(), pid.parse().unwrap());
     assert!(dir.is_dir());
+    assert!(process_alive(pid));
     assert!(TcpStream::connect(("127.0.0.1", port)).is_ok());
 
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let began = Instant::now();
-    while dir.exists() || TcpStream::connect(("127.0.0.1", port)).is_ok() {
+    while dir.exists() || process_alive(pid) {
         assert!(
             began.elapsed() < Duration::from_secs(60),
-            "server on port {port} or {} still there 60s after its process was killed",
+            "server process {pid} or {} still there 60s after its holder was killed",
             dir.display()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
     eprintln!("cleaned up {:?} after the kill", began.elapsed());
-}
-
-/// Run by `killed_process_leaves_no_server` in a child process; does nothing otherwise.
-#[test]
-#[ignore = "helper of killed_process_leaves_no_server"]
-fn hold_a_server_until_killed() {
-    if std::env::var_os(HELPER_VAR).is_none() {
-        return;
-    }
-    let server = TestServer::start().unwrap_or_else(|e| panic!("{e}"));
-    println!(
-        "READY {} {}",
-        server.port().unwrap(),
-        server.dir().unwrap().display()
-    );
-    // Killed long before this; the bound keeps a stray helper from lingering.
-    std::thread::sleep(Duration::from_secs(120));
 }
