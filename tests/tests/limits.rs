@@ -1358,3 +1358,171 @@ async fn an_operator_cancel_of_a_blocked_job_does_not_deadlock_with_a_wake() {
     assert_eq!(row(&queue, blocked).await.status, JobStatus::Cancelled);
     let _ = holder;
 }
+
+#[job(
+    name = "limits_both",
+    concurrency = 2,
+    concurrency_key = "both",
+    rate_limit = "1/1h",
+    rate_key = "both-rate"
+)]
+async fn limits_both(n: u32) {
+    let _ = n;
+}
+
+#[job(name = "limits_rate_only", rate_limit = "1/1h", rate_key = "both-rate")]
+async fn limits_rate_only(n: u32) {
+    let _ = n;
+}
+
+#[job(name = "limits_conc_only", concurrency = 2, concurrency_key = "both")]
+async fn limits_conc_only(n: u32) {
+    let _ = n;
+}
+
+#[tokio::test]
+async fn a_freed_slot_wakes_a_job_waiting_for_that_key() {
+    let queue = fresh_queue("limits_wake_by_key").await;
+    let store = store(&queue);
+    // The rate key's only start of the hour is spent.
+    queue.enqueue(LimitsRateOnly { n: 0 }).await.unwrap();
+    assert_eq!(
+        store.claim("default", "worker-a", 1).await.unwrap().len(),
+        1
+    );
+    // Both slots of the concurrency key are held; a job needing both keys waits for it.
+    let holders: Vec<u64> = queue
+        .enqueue_many((0..2).map(|n| LimitsConcOnly { n }))
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id())
+        .collect();
+    assert_eq!(
+        store.claim("default", "worker-a", 2).await.unwrap().len(),
+        2
+    );
+    let both = queue.enqueue(LimitsBoth { n: 0 }).await.unwrap().id();
+    assert!(store
+        .claim("default", "worker-a", 1)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(row(&queue, both).await.status, JobStatus::Blocked);
+    // An operator's SQL cancels it, and it is retried: it is ready again, and the row it
+    // waited in is still there.
+    sqlx::query("UPDATE job_queue SET status = 'cancelled' WHERE id = ?")
+        .bind(both)
+        .execute(queue.pool())
+        .await
+        .unwrap();
+    assert!(queue.retry(both).await.unwrap());
+    // One holder ends and wakes a job of another queue, which takes the slot back once
+    // the retried job has met the spent rate key and waits for that instead.
+    let elsewhere = queue
+        .enqueue_with(
+            LimitsConcOnly { n: 9 },
+            EnqueueOptions::default().queue("elsewhere").priority(-1),
+        )
+        .await
+        .unwrap()
+        .id();
+    assert!(store
+        .claim("elsewhere", "worker-a", 1)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store
+        .complete("worker-a", &[(holders[0], 1)])
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(row(&queue, elsewhere).await.status, JobStatus::Ready);
+    assert!(store
+        .claim("default", "worker-a", 1)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(row(&queue, both).await.status, JobStatus::Blocked);
+    assert_eq!(
+        store.claim("elsewhere", "worker-a", 1).await.unwrap().len(),
+        1
+    );
+    // A job of the concurrency key waits; the other holder ends: its slot wakes that job,
+    // not the one waiting for the rate key.
+    let waiting = queue.enqueue(LimitsConcOnly { n: 2 }).await.unwrap().id();
+    assert!(store
+        .claim("default", "worker-a", 1)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(row(&queue, waiting).await.status, JobStatus::Blocked);
+    assert!(store
+        .complete("worker-a", &[(holders[1], 1)])
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        statuses(&queue, &[waiting, both]).await,
+        [JobStatus::Ready, JobStatus::Blocked]
+    );
+}
+
+#[job(name = "limits_lowered", concurrency = 3, concurrency_key = "lowered")]
+async fn limits_lowered(n: u32) {
+    let _ = n;
+}
+
+#[tokio::test]
+async fn maintenance_does_not_wake_jobs_into_slots_above_a_lowered_limit() {
+    let queue = fresh_queue("limits_lowered").await;
+    let store = store(&queue);
+    let first = queue.enqueue(LimitsLowered { n: 0 }).await.unwrap().id();
+    assert_eq!(
+        store.claim("default", "worker-a", 1).await.unwrap().len(),
+        1
+    );
+    assert_eq!(slots(&queue, "c:lowered").await.len(), 3);
+    // A release lowered the key's limit to 1: the jobs enqueued since carry it.
+    let ids: Vec<u64> = queue
+        .enqueue_many((1..=2).map(|n| LimitsLowered { n }))
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id())
+        .collect();
+    sqlx::query("UPDATE job_queue SET concurrency_limit = 1 WHERE id IN (?, ?)")
+        .bind(ids[0])
+        .bind(ids[1])
+        .execute(queue.pool())
+        .await
+        .unwrap();
+    assert!(store
+        .claim("default", "worker-a", 2)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        statuses(&queue, &ids).await,
+        [JobStatus::Blocked, JobStatus::Blocked]
+    );
+    assert_eq!(
+        store.limits_pass().await.unwrap(),
+        (0, 0),
+        "the free slots are above the jobs' limit: nothing to wake"
+    );
+    assert_eq!(
+        statuses(&queue, &ids).await,
+        [JobStatus::Blocked, JobStatus::Blocked]
+    );
+    // The holder ends: the one slot under the limit frees and wakes the first.
+    assert!(store
+        .complete("worker-a", &[(first, 1)])
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        statuses(&queue, &ids).await,
+        [JobStatus::Ready, JobStatus::Blocked]
+    );
+}

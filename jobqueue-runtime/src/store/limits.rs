@@ -60,11 +60,24 @@ const WAKE_BATCH: u32 = 100;
 /// condition serves both. Every key is read, full or not: a fixed first page would let
 /// keys at their limit hide the others for good, and only maintenance wakes a rate key.
 /// The keys come from the blocked table's primary key, one entry per key.
-pub const WAKE_SCAN: &str = "SELECT b.slot_key, \
-       (SELECT COUNT(*) FROM job_queue_slot s FORCE INDEX (PRIMARY) WHERE s.slot_key = b.slot_key \
-          AND s.job_id IS NULL AND s.free_at <= UTC_TIMESTAMP(6)) \
+///
+/// Only slots under the limit of the key's first blocked job count (the job a wake takes
+/// first): after a limit was lowered, the slots above it stay, and the claim, which takes
+/// only slots under the limit its job carries, would block the jobs woken into them again
+/// on every pass. A first row whose job is gone (pruned) counts every slot; that wake
+/// deletes the row. The limit is looked up inside the count: MariaDB 10.11 fails a second
+/// execution of the prepared statement ("Unknown column") when it comes from a derived
+/// table of its own between the two.
+pub const WAKE_SCAN: &str = "SELECT k.slot_key, \
+       (SELECT COUNT(*) FROM job_queue_slot s FORCE INDEX (PRIMARY) WHERE s.slot_key = k.slot_key \
+          AND s.job_id IS NULL AND s.free_at <= UTC_TIMESTAMP(6) \
+          AND s.slot_no < COALESCE(\
+            (SELECT IF(LEFT(k.slot_key, 2) = 'c:', j.concurrency_limit, j.rate_limit) \
+             FROM job_queue j WHERE j.id = \
+               (SELECT f.job_id FROM job_queue_blocked f WHERE f.slot_key = k.slot_key \
+                ORDER BY f.priority, f.job_id LIMIT 1)), 1000)) \
      FROM (SELECT DISTINCT slot_key FROM job_queue_blocked WHERE slot_key > ? \
-           ORDER BY slot_key LIMIT 1000) b";
+           ORDER BY slot_key LIMIT 1000) k";
 
 /// The keys [`WAKE_SCAN`] reads at once.
 const WAKE_SCAN_PAGE: usize = 1000;
@@ -519,6 +532,32 @@ pub(super) async fn block(
         q = q.bind(id);
     }
     q.execute(&mut *conn).await?;
+    // A job waits under one key at a time. A row it was left under another key (by a bulk
+    // cancel and a retry, or an operator's SQL) would have a wake of that key spend its
+    // slot on this job, which then blocks again, while that key's own jobs wait on. Found
+    // by a plain read (rare: a job being blocked normally has no row), deleted by primary
+    // key, the order a wake locks rows in.
+    let sql = format!(
+        "SELECT slot_key, priority, job_id FROM job_queue_blocked WHERE job_id IN ({})",
+        placeholders(padded_len(ids.len()))
+    );
+    let mut q = sqlx::query_as::<_, (Vec<u8>, i16, u64)>(&sql);
+    for id in padded(&ids) {
+        q = q.bind(id);
+    }
+    for (key, priority, id) in q.fetch_all(&mut *conn).await? {
+        let now = blocked.iter().find(|b| b.0 == id).map(|b| &b.2);
+        if now != Some(&key) {
+            sqlx::query(
+                "DELETE FROM job_queue_blocked WHERE slot_key = ? AND priority = ? AND job_id = ?",
+            )
+            .bind(&key)
+            .bind(priority)
+            .bind(id)
+            .execute(&mut *conn)
+            .await?;
+        }
+    }
     // Padded by repeating the last row, which IGNORE drops, to keep the arities few.
     let rows = padded(blocked);
     let sql = format!(
