@@ -11,10 +11,13 @@ async fn ping(n: u32) {
     let _ = n;
 }
 
-/// Creates `user` with `password` and the README's worker grants on `db`.
+/// Creates `user` with `password` and the README's worker grants on `db`. Users are
+/// server-wide and named after the test process's pid: on a server that outlives test runs
+/// (`JOBQUEUE_TEST_DATABASE_URL`), an earlier run with the same pid may have left one.
 async fn create_worker_user(root: &Queue, db: &str, user: &str, password: &str) {
     for host in ["%", "localhost", "127.0.0.1"] {
         for stmt in [
+            format!("DROP USER IF EXISTS '{user}'@'{host}'"),
             format!("CREATE USER '{user}'@'{host}' IDENTIFIED BY '{password}'"),
             format!(
                 "GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.job_queue TO '{user}'@'{host}'"
