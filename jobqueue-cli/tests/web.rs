@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use jobqueue::testing::TestServer;
 use jobqueue::Queue;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
 
 async fn database(prefix: &str) -> (String, Queue) {
     let server = TestServer::shared().unwrap_or_else(|e| panic!("{e}"));
@@ -54,25 +54,30 @@ async fn http_get(port: u16, path: &str, auth: Option<&str>) -> (String, String)
     )
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn wait_listening(port: u16) {
-    for _ in 0..400 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+/// The port a dashboard started with `--listen ...:0` (and its standard error piped) bound,
+/// from the line it prints once it listens. The system picks the port at the bind, so no
+/// other process can take it between a probe and the dashboard's bind, and a listener
+/// found on it is the dashboard. The rest of its standard error is drained.
+async fn listening_port(child: &mut Child) -> u16 {
+    let mut lines = BufReader::new(child.stderr.take().expect("standard error piped")).lines();
+    let port = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines
+            .next_line()
             .await
-            .is_ok()
+            .expect("read the dashboard's output")
         {
-            return;
+            if let Some(rest) = line.strip_prefix("jobqueue dashboard on http://") {
+                let addr = rest.split('/').next().expect("an address");
+                let port = addr.rsplit_once(':').expect("a port").1;
+                return port.parse::<u16>().expect("a port number");
+            }
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the dashboard did not listen on port {port} within 10 s");
+        panic!("the dashboard exited before it listened");
+    })
+    .await
+    .expect("the dashboard to listen within 30 s");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    port
 }
 
 #[tokio::test]
@@ -115,13 +120,12 @@ async fn the_cli_serves_the_dashboard_and_guards_it_off_loopback() {
     let (url, queue) = database("cli_web").await;
     queue.pause("mail").await.unwrap();
 
-    let port = free_port();
-    let mut open = jobqueue(&url, &["web", "--listen", &format!("127.0.0.1:{port}")])
-        .stderr(Stdio::null())
+    let mut open = jobqueue(&url, &["web", "--listen", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    wait_listening(port).await;
+    let port = listening_port(&mut open).await;
     let (status, body) = http_get(port, "/", None).await;
     assert!(status.contains("200"), "{status}");
     assert!(
@@ -131,17 +135,13 @@ async fn the_cli_serves_the_dashboard_and_guards_it_off_loopback() {
     open.kill().await.unwrap();
 
     // Every interface, with a token: nothing without it.
-    let port = free_port();
-    let mut guarded = jobqueue(
-        &url,
-        &["web", "--listen", &format!("0.0.0.0:{port}"), "--read-only"],
-    )
-    .env("JOBQUEUE_WEB_TOKEN", "t0ken")
-    .stderr(Stdio::null())
-    .kill_on_drop(true)
-    .spawn()
-    .unwrap();
-    wait_listening(port).await;
+    let mut guarded = jobqueue(&url, &["web", "--listen", "0.0.0.0:0", "--read-only"])
+        .env("JOBQUEUE_WEB_TOKEN", "t0ken")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let port = listening_port(&mut guarded).await;
     let (status, _) = http_get(port, "/", None).await;
     assert!(status.contains("401"), "{status}");
     let (status, body) = http_get(port, "/", Some("Bearer t0ken")).await;
