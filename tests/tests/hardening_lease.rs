@@ -314,12 +314,15 @@ async fn a_frozen_renewal_is_abandoned_and_the_lease_kept() {
 
 static LOCKED_STARTED: Mailbox<u64> = Mailbox::new();
 
-#[job(name = "lease_one_row_locked", lease = "2s")]
+/// The lease leaves a renewal round a second of slack, so that a slow statement on a busy
+/// machine does not cost an unlocked job its lease; the work outlasts the locked job's stop
+/// (at most 3.25 s after its start) by seconds.
+#[job(name = "lease_one_row_locked", lease = "3s")]
 async fn one_row_locked(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
     let _ = n;
     record_effect_in(&effects, &ctx, "start").await?;
     LOCKED_STARTED.send(ctx.id());
-    work(&ctx, Duration::from_secs(4)).await?;
+    work(&ctx, Duration::from_secs(6)).await?;
     record_effect_in(&effects, &ctx, "done").await
 }
 
@@ -652,9 +655,11 @@ impl Drop for DroppedSignal {
     }
 }
 
+/// The lease leaves a renewal round a second of slack, so that the cancel reaches the job
+/// before a slow statement on a busy machine could cost it its lease.
 #[job(
     name = "lease_deaf_to_cancel",
-    lease = "2s",
+    lease = "3s",
     concurrency = 1,
     concurrency_key = "deaf"
 )]
@@ -699,7 +704,7 @@ async fn a_job_with_a_pending_cancel_is_stopped_when_its_lease_is_lost() {
         .fetch_one(&mut *holder)
         .await
         .unwrap();
-    // Stopped 1.5 s after its last renewal; the bound leaves room for a loaded machine and
+    // Stopped 2.25 s after its last renewal; the bound leaves room for a loaded machine and
     // is far below the 60 s the job would otherwise run.
     let stopped = receive(
         &mut told,
