@@ -38,11 +38,22 @@ impl Store {
     /// retried, as for the worker's transactions.
     pub(crate) async fn cancel(&self, id: u64) -> Result<Option<CancelOutcome>> {
         let status: Option<String> = transaction!(self, |conn| {
-            let waiting: Vec<(Vec<u8>, i16)> =
-                sqlx::query_as("SELECT slot_key, priority FROM job_queue_blocked WHERE job_id = ?")
+            // The limits' tables are read only for a job that is blocked, so that a user
+            // without rights on them (kept from a release before limits) cancels others.
+            let blocked: Option<bool> =
+                sqlx::query_scalar("SELECT status = 'blocked' FROM job_queue WHERE id = ?")
                     .bind(id)
-                    .fetch_all(&mut *conn)
+                    .fetch_optional(&mut *conn)
                     .await?;
+            let mut waiting: Vec<(Vec<u8>, i16)> = Vec::new();
+            if blocked == Some(true) {
+                waiting = sqlx::query_as(
+                    "SELECT slot_key, priority FROM job_queue_blocked WHERE job_id = ?",
+                )
+                .bind(id)
+                .fetch_all(&mut *conn)
+                .await?;
+            }
             for (key, priority) in &waiting {
                 sqlx::query(
                     "DELETE FROM job_queue_blocked \
