@@ -775,10 +775,11 @@ static COMMITTED_THEN_STALLED: Mailbox<u32> = Mailbox::new();
 static COMMIT_GO: Notify = Notify::const_new();
 
 /// Job 1 waits for the test, completes itself and commits, then stalls without watching its
-/// context; job 2 (same key, limit 1) just returns.
+/// context; job 2 (same key, limit 1) just returns. The lease leaves a renewal round a second
+/// of slack, so that job 1 keeps it until its commit on a busy machine.
 #[job(
     name = "tx_commit_then_stall",
-    lease = "2s",
+    lease = "3s",
     concurrency = 1,
     concurrency_key = "commit-then-stall"
 )]
