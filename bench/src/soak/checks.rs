@@ -27,9 +27,13 @@
 //!
 //! If, on the other hand, a thawed body reaches the end of its work and writes its end
 //! before the runtime stops it, that write is a body that really ran after its claim ended:
-//! its end lies after its attempt's recorded end. It is reported as a body outside its
-//! claim, and counted in the overlaps with the claim's end replaced by its own: that is the
-//! point of the check.
+//! its end lies after its attempt's recorded end, and it is reported as a body outside its
+//! claim (the check "no body ran without a claim"). In the overlaps it counts as running
+//! from its start to the freeze and again from the thaw to its end, not during the freeze:
+//! the body notes the longest stretch its own work did not run (a step of its wait that
+//! overran by more than half a second) and records it with its end. Those two parts are
+//! what the body really ran; the second is outside its claim, and if another body of its
+//! key runs then, the key is over its limit for real.
 //!
 //! A concurrency slot is held from the claim's transaction to the commit of the outcome;
 //! the history's start is written by the claim after it took the slot, and its end by the
@@ -107,6 +111,9 @@ pub(crate) struct Stats {
     pub(crate) bodies: u64,
     /// Bodies that recorded no end (stopped, killed, frozen, failed to write).
     pub(crate) unfinished_bodies: u64,
+    /// Of those, bodies that ignore cancellation whose claim ended in a reclaim: the
+    /// runtime stopped them when their lease was lost.
+    pub(crate) stubborn_stopped: u64,
     /// Why failed jobs failed, by cause.
     pub(crate) failure_causes: BTreeMap<String, u64>,
 }
@@ -155,6 +162,8 @@ struct Effect {
     pid: u32,
     started: Us,
     ended: Option<Us>,
+    /// The longest stretch its work did not run, recorded with its end.
+    stalled: Option<(Us, Us)>,
 }
 
 /// A text column, whatever its collation (a binary one comes as bytes).
@@ -260,8 +269,8 @@ fn parse_history(log: &str) -> anyhow::Result<Vec<Entry>> {
 
 async fn load_effects(pool: &MySqlPool) -> anyhow::Result<Vec<Effect>> {
     let sql = format!(
-        "SELECT id, job_id, attempt, kind, pid, {TIME}started_at), {TIME}ended_at) \
-         FROM soak_effect ORDER BY id"
+        "SELECT id, job_id, attempt, kind, pid, {TIME}started_at), {TIME}ended_at), \
+         {TIME}stalled_from), {TIME}stalled_until) FROM soak_effect ORDER BY id"
     );
     let rows = sqlx::raw_sql(&sql).fetch_all(pool).await?;
     rows.iter()
@@ -274,6 +283,10 @@ async fn load_effects(pool: &MySqlPool) -> anyhow::Result<Vec<Effect>> {
                 pid: r.try_get(4)?,
                 started: r.try_get(5)?,
                 ended: r.try_get(6)?,
+                stalled: match (r.try_get(7)?, r.try_get(8)?) {
+                    (Some(from), Some(to)) => Some((from, to)),
+                    _ => None,
+                },
             })
         })
         .collect()
@@ -322,7 +335,7 @@ pub(crate) async fn check_all(
         .await
         .context("cannot read the effects")?;
     let by_id: HashMap<u64, &Job> = jobs.iter().map(|j| (j.id, j)).collect();
-    let stats = stats(&jobs, &effects);
+    let stats = stats(&jobs, &by_id, &effects);
     let checks = vec![
         no_job_lost(pool, &jobs, &by_id, run).await?,
         bodies_inside_claims(&jobs, &by_id, &effects),
@@ -338,8 +351,18 @@ pub(crate) async fn check_all(
     Ok((checks, stats))
 }
 
-fn stats(jobs: &[Job], effects: &[Effect]) -> Stats {
+fn stats(jobs: &[Job], by_id: &HashMap<u64, &Job>, effects: &[Effect]) -> Stats {
+    let stubborn_stopped = effects
+        .iter()
+        .filter(|e| e.ended.is_none())
+        .filter_map(|e| by_id.get(&e.job_id).map(|j| (e, j)))
+        .filter(|(e, j)| {
+            j.payload["stubborn"].as_bool() == Some(true)
+                && entry(j, e.attempt).is_some_and(|h| h.outcome == "lease_expired")
+        })
+        .count() as u64;
     let mut s = Stats {
+        stubborn_stopped,
         jobs: jobs.len() as u64,
         bodies: effects.len() as u64,
         unfinished_bodies: effects.iter().filter(|e| e.ended.is_none()).count() as u64,
@@ -632,7 +655,7 @@ fn concurrency(jobs: &[Job], by_id: &HashMap<u64, &Job>, effects: &[Effect]) -> 
     let mut limit: BTreeMap<&str, u32> = BTreeMap::new();
     let mut bodies: BTreeMap<&str, Vec<(Us, Us, String)>> = BTreeMap::new();
     let mut holds: BTreeMap<&str, Vec<(Us, Us, String)>> = BTreeMap::new();
-    let mut unbounded = 0;
+    let (mut unbounded, mut split) = (0, 0);
     for j in jobs.iter().filter(|j| j.climit > 0) {
         let Some(key) = j.ckey.as_deref() else {
             continue;
@@ -662,20 +685,34 @@ fn concurrency(jobs: &[Job], by_id: &HashMap<u64, &Job>, effects: &[Effect]) -> 
             unbounded += 1;
             continue;
         };
-        bodies.entry(key).or_default().push((
-            e.started,
-            end.max(e.started),
-            format!(
-                "body {} (job {} attempt {}, pid {}, {}{})",
-                e.id,
-                e.job_id,
-                e.attempt,
-                e.pid,
-                clock(e.started),
-                e.ended
-                    .map_or(" .. stopped".into(), |x| format!(" .. {}", clock(x)))
-            ),
-        ));
+        let label = format!(
+            "body {} (job {} attempt {}, pid {}, {}{}{})",
+            e.id,
+            e.job_id,
+            e.attempt,
+            e.pid,
+            clock(e.started),
+            e.ended
+                .map_or(" .. stopped".into(), |x| format!(" .. {}", clock(x))),
+            e.stalled.map_or(String::new(), |(f, t)| format!(
+                ", stalled {} .. {}",
+                clock(f),
+                clock(t)
+            ))
+        );
+        // Running from its start to its end, except while it stalled.
+        let list = bodies.entry(key).or_default();
+        match e
+            .stalled
+            .filter(|&(f, t)| e.started <= f && f < t && t <= end)
+        {
+            Some((from, to)) => {
+                split += 1;
+                list.push((e.started, from, label.clone()));
+                list.push((to, end, label));
+            }
+            None => list.push((e.started, end.max(e.started), label)),
+        }
     }
     let mut peaks = Vec::new();
     for (key, n) in &limit {
@@ -701,8 +738,8 @@ fn concurrency(jobs: &[Job], by_id: &HashMap<u64, &Job>, effects: &[Effect]) -> 
         }
     }
     c.summary = format!(
-        "{} keys; most bodies running at once per key: {}; {unbounded} bodies with no end \
-         and no claim end",
+        "{} keys; most bodies running at once per key: {}; {split} bodies counted without \
+         their stall; {unbounded} bodies with no end and no claim end",
         limit.len(),
         peaks.join(", ")
     );

@@ -6,11 +6,14 @@
 //! lost, its process killed or frozen) leaves `ended_at` NULL: the checks then bound the
 //! body by the end its attempt has in the job's history, which is the moment the runtime
 //! says it was stopped (see `checks.rs`, "Why a body's interval ends where it does").
+//! A body also notes the longest stretch its work did not run (its process frozen or
+//! starved: a step of its wait that overran by more than half a second), and records it
+//! with its end, so that the checks count it as running only when it was.
 //!
 //! All kinds have a 4 s lease, so that a frozen or killed worker's jobs come back within a
 //! few seconds, and a constant backoff, so that the drain at the end is short.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use jobqueue::{job, Data, JobContext, JobError};
 use serde::{Deserialize, Serialize};
@@ -41,6 +44,9 @@ pub(crate) const TABLES: &[&str] = &[
         pid        INT UNSIGNED NOT NULL,
         started_at DATETIME(6) NOT NULL,
         ended_at   DATETIME(6) NULL,
+        -- The longest stretch its work did not run (frozen or starved), if over 0.5 s.
+        stalled_from  DATETIME(6) NULL,
+        stalled_until DATETIME(6) NULL,
         KEY soak_effect_job (job_id, attempt)
     ) ENGINE = InnoDB",
     "CREATE TABLE soak_account (
@@ -67,8 +73,23 @@ pub(crate) const TABLES: &[&str] = &[
     ) ENGINE = InnoDB",
 ];
 
-/// Records the start of this body; returns the effect row's id.
-async fn begin(ctx: &JobContext, db: &MySqlPool) -> Result<u64, JobError> {
+/// How long a step of a body's work waits: the finest grain at which it notices a stall.
+const STEP: Duration = Duration::from_millis(50);
+/// A step that overruns its wait by more than this was a stall: the process was frozen (or
+/// starved of CPU) and the body did not run meanwhile.
+const STALL: Duration = Duration::from_millis(500);
+
+/// A running body: its effect row, and the longest stall of its work.
+struct Body {
+    effect: u64,
+    /// Just after its start was recorded; stalls are measured from here.
+    began: Instant,
+    /// The longest stall, from and to, since `began`.
+    stall: Option<(Duration, Duration)>,
+}
+
+/// Records the start of this body.
+async fn begin(ctx: &JobContext, db: &MySqlPool) -> Result<Body, JobError> {
     let done = sqlx::query(
         "INSERT INTO soak_effect (job_id, attempt, kind, pid, started_at) \
          VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))",
@@ -79,34 +100,63 @@ async fn begin(ctx: &JobContext, db: &MySqlPool) -> Result<u64, JobError> {
     .bind(std::process::id())
     .execute(db)
     .await?;
-    Ok(done.last_insert_id())
+    Ok(Body {
+        effect: done.last_insert_id(),
+        began: Instant::now(),
+        stall: None,
+    })
 }
 
-/// Records that the body's work has finished, on `db` (the pool, or the job's own
-/// transaction).
-async fn end<'e>(db: impl sqlx::MySqlExecutor<'e>, effect: u64) -> Result<(), JobError> {
-    sqlx::query("UPDATE soak_effect SET ended_at = UTC_TIMESTAMP(6) WHERE id = ?")
-        .bind(effect)
+impl Body {
+    /// The body's work: `ms` of waiting, in steps of [`STEP`], noting the longest stall. A
+    /// `stubborn` body ignores cancellation, so only the runtime can stop it (by dropping
+    /// it when its lease is lost); the others return at once when told to stop, without
+    /// recording an end, since their work did not finish.
+    async fn work(&mut self, ctx: &JobContext, ms: u64, stubborn: bool) -> Result<(), JobError> {
+        let deadline = Instant::now() + Duration::from_millis(ms);
+        loop {
+            let before = Instant::now();
+            if before >= deadline {
+                return Ok(());
+            }
+            let step = (deadline - before).min(STEP);
+            if stubborn {
+                tokio::time::sleep(step).await;
+            } else {
+                tokio::select! {
+                    _ = ctx.cancelled() => return Err(JobError::retryable(format!(
+                        "stopped before the end of its work ({:?})",
+                        ctx.cancel_reason()
+                    ))),
+                    _ = tokio::time::sleep(step) => {}
+                }
+            }
+            let after = Instant::now();
+            let longest = self.stall.map_or(Duration::ZERO, |(from, to)| to - from);
+            if after - before > step + STALL && after - before > longest {
+                self.stall = Some((before - self.began, after - self.began));
+            }
+        }
+    }
+
+    /// Records that the body's work has finished, with its longest stall, on `db` (the
+    /// pool, or the job's own transaction). The stall's bounds are written as offsets from
+    /// the recorded start, on the server's clock, so that they compare with the other times.
+    async fn end<'e>(&self, db: impl sqlx::MySqlExecutor<'e>) -> Result<(), JobError> {
+        let (from, to) = self.stall.map_or((None, None), |(from, to)| {
+            (Some(from.as_micros() as u64), Some(to.as_micros() as u64))
+        });
+        sqlx::query(
+            "UPDATE soak_effect SET ended_at = UTC_TIMESTAMP(6), \
+             stalled_from = started_at + INTERVAL ? MICROSECOND, \
+             stalled_until = started_at + INTERVAL ? MICROSECOND WHERE id = ?",
+        )
+        .bind(from)
+        .bind(to)
+        .bind(self.effect)
         .execute(db)
         .await?;
-    Ok(())
-}
-
-/// The body's work: `ms` of waiting. A `stubborn` body ignores cancellation, so only the
-/// runtime can stop it (by dropping it when its lease is lost); the others return at once
-/// when told to stop, without recording an end, since their work did not finish.
-async fn work(ctx: &JobContext, ms: u64, stubborn: bool) -> Result<(), JobError> {
-    let wait = tokio::time::sleep(Duration::from_millis(ms));
-    if stubborn {
-        wait.await;
-        return Ok(());
-    }
-    tokio::select! {
-        _ = ctx.cancelled() => Err(JobError::retryable(format!(
-            "stopped before the end of its work ({:?})",
-            ctx.cancel_reason()
-        ))),
-        _ = wait => Ok(()),
+        Ok(())
     }
 }
 
@@ -133,9 +183,9 @@ pub(crate) async fn plain(
     ms: u64,
     stubborn: bool,
 ) -> Result<Echo, JobError> {
-    let effect = begin(&ctx, &db).await?;
-    work(&ctx, ms, stubborn).await?;
-    end(&*db, effect).await?;
+    let mut body = begin(&ctx, &db).await?;
+    body.work(&ctx, ms, stubborn).await?;
+    body.end(&*db).await?;
     Ok(Echo {
         n,
         attempt: ctx.attempt(),
@@ -160,9 +210,9 @@ pub(crate) async fn flaky(
     permanent: bool,
     ms: u64,
 ) -> Result<(), JobError> {
-    let effect = begin(&ctx, &db).await?;
-    work(&ctx, ms, false).await?;
-    end(&*db, effect).await?;
+    let mut body = begin(&ctx, &db).await?;
+    body.work(&ctx, ms, false).await?;
+    body.end(&*db).await?;
     if permanent {
         return Err(JobError::permanent(format!(
             "flaky {n}: refused on purpose"
@@ -190,9 +240,9 @@ pub(crate) async fn snoozer(
     snoozes: u32,
 ) -> Result<(), JobError> {
     let _ = n;
-    let effect = begin(&ctx, &db).await?;
-    work(&ctx, 20, false).await?;
-    end(&*db, effect).await?;
+    let mut body = begin(&ctx, &db).await?;
+    body.work(&ctx, 20, false).await?;
+    body.end(&*db).await?;
     if ctx.attempt() <= snoozes {
         return Err(JobError::snooze(Duration::from_millis(400)));
     }
@@ -219,9 +269,9 @@ pub(crate) async fn export_a(
     stubborn: bool,
 ) -> Result<(), JobError> {
     let _ = (n, acct);
-    let effect = begin(&ctx, &db).await?;
-    work(&ctx, ms, stubborn).await?;
-    end(&*db, effect).await
+    let mut body = begin(&ctx, &db).await?;
+    body.work(&ctx, ms, stubborn).await?;
+    body.end(&*db).await
 }
 
 /// Another kind on the keys of [`export_a`], with the same limit.
@@ -244,9 +294,37 @@ pub(crate) async fn export_b(
     stubborn: bool,
 ) -> Result<(), JobError> {
     let _ = (n, acct);
-    let effect = begin(&ctx, &db).await?;
-    work(&ctx, ms, stubborn).await?;
-    end(&*db, effect).await
+    let mut body = begin(&ctx, &db).await?;
+    body.work(&ctx, ms, stubborn).await?;
+    body.end(&*db).await
+}
+
+/// A long body (3-8 s, longer than the lease, renewed meanwhile) on the keys of
+/// [`export_a`]. When a foreign session locks its row, renewals pass over it and the lease
+/// is lost while the process runs on: a `stubborn` one must then be stopped by the runtime
+/// (dropped), or its end would land after its claim's.
+#[job(
+    queue = "soak",
+    name = "soak_long",
+    key = "long:{n}",
+    concurrency = 2,
+    concurrency_key = "acct:{acct}",
+    lease = "4s",
+    max_attempts = 6,
+    backoff = "constant(300ms)"
+)]
+pub(crate) async fn long(
+    ctx: JobContext,
+    db: Data<MySqlPool>,
+    n: u64,
+    acct: u64,
+    ms: u64,
+    stubborn: bool,
+) -> Result<(), JobError> {
+    let _ = (n, acct);
+    let mut body = begin(&ctx, &db).await?;
+    body.work(&ctx, ms, stubborn).await?;
+    body.end(&*db).await
 }
 
 /// At most 5 starts per 2 s of one provider, shared with [`mail_b`].
@@ -268,9 +346,9 @@ pub(crate) async fn mail_a(
     fail_first: u32,
 ) -> Result<(), JobError> {
     let _ = (n, provider);
-    let effect = begin(&ctx, &db).await?;
-    work(&ctx, 30, false).await?;
-    end(&*db, effect).await?;
+    let mut body = begin(&ctx, &db).await?;
+    body.work(&ctx, 30, false).await?;
+    body.end(&*db).await?;
     if ctx.attempt() <= fail_first {
         // A retry is a start too, and counts against the rate again.
         return Err("the provider refused it on purpose".into());
@@ -296,9 +374,9 @@ pub(crate) async fn mail_b(
     provider: String,
 ) -> Result<(), JobError> {
     let _ = (n, provider);
-    let effect = begin(&ctx, &db).await?;
-    work(&ctx, 30, false).await?;
-    end(&*db, effect).await
+    let mut body = begin(&ctx, &db).await?;
+    body.work(&ctx, 30, false).await?;
+    body.end(&*db).await
 }
 
 /// One sync per account at a time, and a new one only once the last has ended.
@@ -321,9 +399,9 @@ pub(crate) async fn sync_account(
     stubborn: bool,
 ) -> Result<(), JobError> {
     let _ = acct;
-    let effect = begin(&ctx, &db).await?;
-    work(&ctx, ms, stubborn).await?;
-    end(&*db, effect).await
+    let mut body = begin(&ctx, &db).await?;
+    body.work(&ctx, ms, stubborn).await?;
+    body.end(&*db).await
 }
 
 /// At most one refresh of an item per 3 s of enqueues, whatever became of the last.
@@ -343,9 +421,9 @@ pub(crate) async fn refresh(
     ms: u64,
 ) -> Result<(), JobError> {
     let _ = item;
-    let effect = begin(&ctx, &db).await?;
-    work(&ctx, ms, false).await?;
-    end(&*db, effect).await
+    let mut body = begin(&ctx, &db).await?;
+    body.work(&ctx, ms, false).await?;
+    body.end(&*db).await
 }
 
 /// One report per number, ever (the default policy: the key blocks until pruned).
@@ -359,9 +437,9 @@ pub(crate) async fn refresh(
 )]
 pub(crate) async fn report(ctx: JobContext, db: Data<MySqlPool>, n: u64) -> Result<(), JobError> {
     let _ = n;
-    let effect = begin(&ctx, &db).await?;
-    work(&ctx, 50, false).await?;
-    end(&*db, effect).await
+    let mut body = begin(&ctx, &db).await?;
+    body.work(&ctx, 50, false).await?;
+    body.end(&*db).await
 }
 
 /// Moves `amount` from one account to another and completes itself in the same
@@ -384,7 +462,7 @@ pub(crate) async fn transfer(
     amount: i64,
     lose_first: bool,
 ) -> Result<(), JobError> {
-    let effect = begin(&ctx, &db).await?;
+    let body = begin(&ctx, &db).await?;
     let mut tx = db.begin().await?;
     ctx.complete_in(&mut tx).await?;
     // Both accounts in id order: transfers in opposite directions wait, never deadlock.
@@ -422,7 +500,7 @@ pub(crate) async fn transfer(
     .bind(amount)
     .execute(&mut *tx)
     .await?;
-    end(&mut *tx, effect).await?;
+    body.end(&mut *tx).await?;
     if lose_first && ctx.attempt() == 1 {
         drop(tx);
         return Err("the transaction was lost before its commit, on purpose".into());
@@ -466,8 +544,8 @@ pub(crate) async fn tick_2s(ctx: JobContext, db: Data<MySqlPool>) -> Result<(), 
 /// the recorded end comes before the completion the history keeps): the tick's row exists
 /// once for a done tick, and never for any other.
 async fn tick(ctx: &JobContext, db: &MySqlPool, ms: u64) -> Result<(), JobError> {
-    let effect = begin(ctx, db).await?;
-    work(ctx, ms, true).await?;
+    let mut body = begin(ctx, db).await?;
+    body.work(ctx, ms, true).await?;
     let mut tx = db.begin().await?;
     sqlx::query("INSERT INTO soak_tick (kind, tick_key, job_id, attempt) VALUES (?, ?, ?, ?)")
         .bind(ctx.kind())
@@ -476,7 +554,7 @@ async fn tick(ctx: &JobContext, db: &MySqlPool, ms: u64) -> Result<(), JobError>
         .bind(ctx.attempt())
         .execute(&mut *tx)
         .await?;
-    end(&mut *tx, effect).await?;
+    body.end(&mut *tx).await?;
     ctx.complete_in(&mut tx).await?;
     tx.commit().await?;
     Ok(())
@@ -491,3 +569,38 @@ pub(crate) fn ends_before_completion(kind: &str) -> bool {
 
 /// The periodic kinds and the seconds between their ticks.
 pub(crate) const PERIODIC: [(&str, i64); 2] = [("soak_tick_1s", 1), ("soak_tick_2s", 2)];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_stall_of_the_work_is_noted_and_short_waits_are_not() {
+        let ctx = JobContext::detached(1, "k");
+        let mut body = Body {
+            effect: 0,
+            began: Instant::now(),
+            stall: None,
+        };
+        // Blocks the only thread for 800 ms, as a freeze would stop the whole process.
+        let freeze = tokio::spawn(async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            std::thread::sleep(Duration::from_millis(800));
+        });
+        body.work(&ctx, 300, true).await.expect("work");
+        freeze.await.expect("freeze");
+        let (from, to) = body.stall.expect("a stall");
+        assert!(
+            to - from >= Duration::from_millis(750),
+            "{from:?} .. {to:?}"
+        );
+
+        let mut body = Body {
+            effect: 0,
+            began: Instant::now(),
+            stall: None,
+        };
+        body.work(&ctx, 200, false).await.expect("work");
+        assert_eq!(body.stall, None);
+    }
+}

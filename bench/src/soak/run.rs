@@ -197,6 +197,15 @@ async fn produce(queue: Queue, until: Instant) -> Produced {
             };
             one(q, &mut p, job).await;
         }
+        if rng.gen_bool(0.05) {
+            let job = jobs::Long {
+                n: next(),
+                acct: rng.gen_range(0..4),
+                ms: rng.gen_range(3000..8000),
+                stubborn: rng.gen_bool(0.5),
+            };
+            one(q, &mut p, job).await;
+        }
         if rng.gen_bool(0.1) {
             let job = jobs::MailA {
                 n: next(),
@@ -296,13 +305,15 @@ async fn inject(
             tokio::time::sleep(Duration::from_secs(3)).await;
             tokio::task::spawn_blocking(move || server.restart()).await??;
             let end = now_us();
-            println!("[{}] fault: the database server is back", clock(end));
-            log.lock().expect("not poisoned").push(FaultRecord {
-                kind: FaultKind::ServerRestart,
-                start,
-                end,
-                detail: format!("down {:.1} s", (end - start) as f64 / 1e6),
-            });
+            note(
+                &log,
+                FaultRecord {
+                    kind: FaultKind::ServerRestart,
+                    start,
+                    end,
+                    detail: format!("down {:.1} s", (end - start) as f64 / 1e6),
+                },
+            );
             continue;
         }
         let slot = rng.gen_range(0..fleet.len());
@@ -311,12 +322,15 @@ async fn inject(
                 let pid = fleet.kill(slot).await?;
                 tokio::time::sleep(Duration::from_millis(rng.gen_range(500..3000))).await;
                 let new = fleet.spawn(slot)?;
-                log.lock().expect("not poisoned").push(FaultRecord {
-                    kind: FaultKind::Kill,
-                    start,
-                    end: now_us(),
-                    detail: format!("slot {slot}: pid {pid:?} killed, pid {new} started"),
-                });
+                note(
+                    &log,
+                    FaultRecord {
+                        kind: FaultKind::Kill,
+                        start,
+                        end: now_us(),
+                        detail: format!("slot {slot}: pid {pid:?} killed, pid {new} started"),
+                    },
+                );
             }
             1 => {
                 let Some(pid) = fleet.pid(slot) else {
@@ -327,12 +341,15 @@ async fn inject(
                 let frozen = LEASE_MS * 3 / 2 + rng.gen_range(0..2000);
                 tokio::time::sleep(Duration::from_millis(frozen)).await;
                 fleet::signal(pid, "CONT")?;
-                log.lock().expect("not poisoned").push(FaultRecord {
-                    kind: FaultKind::Freeze,
-                    start,
-                    end: now_us(),
-                    detail: format!("slot {slot}: pid {pid} frozen {frozen} ms"),
-                });
+                note(
+                    &log,
+                    FaultRecord {
+                        kind: FaultKind::Freeze,
+                        start,
+                        end: now_us(),
+                        detail: format!("slot {slot}: pid {pid} frozen {frozen} ms"),
+                    },
+                );
             }
             _ => {
                 let hold = Duration::from_millis(rng.gen_range(2000..6000));
@@ -341,12 +358,15 @@ async fn inject(
                 let log = log.clone();
                 locks.push(tokio::spawn(async move {
                     match lock_a_row(&url, running, hold).await {
-                        Ok(Some(detail)) => log.lock().expect("not poisoned").push(FaultRecord {
-                            kind: FaultKind::RowLock,
-                            start,
-                            end: now_us(),
-                            detail,
-                        }),
+                        Ok(Some(detail)) => note(
+                            &log,
+                            FaultRecord {
+                                kind: FaultKind::RowLock,
+                                start,
+                                end: now_us(),
+                                detail,
+                            },
+                        ),
                         Ok(None) => {}
                         Err(e) => eprintln!("row lock not taken: {e:#}"),
                     }
@@ -363,6 +383,18 @@ async fn inject(
     Ok(records)
 }
 
+/// Prints a fault as it ends, for the timeline, and keeps it for the checks.
+fn note(log: &Mutex<Vec<FaultRecord>>, fault: FaultRecord) {
+    println!(
+        "[{}] fault: {} since {}: {}",
+        clock(fault.end),
+        fault.kind.name(),
+        clock(fault.start),
+        fault.detail
+    );
+    log.lock().expect("not poisoned").push(fault);
+}
+
 /// Locks one running (or ready) job's row for `hold` in a session of its own, as an
 /// operator's or an application's long transaction would; returns which.
 async fn lock_a_row(url: &str, running: bool, hold: Duration) -> anyhow::Result<Option<String>> {
@@ -371,11 +403,14 @@ async fn lock_a_row(url: &str, running: bool, hold: Duration) -> anyhow::Result<
         .execute(&mut conn)
         .await?;
     let status = if running { "running" } else { "ready" };
-    let id: Option<u64> =
-        sqlx::query_scalar("SELECT id FROM job_queue WHERE status = ? ORDER BY RAND() LIMIT 1")
-            .bind(status)
-            .fetch_optional(&mut conn)
-            .await?;
+    // The running job claimed first is most likely a long one, whose lease is then lost
+    // while its process runs on.
+    let id: Option<u64> = sqlx::query_scalar(
+        "SELECT id FROM job_queue WHERE status = ? ORDER BY claimed_at, RAND() LIMIT 1",
+    )
+    .bind(status)
+    .fetch_optional(&mut conn)
+    .await?;
     let Some(id) = id else {
         return Ok(None);
     };
@@ -647,8 +682,9 @@ fn print_summary(
         .collect();
     println!("  attempt outcomes: {}", outcomes.join(", "));
     println!(
-        "  {} bodies ran, {} stopped before the end of their work",
-        stats.bodies, stats.unfinished_bodies
+        "  {} bodies ran, {} stopped before the end of their work ({} of them ignoring \
+         cancellation, stopped by the runtime when their lease was lost)",
+        stats.bodies, stats.unfinished_bodies, stats.stubborn_stopped
     );
     let causes: Vec<String> = stats
         .failure_causes
