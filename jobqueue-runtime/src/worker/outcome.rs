@@ -262,18 +262,26 @@ mod tests {
             otherwise(failed, &tried(1, None)),
             Finish::Fail { error } if error == "refused (permanent error, not retried)"
         ));
-        // A job that never called it is done as ever; a lost lease writes nothing.
+        // A job that never called it is done as ever; a lost lease writes nothing, but a
+        // run dropped after calling it is looked up, in case its transaction committed.
         assert!(matches!(
             decide(Ran::Finished(Ok(())), &ctx(1, 3), None, DAY),
             Some(Outcome::Done { output: None })
         ));
-        assert!(decide(
-            Ran::Abandoned { hand_back: false },
-            &tried(1, Some(CancelReason::LeaseLost)),
-            None,
-            DAY
-        )
-        .is_none());
+        assert!(decide(Ran::Abandoned { hand_back: false }, &ctx(1, 3), None, DAY).is_none());
+        assert!(matches!(
+            decide(
+                Ran::Abandoned { hand_back: false },
+                &tried(1, Some(CancelReason::LeaseLost)),
+                None,
+                DAY
+            ),
+            Some(Outcome::DoneInTransaction {
+                otherwise: None,
+                output: None,
+                ..
+            })
+        ));
     }
 
     #[test]
