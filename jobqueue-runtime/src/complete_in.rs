@@ -46,7 +46,7 @@ impl JobContext {
     /// as safe (nothing commits without it), but a stale attempt finds out only after its
     /// work. Except under REPEATABLE READ with MariaDB's `innodb_snapshot_isolation` (on by
     /// default from 11.6.2, opt-in on 10.6 and 10.11): there a transaction that read before
-    /// the lease's last renewal (every third of the lease) cannot lock the job's row, and
+    /// the lease's last renewal (every quarter of the lease) cannot lock the job's row, and
     /// the call fails saying so, every time. Call it first, or run such a transaction at
     /// READ COMMITTED.
     ///

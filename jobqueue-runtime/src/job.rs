@@ -73,7 +73,7 @@ pub struct JobOptions {
     pub max_attempts: u32,
     /// How long a claim holds the job without renewal. Default 30 s, at least 1 s, at most
     /// about 49.7 days (`u32::MAX` ms; a longer one is refused at enqueue). The worker renews
-    /// every lease a third of the way through, so a job may run for much longer.
+    /// every lease a quarter of the way through, so a job may run for much longer.
     pub lease: Duration,
     /// Longest time one attempt may run before it is cancelled and counted as failed.
     /// Default: no limit, since a run may legitimately last hours and the lease already

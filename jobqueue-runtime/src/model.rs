@@ -319,7 +319,7 @@ impl Enqueued {
 pub enum CancelOutcome {
     /// The job had not started: it is `cancelled` now and will never run.
     Cancelled,
-    /// The job is running: its worker will cancel its context within a third of its lease;
+    /// The job is running: its worker will cancel its context within a quarter of its lease;
     /// the job decides how to stop, and ends `cancelled` (or `done`, if it finished anyway).
     Requested,
     /// The job had already ended with this status; nothing changed.

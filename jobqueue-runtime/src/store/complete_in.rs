@@ -48,7 +48,7 @@ pub(crate) async fn complete_in(
         Err(e) if server_code(&e) == Some(1020) => {
             return Ok(Some(
                 "the transaction's snapshot is older than the job row's last change (a lease \
-                 renewal, every third of the lease, or a progress write), and the server \
+                 renewal, every quarter of the lease, or a progress write), and the server \
                  (innodb_snapshot_isolation) refuses to lock a row changed since; it rolled \
                  the transaction back. Call `complete_in` first in the transaction, \
                  or run the transaction at READ COMMITTED"
