@@ -266,10 +266,10 @@ async fn a_frozen_outcome_write_is_retried_on_a_new_connection_and_shutdown_retu
     assert_eq!(effects(&effects_pool).await, [(r.task_key, 1)]);
 }
 
-/// The first renewal is sent at a third of the lease (2 s) and abandoned at seven twelfths
-/// (3.5 s); the job would be stopped at three quarters (4.5 s). The 6 s lease leaves the
-/// second try a second to open a new connection and renew, which a busy machine needs; it
-/// works past the stop, so that a lease not kept shows.
+/// The first renewal is sent at a quarter of the lease (1.5 s) and abandoned at five twelfths
+/// (2.5 s); the job would be stopped at three quarters (4.5 s). The later tries have two
+/// seconds to open a new connection and renew, which a busy machine needs; the job works
+/// past the stop, so that a lease not kept shows.
 #[job(name = "lease_frozen_renewal", lease = "6s")]
 async fn frozen_renewal(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
     record_effect_in(&effects, &ctx, "start").await?;
@@ -278,7 +278,7 @@ async fn frozen_renewal(ctx: JobContext, effects: Data<Effects>) -> Result<(), J
 }
 
 /// The connection that carries the first renewal freezes. The renewal is given up after a
-/// quarter of the lease and sent again on a new connection, in time: the job keeps its lease
+/// sixth of the lease and sent again on a new connection, in time: the job keeps its lease
 /// and runs once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_renewal_is_abandoned_and_the_lease_kept() {
@@ -412,7 +412,7 @@ async fn a_job_that_blocks_its_thread_keeps_its_lease() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 4. A busy worker sends about one renewal statement per third of a lease.
+// 4. A busy worker sends about one renewal round per quarter of a lease.
 // ---------------------------------------------------------------------------------------
 
 #[job(name = "lease_batched", lease = "3s")]
@@ -422,8 +422,8 @@ async fn batched(ctx: JobContext, n: u32) -> Result<(), JobError> {
 }
 
 /// Twelve jobs claimed a quarter of a second apart, each running one and a half leases: the
-/// renewals of all of them travel together, about one round per third of the lease, instead
-/// of one round per job and third of a lease.
+/// renewals of all of them travel together, about one round per quarter of the lease,
+/// instead of one round per job and quarter of a lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_of_jobs_claimed_at_different_times_travel_together() {
     let (queue, effects_pool) = fresh_queue_with_effects("lease_batched").await;
@@ -448,8 +448,9 @@ async fn renewals_of_jobs_claimed_at_different_times_travel_together() {
     stop_within(&handle, task, Duration::from_secs(10)).await;
     let m = handle.metrics();
     assert_eq!((m.succeeded, m.lease_lost), (12, 0), "{m:?}");
-    // One round per second (a third of the lease) while jobs run, and one to spare.
-    let bound = took.as_secs() + 2;
+    // One round per 0.75 s (a quarter of the lease) while jobs run, and two to spare; twelve
+    // jobs renewed on their own would take four times as many.
+    let bound = (took.as_secs_f64() / 0.75).ceil() as u64 + 2;
     println!(
         "renewal rounds: {} in {:.1}s for 12 jobs of 4.5s with 3s leases (bound {bound})",
         m.renewals,
@@ -467,8 +468,8 @@ async fn renewals_of_jobs_claimed_at_different_times_travel_together() {
 // 5. A completion whose reply is late is not mistaken for a lost lease.
 // ---------------------------------------------------------------------------------------
 
-/// Renewal rounds come every 2 s (a third of the lease); the job ends at 2.7 s, 0.7 s after
-/// the first round and 1.3 s before the second, which lands inside the 2.4 s hold.
+/// Renewal rounds come every 1.5 s (a quarter of the lease); the job ends at 2.7 s, 1.2 s after
+/// the first round and 0.3 s before the second, which lands inside the 2.4 s hold.
 #[job(name = "lease_late_reply", lease = "6s")]
 async fn late_reply(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
     work(&ctx, Duration::from_millis(2700)).await?;
@@ -525,9 +526,9 @@ async fn a_completion_with_a_late_reply_is_not_a_lost_lease() {
 
 static SKEW_STARTED: Mailbox<u64> = Mailbox::new();
 
-/// The first renewal comes 2 s (a third of the lease) after the claim: the test's `UPDATE`
+/// The first renewal comes 2 s (a quarter of the lease) after the claim: the test's `UPDATE`
 /// must land before it, which leaves a busy machine time. It works past that renewal.
-#[job(name = "lease_clock_skew", lease = "6s")]
+#[job(name = "lease_clock_skew", lease = "8s")]
 async fn clock_skew(ctx: JobContext) -> Result<(), JobError> {
     SKEW_STARTED.send(ctx.id());
     work(&ctx, Duration::from_secs(4)).await

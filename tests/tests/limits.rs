@@ -27,7 +27,7 @@ use tests::{
 
 /// Records the run of the job in `ctx` under `note` (its limit key): its claim time as
 /// `started_at` (the claim's `updated_at`; nothing else writes the row while the job runs
-/// for less than a third of its lease), then, after `work`, its end.
+/// for less than a quarter of its lease), then, after `work`, its end.
 async fn record_run(
     effects: &Effects,
     ctx: &JobContext,

@@ -33,7 +33,7 @@ use tests::{
 static DEAF_STARTED: Mailbox<JobContext> = Mailbox::new();
 
 /// Ignores every cancellation: only dropping it stops it. The renewer notices an operator's
-/// cancel within a third of the lease, a second; the lease leaves a renewal round a second
+/// cancel within a quarter of the lease, under a second; the lease leaves a renewal round a second
 /// of slack, so that a slow statement on a busy machine is not a lost lease.
 #[job(name = "regressions_deaf_to_cancel", lease = "3s")]
 async fn deaf_to_cancel(ctx: JobContext) {

@@ -324,7 +324,7 @@ async fn cancel_before_start_while_running_and_after_the_end_then_retry() {
     );
 
     // While running: the request reaches the job through its worker's next renewal (a
-    // third of the 3 s lease); the job sees `Requested`, stops, and the row ends cancelled
+    // quarter of the 3 s lease); the job sees `Requested`, stops, and the row ends cancelled
     // without a retry.
     let ctx = receive(
         &mut started,

@@ -862,7 +862,7 @@ async fn snapshot_late(ctx: JobContext, pool: Data<MySqlPool>) -> Result<(), Job
         .bind(ctx.id())
         .fetch_one(&mut *tx)
         .await?;
-    // A renewal comes a third of the way through the lease: wait for it (outside `tx`).
+    // A renewal comes a quarter of the way through the lease: wait for it (outside `tx`).
     loop {
         let now: sqlx::types::chrono::NaiveDateTime = sqlx::query_scalar(lease)
             .bind(ctx.id())
