@@ -536,7 +536,10 @@ fn bodies_inside_claims(jobs: &[Job], by_id: &HashMap<u64, &Job>, effects: &[Eff
                 e.attempt,
                 e.pid,
                 clock(e.started),
-                e.ended.map_or("(no end)".into(), clock),
+                e.ended.map_or("(no end)".into(), |x| match e.stalled {
+                    Some((f, t)) => format!("{} (stalled {} .. {})", clock(x), clock(f), clock(t)),
+                    None => clock(x),
+                }),
                 claim.started.map_or("?".into(), clock),
                 clock(claim.ended),
                 claim.outcome,
@@ -627,7 +630,9 @@ fn attempts_bounded(jobs: &[Job], by_id: &HashMap<u64, &Job>, effects: &[Effect]
 /// `(start, end, label)`, half-open.
 fn peak<'a>(intervals: &[(Us, Us, &'a str)]) -> (usize, Us, Vec<&'a str>) {
     let mut events: Vec<(Us, i8, usize)> = Vec::with_capacity(intervals.len() * 2);
-    for (i, (s, e, _)) in intervals.iter().enumerate() {
+    // An empty interval is no running at all (and its end, sorted before its start,
+    // would never close it).
+    for (i, (s, e, _)) in intervals.iter().enumerate().filter(|(_, (s, e, _))| s < e) {
         events.push((*s, 1, i));
         events.push((*e, -1, i));
     }
@@ -1137,6 +1142,9 @@ mod tests {
         let (n, at, who) = peak(&v);
         assert_eq!((n, at), (2, 5));
         assert_eq!(who, ["a", "c"]);
+        // A body that stalled from its very start: its first part is empty.
+        let v = [(3, 3, "frozen"), (7, 9, "frozen"), (4, 6, "other")];
+        assert_eq!(peak(&v).0, 1);
     }
 
     #[test]
