@@ -256,10 +256,35 @@ pub struct JobContext {
 /// the first one given; a lease loss is kept apart because it decides, whatever the job was
 /// told before (an operator's cancel, a shutdown), that its future must be dropped at once:
 /// another worker may take the job, and its concurrency slot is freed.
-#[derive(Debug, Default)]
+///
+/// It also holds the moment by which the worker must have stopped the run if no renewal
+/// comes (three quarters of the lease after the last renewal was sent). The lease thread
+/// stops such a run too, but a process that was frozen (SIGSTOP, a stalled VM) and thaws
+/// wakes its job tasks and its lease thread at once: the run checks the moment itself before
+/// each step, so that no step runs after it.
+#[derive(Debug)]
 pub(crate) struct CancelState {
     first: std::sync::OnceLock<CancelReason>,
     lease_lost: CancellationToken,
+    /// Nanoseconds after [`clock_base`] by which the run must stop; `u64::MAX`: never
+    /// (a context outside a worker).
+    stop_by: std::sync::atomic::AtomicU64,
+}
+
+impl Default for CancelState {
+    fn default() -> Self {
+        CancelState {
+            first: Default::default(),
+            lease_lost: Default::default(),
+            stop_by: std::sync::atomic::AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+/// The origin of [`CancelState::stop_by`].
+fn clock_base() -> std::time::Instant {
+    static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *BASE.get_or_init(std::time::Instant::now)
 }
 
 /// What a job needs to write its own completion, fenced like the worker's writes: the
@@ -519,6 +544,24 @@ impl JobContext {
     /// Resolves once the attempt's lease is lost, whatever reason the job was told first.
     pub(crate) async fn lease_lost(&self) {
         self.reason.lease_lost.cancelled().await
+    }
+
+    /// Sets the moment by which the run must have stopped, unless a renewal moves it.
+    pub(crate) fn stop_by(&self, at: std::time::Instant) {
+        let nanos = at.saturating_duration_since(clock_base()).as_nanos();
+        self.reason.stop_by.store(
+            u64::try_from(nanos).unwrap_or(u64::MAX - 1),
+            std::sync::atomic::Ordering::Release,
+        );
+    }
+
+    /// Whether the run is past the moment by which it must have stopped.
+    pub(crate) fn past_stop_by(&self) -> bool {
+        let stop_by = self
+            .reason
+            .stop_by
+            .load(std::sync::atomic::Ordering::Acquire);
+        stop_by != u64::MAX && clock_base().elapsed().as_nanos() >= u128::from(stop_by)
     }
 }
 

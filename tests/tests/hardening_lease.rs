@@ -266,10 +266,10 @@ async fn a_frozen_outcome_write_is_retried_on_a_new_connection_and_shutdown_retu
     assert_eq!(effects(&effects_pool).await, [(r.task_key, 1)]);
 }
 
-/// The first renewal is sent at a quarter of the lease (1.5 s) and abandoned at five twelfths
-/// (2.5 s); the job would be stopped at three quarters (4.5 s). The later tries have two
-/// seconds to open a new connection and renew, which a busy machine needs; the job works
-/// past the stop, so that a lease not kept shows.
+/// The first renewal is sent at a quarter of the lease (1.5 s) and abandoned at half of it
+/// (3 s); the job would be stopped at three quarters (4.5 s). The second try has 1.5 s to
+/// open a new connection and renew, which a busy machine needs; the job works past the
+/// stop, so that a lease not kept shows.
 #[job(name = "lease_frozen_renewal", lease = "6s")]
 async fn frozen_renewal(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
     record_effect_in(&effects, &ctx, "start").await?;
@@ -278,7 +278,7 @@ async fn frozen_renewal(ctx: JobContext, effects: Data<Effects>) -> Result<(), J
 }
 
 /// The connection that carries the first renewal freezes. The renewal is given up after a
-/// sixth of the lease and sent again on a new connection, in time: the job keeps its lease
+/// quarter of the lease and sent again on a new connection, in time: the job keeps its lease
 /// and runs once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_renewal_is_abandoned_and_the_lease_kept() {

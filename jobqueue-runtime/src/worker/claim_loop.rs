@@ -402,6 +402,7 @@ impl Worker {
         let give_up_after = self.config.unrunnable_deadline;
         let shutdown = shutdown.clone();
         let leases = leases.clone();
+        let (task_leases, metrics) = (leases.clone(), self.metrics.clone());
         let (id, attempt) = (c.id, c.attempt);
         let task_ctx = ctx.clone();
         let queue_slot = run.per_queue.hold(&c.queue);
@@ -436,6 +437,22 @@ impl Worker {
             // after writing the value still unwritten.
             let (outcome, ()) = tokio::join!(run, progress);
             let Some(outcome) = decide(outcome, &ctx, descriptor, give_up_after) else {
+                // Stopped for a lost lease: by the lease thread, which let the claim go, or
+                // by the run itself at its stop-by moment, before the lease thread got to it.
+                if task_leases.release(id, attempt) {
+                    metrics.add_job(
+                        &metrics.lease_lost,
+                        "jobqueue_leases_lost_total",
+                        &ctx.queue,
+                        &ctx.kind,
+                        1,
+                    );
+                    tracing::error!(
+                        job.id = id,
+                        attempt,
+                        "lease could not be renewed in time; job stopped, nothing of this attempt will be recorded, and it will run again after its lease expires"
+                    );
+                }
                 return;
             };
             let report = Report {

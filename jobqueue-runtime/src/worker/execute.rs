@@ -60,8 +60,11 @@ pub(crate) async fn run_one(
     let started = Instant::now();
     let timeout = d.options().timeout;
     // Boxed already (`RunFuture`), so it can be dropped below, where a panicking destructor
-    // is caught too.
-    let mut run = AssertUnwindSafe(d.run(payload, ctx.clone())).catch_unwind();
+    // is caught too. Every step checks the lease's stop-by moment first (see `Fenced`).
+    let mut run = Fenced {
+        run: AssertUnwindSafe(d.run(payload, ctx.clone())).catch_unwind(),
+        ctx: &ctx,
+    };
     let deadline = async {
         match timeout {
             Some(t) => tokio::time::sleep(t).await,
@@ -70,7 +73,7 @@ pub(crate) async fn run_one(
     };
     let mut deadline = std::pin::pin!(deadline);
     let ran = tokio::select! {
-        r = &mut run => finished(r),
+        r = &mut run => fenced(r),
         _ = &mut deadline => {
             ctx.cancel(CancelReason::Timeout);
             Ran::TimedOut(timeout.unwrap_or_default())
@@ -78,7 +81,7 @@ pub(crate) async fn run_one(
         // Phase two of a shutdown (whatever the job was told before, an operator's cancel
         // included): it may stop by itself, and is dropped after `cancel_grace`.
         _ = shutdown.cancelled() => tokio::select! {
-            r = &mut run => finished(r),
+            r = &mut run => fenced(r),
             _ = tokio::time::sleep(cancel_grace) => Ran::Abandoned { hand_back: true },
             _ = ctx.lease_lost() => Ran::Abandoned { hand_back: false },
         },
@@ -95,6 +98,44 @@ pub(crate) async fn run_one(
     metrics::histogram!("jobqueue_job_duration_seconds", "queue" => ctx.queue.clone(), "kind" => d.kind())
         .record(started.elapsed().as_secs_f64());
     ran
+}
+
+/// The job's future, polled only while the attempt's lease may still be held: a poll past the
+/// moment by which the worker must have stopped the run (three quarters of the lease after
+/// the last renewal sent) ends it as a lost lease without polling the job. The lease thread
+/// stops such runs as well, but after a freeze of the whole process (SIGSTOP, a stalled VM)
+/// the job's task can wake first, and one more step of the job (a write of its own) would
+/// run outside its claim.
+struct Fenced<'a, F> {
+    run: F,
+    ctx: &'a JobContext,
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for Fenced<'_, F> {
+    type Output = Option<F::Output>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        if self.ctx.past_stop_by() {
+            self.ctx.cancel(CancelReason::LeaseLost);
+            return std::task::Poll::Ready(None);
+        }
+        std::pin::Pin::new(&mut self.run).poll(cx).map(Some)
+    }
+}
+
+/// What a run that `Fenced` let end, or stopped, came to.
+fn fenced(
+    r: Option<
+        std::result::Result<std::result::Result<(), RunError>, Box<dyn std::any::Any + Send>>,
+    >,
+) -> Ran {
+    match r {
+        Some(r) => finished(r),
+        None => Ran::Abandoned { hand_back: false },
+    }
 }
 
 fn finished(

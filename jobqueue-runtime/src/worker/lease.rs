@@ -4,7 +4,7 @@
 //! vouch for before another worker may take it.
 //!
 //! The renewer runs on the worker's lease thread (see [`crate::Worker::run_until`]), away from
-//! job code, and every call it makes is bounded by a sixth of the shortest lease it renews.
+//! job code, and every call it makes is bounded by a quarter of the shortest lease it renews.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -33,6 +33,14 @@ pub(crate) struct Held {
     pub(crate) finishing: bool,
 }
 
+impl Held {
+    /// When the job must be stopped if no renewal comes: three quarters of its lease after
+    /// the last renewal (or the claim) was sent.
+    fn stop_at(&self) -> Instant {
+        self.renewed_at + self.lease.mul_f64(0.75)
+    }
+}
+
 /// The claims this worker holds, shared by the claim loop, the job tasks, the outcome
 /// writer and the renewer.
 #[derive(Debug, Clone, Default)]
@@ -47,6 +55,7 @@ impl Leases {
     /// nothing tracks it any more, so it must not go on next to the new one. Returns whether
     /// an earlier claim was displaced.
     pub(crate) fn insert(&self, id: u64, held: Held) -> bool {
+        held.ctx.stop_by(held.stop_at());
         match self.lock().insert(id, held) {
             Some(old) => {
                 old.ctx.cancel(CancelReason::LeaseLost);
@@ -154,7 +163,7 @@ fn stop_expired(leases: &Leases, metrics: &Metrics) {
     // lease go at any moment now. Stop the job before another worker can start it.
     let expired: Vec<u64> = map
         .iter()
-        .filter(|(_, h)| now.duration_since(h.renewed_at) >= h.lease.mul_f64(0.75))
+        .filter(|(_, h)| now >= h.stop_at())
         .map(|(&id, _)| id)
         .collect();
     for id in expired {
@@ -177,13 +186,14 @@ fn stop_expired(leases: &Leases, metrics: &Metrics) {
     }
 }
 
-/// How long one renewal call may wait for the server: a sixth of the lease. A renewal sent a
+/// How long one renewal call may wait for the server: a quarter of the lease. A renewal sent a
 /// quarter of the way through a lease that gets no answer is given up (with its connection)
-/// by five twelfths, which leaves time for two more tries, each on a new connection if need
+/// at half of it, which leaves a second try as long as the first, on a new connection if need
 /// be, before the job must be stopped at three quarters: one slow statement on a busy host
-/// does not cost a job its lease.
+/// does not cost a job its lease. (A shorter bound would give more tries, but abandon calls
+/// that a busy host answers slowly, and pay a new connection for each.)
 pub(crate) fn call_timeout(lease: Duration) -> Duration {
-    (lease / 6).clamp(Duration::from_millis(100), Duration::from_secs(10))
+    (lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(10))
 }
 
 /// One renewal round, if any lease is due: a quarter of the way through its lease since it was
@@ -297,6 +307,7 @@ fn mark_renewed(leases: &Leases, claims: &[(u64, u32)], renewed: &[u64], sent: I
         if let Some(h) = map.get_mut(id) {
             if h.attempt == *attempt {
                 h.renewed_at = sent;
+                h.ctx.stop_by(h.stop_at());
             }
         }
     }
@@ -482,10 +493,10 @@ mod tests {
     }
 
     #[test]
-    fn a_renewal_call_may_take_a_sixth_of_the_lease_within_bounds() {
+    fn a_renewal_call_may_take_a_quarter_of_the_lease_within_bounds() {
         assert_eq!(
             call_timeout(Duration::from_secs(30)),
-            Duration::from_secs(5)
+            Duration::from_millis(7500)
         );
         assert_eq!(
             call_timeout(Duration::from_millis(200)),
