@@ -183,7 +183,13 @@ impl Store {
         let mut slot_key = b"c:".to_vec();
         slot_key.extend_from_slice(&key);
         transaction!(self, |conn| {
-            let n = super::limits::wake(conn, &slot_key, 1).await?;
+            let n = super::limits::wake(
+                conn,
+                &slot_key,
+                1,
+                super::limits::WAKE_MAX_LEFTOVERS_IN_OUTCOME,
+            )
+            .await?;
             Ok((n, n > 0))
         })
     }

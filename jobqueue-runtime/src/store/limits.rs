@@ -46,10 +46,16 @@ pub const BLOCKED_SELECT: &str = "SELECT job_id FROM job_queue_blocked \
 /// `job_queue_blocked`).
 pub const BLOCKED_DELETE_JOB: &str = "DELETE FROM job_queue_blocked WHERE job_id = ?";
 
-/// The most waiting rows of jobs no longer blocked (cancelled, pruned) one wake deletes on
-/// its way to the blocked jobs it wakes: a hundred rounds of [`WAKE_BATCH`]. A key with
-/// more is woken again by the next release, or by maintenance, which goes on from there.
+/// The most waiting rows of jobs no longer blocked (cancelled, pruned) one wake of
+/// maintenance deletes on its way to the blocked jobs it wakes: a hundred rounds of
+/// [`WAKE_BATCH`], in a transaction of its own. A key with more is woken again by the next
+/// pass, which goes on from there.
 const WAKE_MAX_LEFTOVERS: u32 = 10_000;
+
+/// The same for a wake inside an outcome's or reclaim's transaction, which must end within
+/// a few seconds (an outcome write is given up and retried after 5 s): thirty rounds, about
+/// 120 statements. Maintenance deletes the rest.
+pub(super) const WAKE_MAX_LEFTOVERS_IN_OUTCOME: u32 = 3_000;
 
 /// The waiting rows a wake reads at once once it has met rows of jobs no longer blocked.
 const WAKE_BATCH: u32 = 100;
@@ -628,7 +634,7 @@ pub(crate) async fn release_claims(
         }
         let waiting: Vec<Vec<u8>> = q.fetch_all(&mut *conn).await?;
         for key in keys.iter().filter(|k| waiting.contains(k)) {
-            wake(conn, key, 1).await?;
+            wake(conn, key, 1, WAKE_MAX_LEFTOVERS_IN_OUTCOME).await?;
         }
     }
     Ok(freed)
@@ -637,15 +643,21 @@ pub(crate) async fn release_claims(
 /// Puts up to `n` blocked jobs of `key` back to `ready`, first in claim order, skipping
 /// jobs another transaction is waking. Returns how many. Rows of jobs no longer blocked
 /// (cancelled or pruned meanwhile, by a path that left the row) are deleted on the way:
-/// up to [`WAKE_MAX_LEFTOVERS`] of them, so that they never keep a free slot from the
+/// up to `max_leftovers` of them ([`WAKE_MAX_LEFTOVERS`] for maintenance,
+/// [`WAKE_MAX_LEFTOVERS_IN_OUTCOME`] inside an outcome's transaction), so that they never keep a free slot from the
 /// blocked jobs behind them. Once a round has met such rows, the next ones read
 /// [`WAKE_BATCH`] rows at a time: a wake runs inside an outcome's or reclaim's transaction,
 /// which has a few seconds, and a few statements per leftover row would outlast it.
-pub(super) async fn wake(conn: &mut MySqlConnection, key: &[u8], n: u32) -> sqlx::Result<u32> {
+pub(super) async fn wake(
+    conn: &mut MySqlConnection,
+    key: &[u8],
+    n: u32,
+    max_leftovers: u32,
+) -> sqlx::Result<u32> {
     let mut woken = 0;
     let mut leftovers = 0u32;
     // Every round wakes a job or deletes a leftover row, both bounded: it ends.
-    while woken < n && leftovers < WAKE_MAX_LEFTOVERS {
+    while woken < n && leftovers < max_leftovers {
         let want = n - woken;
         let read = if leftovers == 0 {
             want
@@ -745,7 +757,7 @@ impl Store {
                 }
                 let free = free.min(i64::from(MAX_SLOTS)) as u32;
                 woken += u64::from(transaction!(self, |conn| {
-                    let n = wake(conn, &key, free).await?;
+                    let n = wake(conn, &key, free, WAKE_MAX_LEFTOVERS).await?;
                     Ok((n, n > 0))
                 })?);
             }
