@@ -5,7 +5,7 @@
 //! jobs.
 //!
 //! Besides databases, it holds the plumbing the in-process worker tests (`worker.rs`,
-//! `scheduling.rs`, `regressions.rs`, ...) share: an `effects` table that jobs record their
+//! `scheduling.rs`, `worker_shutdown.rs`, ...) share: an `effects` table that jobs record their
 //! side effects in ([`fresh_queue_with_effects`], [`record_effect_in`]), reached through
 //! the worker's shared state ([`Effects`]) as an application's jobs reach its pool, a
 //! [`Mailbox`] from a test's jobs to the test, starting and stopping a [`Worker`]
@@ -21,7 +21,7 @@ use jobqueue::testing::{TestDatabase, TestServer};
 use jobqueue::{
     JobContext, JobError, JobRecord, JobStatus, Queue, Worker, WorkerBuilder, WorkerHandle,
 };
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions, MySqlRow};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -151,6 +151,26 @@ pub async fn count_status(queue: &Queue, status: JobStatus) -> i64 {
         .fetch_one(queue.pool())
         .await
         .expect("count jobs")
+}
+
+/// The one number `sql` selects (a `COUNT(*)`, say) on `pool`; panics with the statement if
+/// it fails.
+pub async fn count(pool: &MySqlPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// A text column of a raw row (EXPLAIN output and binary-collated columns come back as
+/// bytes on some servers).
+pub fn text_col(row: &MySqlRow, name: &str) -> Option<String> {
+    match sqlx::Row::try_get::<Option<String>, _>(row, name) {
+        Ok(s) => s,
+        Err(_) => sqlx::Row::try_get::<Option<Vec<u8>>, _>(row, name)
+            .unwrap_or_else(|e| panic!("column {name}: {e}"))
+            .map(|b| String::from_utf8_lossy(&b).into_owned()),
+    }
 }
 
 /// Job `id`'s row; panics if there is none.

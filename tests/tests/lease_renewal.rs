@@ -13,7 +13,7 @@
 //! the kinds share the default queue, and a worker must hold what each kind it serves takes.
 //!
 //! ```text
-//! cargo test -p tests --test hardening_lease -- --nocapture
+//! cargo test -p tests --test lease_renewal -- --nocapture
 //! ```
 
 use std::net::SocketAddr;

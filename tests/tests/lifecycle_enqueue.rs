@@ -1,19 +1,21 @@
 //! The enqueue side of a job's life against a real server: how long a task key blocks
-//! another enqueue (`Uniqueness`), under races of many enqueuers on several pools; the
-//! metadata a job carries and the filters over it; the progress a running job reports.
+//! another enqueue (`Uniqueness`), under races of many enqueuers on several pools; a key
+//! held by a job of another kind, an error rather than a duplicate; the metadata a job
+//! carries and the filters over it; the progress a running job reports.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use jobqueue::testing::{enqueued, refute_enqueued};
 use jobqueue::{
-    EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobFilter, JobOptions, JobStatus,
-    Queue, Uniqueness,
+    job, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobFilter, JobOptions,
+    JobStatus, Queue, Uniqueness,
 };
 use serde::{Deserialize, Serialize};
 use sqlx::MySqlPool;
 use tests::{
-    fresh_database, migrated_queue, quick_worker, receive, row, start, stop, wait_for, wait_status,
-    Mailbox,
+    fresh_database, fresh_queue_with_effects, migrated_queue, quick_worker, receive, row, start,
+    stop, wait_for, wait_status, Mailbox,
 };
 use tokio::sync::oneshot;
 
@@ -891,4 +893,60 @@ async fn while_active_inside_a_repeatable_read_snapshot_sees_the_holder_as_it_wa
             queue.retry(first.id()).await.unwrap();
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Two kinds with the same key template
+// ---------------------------------------------------------------------------------------
+
+#[job(name = "hc_invoice", queue = "hc_keys", key = "order:{order_id}")]
+async fn invoice(order_id: u64) {
+    let _ = order_id;
+}
+
+#[job(name = "hc_receipt", queue = "hc_keys", key = "order:{order_id}")]
+async fn receipt(order_id: u64) {
+    let _ = order_id;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_held_by_another_kind_is_an_error_not_a_duplicate() {
+    let (queue, _effects) = fresh_queue_with_effects("hc_keys").await;
+    let first = queue.enqueue(Invoice { order_id: 7 }).await.unwrap();
+    assert!(first.is_new());
+
+    // The receipt of order 7 renders the same key as its invoice.
+    let err = queue
+        .enqueue(Receipt { order_id: 7 })
+        .await
+        .expect_err("a receipt must not pass for a duplicate of the invoice");
+    assert!(
+        matches!(&err, Error::KeyTaken { holder, kind, id, .. }
+            if holder == "hc_invoice" && kind == "hc_receipt" && *id == first.id()),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("\"order:7\"") && msg.contains("hc_invoice") && msg.contains("hc_receipt:"),
+        "{msg}"
+    );
+    let err = queue
+        .enqueue_many([Receipt { order_id: 7 }, Receipt { order_id: 8 }])
+        .await
+        .expect_err("the batch holds the same receipt");
+    assert!(matches!(err, Error::KeyTaken { .. }), "{err:?}");
+
+    // A second invoice of the order is still a duplicate of the first, as before.
+    assert_eq!(
+        queue.enqueue(Invoice { order_id: 7 }).await.unwrap(),
+        Enqueued::Duplicate(first.id())
+    );
+    // Nothing else was enqueued: not the receipt, nor the batch.
+    refute_enqueued::<Receipt>(&queue).await;
+    let invoices = enqueued::<Invoice>(&queue).await;
+    let keys: Vec<&str> = invoices
+        .iter()
+        .map(|j| j.record.task_key.as_str())
+        .collect();
+    assert_eq!(keys, ["order:7"]);
 }

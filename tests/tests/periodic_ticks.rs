@@ -1,5 +1,5 @@
-//! Periodic jobs run each tick once, whatever happens to the tick's row, and never in a
-//! burst; task keys of two kinds never swallow each other's jobs.
+//! Periodic (cron) jobs in one process: they run each tick once, whatever happens to the
+//! tick's row, and never in a burst. Ticks across processes are in `periodic_processes.rs`.
 //!
 //! Every worker of this binary schedules every periodic kind in it, into the test's own
 //! database. So each test's kinds live in a queue of their own, which only that test's
@@ -8,8 +8,7 @@
 use std::time::Duration;
 
 use jobqueue::cron::tick_key;
-use jobqueue::testing::{enqueued, refute_enqueued};
-use jobqueue::{job, Data, Enqueued, Error, Job, JobContext, JobError, JobStatus, Queue};
+use jobqueue::{job, Data, Job, JobContext, JobError, JobStatus, Queue};
 use sqlx::mysql::MySqlPool;
 use sqlx::types::chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
 use tests::{
@@ -478,62 +477,6 @@ async fn a_tick_is_skipped_while_the_previous_one_still_runs() {
             "a tick was enqueued while the previous one ran: {rows:?}"
         );
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// Two kinds with the same key template
-// ---------------------------------------------------------------------------------------
-
-#[job(name = "hc_invoice", queue = "hc_keys", key = "order:{order_id}")]
-async fn invoice(order_id: u64) {
-    let _ = order_id;
-}
-
-#[job(name = "hc_receipt", queue = "hc_keys", key = "order:{order_id}")]
-async fn receipt(order_id: u64) {
-    let _ = order_id;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_held_by_another_kind_is_an_error_not_a_duplicate() {
-    let (queue, _effects) = fresh_queue_with_effects("hc_keys").await;
-    let first = queue.enqueue(Invoice { order_id: 7 }).await.unwrap();
-    assert!(first.is_new());
-
-    // The receipt of order 7 renders the same key as its invoice.
-    let err = queue
-        .enqueue(Receipt { order_id: 7 })
-        .await
-        .expect_err("a receipt must not pass for a duplicate of the invoice");
-    assert!(
-        matches!(&err, Error::KeyTaken { holder, kind, id, .. }
-            if holder == "hc_invoice" && kind == "hc_receipt" && *id == first.id()),
-        "{err:?}"
-    );
-    let msg = err.to_string();
-    assert!(
-        msg.contains("\"order:7\"") && msg.contains("hc_invoice") && msg.contains("hc_receipt:"),
-        "{msg}"
-    );
-    let err = queue
-        .enqueue_many([Receipt { order_id: 7 }, Receipt { order_id: 8 }])
-        .await
-        .expect_err("the batch holds the same receipt");
-    assert!(matches!(err, Error::KeyTaken { .. }), "{err:?}");
-
-    // A second invoice of the order is still a duplicate of the first, as before.
-    assert_eq!(
-        queue.enqueue(Invoice { order_id: 7 }).await.unwrap(),
-        Enqueued::Duplicate(first.id())
-    );
-    // Nothing else was enqueued: not the receipt, nor the batch.
-    refute_enqueued::<Receipt>(&queue).await;
-    let invoices = enqueued::<Invoice>(&queue).await;
-    let keys: Vec<&str> = invoices
-        .iter()
-        .map(|j| j.record.task_key.as_str())
-        .collect();
-    assert_eq!(keys, ["order:7"]);
 }
 
 // ---------------------------------------------------------------------------------------

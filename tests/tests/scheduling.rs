@@ -8,7 +8,8 @@
 //! are compared with `run_at` by the same clock that set it, and run order is read from the
 //! sequence.
 //!
-//! This binary registers no periodic kind: periodic jobs are tested in `cron.rs`.
+//! This binary registers no periodic kind: periodic jobs are tested in `periodic_ticks.rs`
+//! and `periodic_processes.rs`.
 
 use std::time::Duration;
 

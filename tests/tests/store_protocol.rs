@@ -1,9 +1,11 @@
-//! The queue core against a real server: claims under contention, SKIP LOCKED, the indexes
-//! behind every maintenance query, fencing, reclaim and promotion, idempotent enqueue, and
-//! the errors bad input gets.
+//! The queue core's protocol against a real server: claims under contention, SKIP LOCKED,
+//! fencing, reclaim and promotion, idempotent enqueue, the errors bad input gets (a lease
+//! longer than the table holds among them), a read-only server, and how delays, start
+//! times and priorities are stored.
 //!
 //! Rows are driven through the store's protocol steps (the runtime's `__store` test door)
-//! with arbitrary owner names; no worker runs here.
+//! with arbitrary owner names; no worker runs here. The plans of the same statements
+//! (EXPLAIN) are checked in `mysql_query_plans.rs`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -11,15 +13,15 @@ use std::time::{Duration, Instant};
 
 use jobqueue::testing::TestServer;
 use jobqueue::{
-    CancelOutcome, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobOptions,
+    job, CancelOutcome, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobOptions,
     JobStatus, Queue, QueueConfig,
 };
 use jobqueue_runtime::__store::{Finish, Reclaimed};
 use serde::{Deserialize, Serialize, Serializer};
-use sqlx::mysql::{MySqlConnection, MySqlPoolOptions, MySqlRow};
+use sqlx::mysql::{MySqlConnection, MySqlPoolOptions};
 use sqlx::types::chrono::NaiveDateTime;
-use sqlx::{Connection, Executor, MySqlPool, Row};
-use tests::{fresh_database, fresh_queue, row as job, LogCapture};
+use sqlx::{Connection, Executor, MySqlPool};
+use tests::{count, fresh_database, fresh_queue, row as job, text_col, LogCapture};
 
 // ---------------------------------------------------------------------------------------
 // Job kinds
@@ -110,13 +112,6 @@ fn keyed(key: &str) -> EnqueueOptions {
     EnqueueOptions::default().key(key)
 }
 
-async fn count(pool: &MySqlPool, sql: &str) -> i64 {
-    sqlx::query_scalar(sql)
-        .fetch_one(pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
 /// Makes a running job's lease run out now (test setup: no waiting for a real lease).
 async fn expire_lease(queue: &Queue, id: u64) {
     let matched = sqlx::query(
@@ -128,18 +123,6 @@ async fn expire_lease(queue: &Queue, id: u64) {
     .expect("expire lease")
     .rows_affected();
     assert_eq!(matched, 1, "job {id} to expire");
-}
-
-/// A text column of a raw row (EXPLAIN output and binary-collated columns come back as
-/// bytes on some servers).
-fn text_col(row: &MySqlRow, name: &str) -> Option<String> {
-    match row.try_get::<Option<String>, _>(name) {
-        Ok(s) => s,
-        Err(_) => row
-            .try_get::<Option<Vec<u8>>, _>(name)
-            .unwrap_or_else(|e| panic!("column {name}: {e}"))
-            .map(|b| String::from_utf8_lossy(&b).into_owned()),
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -301,520 +284,7 @@ async fn claim_skips_a_locked_row_without_waiting() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 3. EXPLAIN of the claim, promote, reclaim and prune SELECTs
-// ---------------------------------------------------------------------------------------
-
-// The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
-use jobqueue_runtime::__store::statements::{
-    complete_in_sql, key_history_sql, release_sql, ATTEMPT_LOG_SELECT, BLOCKED_IN_QUEUE,
-    BRING_FORWARD_SELECT, CLAIM_SELECT, CONCURRENCY_KEY_OF_JOB, OUTPUT_AFTER_COMMIT, OUTPUT_SELECT,
-    PROGRESS_UPDATE, PROMOTE_PROBE, PROMOTE_SELECT, PRUNE_SELECT, RECLAIM_SELECT,
-};
-use jobqueue_runtime::__store::statements::{ready_probe_sql, COUNT_GAUGES};
-
-/// One row of an `EXPLAIN`.
-#[derive(Debug)]
-struct PlanRow {
-    table: String,
-    access: String,
-    key: Option<String>,
-    #[allow(dead_code)] // shown in failure messages
-    key_len: Option<String>,
-    key_ref: Option<String>,
-    rows: u64,
-    extra: String,
-}
-
-async fn explain(pool: &MySqlPool, sql: &str, binds: &[&str]) -> Vec<PlanRow> {
-    let explain = format!("EXPLAIN {sql}");
-    let mut q = sqlx::query(&explain);
-    for b in binds {
-        q = q.bind(*b);
-    }
-    let rows = q
-        .fetch_all(pool)
-        .await
-        .unwrap_or_else(|e| panic!("{explain}: {e}"));
-    rows.iter()
-        .map(|r| PlanRow {
-            table: text_col(r, "table").unwrap_or_default(),
-            access: text_col(r, "type").unwrap_or_default(),
-            key: text_col(r, "key"),
-            key_len: text_col(r, "key_len"),
-            key_ref: text_col(r, "ref"),
-            rows: r
-                .try_get::<Option<u64>, _>("rows")
-                .ok()
-                .flatten()
-                .or_else(|| text_col(r, "rows").and_then(|s| s.parse().ok()))
-                .unwrap_or(0),
-            extra: text_col(r, "Extra").unwrap_or_default(),
-        })
-        .collect()
-}
-
-/// How a plan must reach `job_queue`.
-enum Access {
-    /// Equality lookups on this many leading index columns.
-    Ref(usize),
-    /// A range of the index.
-    Range,
-}
-
-/// Checks the plan of `sql` reads `job_queue` through `index`, in index order: no filesort,
-/// no temporary table, no full scan, and only a part of the table.
-async fn assert_plan(
-    pool: &MySqlPool,
-    what: &str,
-    sql: &str,
-    binds: &[&str],
-    index: &str,
-    access: Access,
-) {
-    let total = count(pool, "SELECT COUNT(*) FROM job_queue").await as u64;
-    let plan = explain(pool, sql, binds).await;
-    let main = plan
-        .iter()
-        .find(|row| row.table == "job_queue")
-        .unwrap_or_else(|| panic!("{what}: no plan row for job_queue: {plan:#?}"));
-    assert_eq!(
-        main.key.as_deref(),
-        Some(index),
-        "{what} uses {index}: {plan:#?}"
-    );
-    match access {
-        Access::Ref(columns) => {
-            assert_eq!(main.access, "ref", "{what}: {plan:#?}");
-            let consts = main.key_ref.as_deref().unwrap_or("").split(',').count();
-            assert_eq!(
-                consts, columns,
-                "{what} looks up {columns} leading columns of {index}: {plan:#?}"
-            );
-        }
-        Access::Range => {
-            assert_eq!(main.access, "range", "{what}: {plan:#?}");
-            assert!(
-                main.rows < total / 2,
-                "{what} expects to read {} of {total} rows: {plan:#?}",
-                main.rows
-            );
-        }
-    }
-    for row in &plan {
-        assert_ne!(row.access, "ALL", "{what}: full scan: {plan:#?}");
-        assert!(
-            !row.extra.contains("filesort") && !row.extra.contains("temporary"),
-            "{what} needs a sort: {plan:#?}"
-        );
-    }
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn maintenance_queries_use_their_indexes() {
-    let queue = fresh_queue("store_explain").await;
-    // 3,600 jobs over three queues and four priorities...
-    let mut tx = queue.pool().begin().await.expect("begin");
-    let mut n = 0;
-    for q in ["default", "emails", "exports"] {
-        for priority in [-5i16, 0, 3, 10] {
-            let jobs: Vec<Task> = (n..n + 300).map(|n| Task { n }).collect();
-            n += 300;
-            let options = EnqueueOptions::default().queue(q).priority(priority);
-            let outcomes = queue
-                .enqueue_many_in(&mut tx, jobs, options)
-                .await
-                .expect("enqueue");
-            assert!(outcomes.iter().all(|o| o.is_new()));
-        }
-    }
-    tx.commit().await.expect("commit");
-    // ...spread over every status, with run_at and lease_until on both sides of now.
-    sqlx::query(
-        "UPDATE job_queue SET \
-           status = ELT(1 + id % 6, 'scheduled', 'ready', 'running', 'done', 'failed', 'cancelled'), \
-           run_at = UTC_TIMESTAMP(6) + INTERVAL (id % 120) MINUTE - INTERVAL 60 MINUTE, \
-           lease_owner = IF(id % 6 = 2, CONCAT('worker-', id % 7), NULL), \
-           lease_until = IF(id % 6 = 2, UTC_TIMESTAMP(6) + INTERVAL (id % 60) SECOND - INTERVAL 30 SECOND, NULL), \
-           attempts = IF(id % 6 IN (0, 1), 0, 1), \
-           finished_at = IF(id % 6 >= 3, UTC_TIMESTAMP(6), NULL)",
-    )
-    .execute(queue.pool())
-    .await
-    .expect("mix statuses");
-    sqlx::query("ANALYZE TABLE job_queue")
-        .execute(queue.pool())
-        .await
-        .expect("analyze");
-    let statuses = queue.counts(None).await.expect("counts");
-    assert_eq!(statuses.len(), 6, "every status is present: {statuses:?}");
-
-    let pool = queue.pool();
-    // A job's history and output: one row, by primary key.
-    for (what, sql) in [
-        ("attempt history", ATTEMPT_LOG_SELECT),
-        ("output", OUTPUT_SELECT),
-    ] {
-        let plan = explain(pool, sql, &["1000"]).await;
-        assert_eq!(plan.len(), 1, "{what}: {plan:#?}");
-        assert_eq!(plan[0].key.as_deref(), Some("PRIMARY"), "{what}: {plan:#?}");
-        assert_eq!(plan[0].access, "const", "{what}: {plan:#?}");
-    }
-    assert_plan(
-        pool,
-        "claim",
-        CLAIM_SELECT,
-        &["default", "default", "10"],
-        "job_queue_claim",
-        Access::Ref(2),
-    )
-    .await;
-    assert_plan(
-        pool,
-        "idle probe",
-        &ready_probe_sql(2),
-        &["default", "default", "other", "other"],
-        "job_queue_claim",
-        Access::Ref(2),
-    )
-    .await;
-    assert_plan(
-        pool,
-        "promote",
-        PROMOTE_SELECT,
-        &["100"],
-        "job_queue_status_at",
-        Access::Range,
-    )
-    .await;
-    assert_plan(
-        pool,
-        "promote probe",
-        PROMOTE_PROBE,
-        &[],
-        "job_queue_status_at",
-        Access::Range,
-    )
-    .await;
-    assert_plan(
-        pool,
-        "reclaim",
-        RECLAIM_SELECT,
-        &["100"],
-        "job_queue_status_at",
-        Access::Range,
-    )
-    .await;
-    assert_plan(
-        pool,
-        "prune",
-        PRUNE_SELECT,
-        &["done", "3600000000", "1000"],
-        "job_queue_status_at",
-        Access::Range,
-    )
-    .await;
-    // The gauges' count reads the waiting, running and failed rows' range of the status-time
-    // index, never the finished rows; it groups its few result rows in a temporary table.
-    let plan = explain(pool, COUNT_GAUGES, &[]).await;
-    assert!(
-        plan.iter().any(|row| row.table == "job_queue"
-            && row.key.as_deref() == Some("job_queue_status_at")
-            && row.access == "range"),
-        "gauges: {plan:#?}"
-    );
-    // A job's completion in its own transaction: one row, by primary key, so that it locks
-    // nothing else.
-    assert_plan(
-        pool,
-        "complete in a transaction",
-        &complete_in_sql(),
-        &["7", "worker-0", "1"],
-        "PRIMARY",
-        Access::Range,
-    )
-    .await;
-    // `jobqueue::testing::drain` moving time forward in a test database.
-    assert_plan(
-        pool,
-        "bring forward",
-        BRING_FORWARD_SELECT,
-        &["emails", "500"],
-        "job_queue_claim",
-        Access::Ref(2),
-    )
-    .await;
-    // The jobs a drain left blocked in a queue.
-    assert_plan(
-        pool,
-        "blocked in queue",
-        BLOCKED_IN_QUEUE,
-        &["emails", "5"],
-        "job_queue_claim",
-        Access::Ref(2),
-    )
-    .await;
-    // The older jobs of a key: the released range of its prefix, newest first.
-    assert_plan(
-        pool,
-        "jobs of a key",
-        &key_history_sql(),
-        &["sync:1\u{0}", "sync:1\u{1}", "sync:1", "10"],
-        "job_queue_task_key",
-        Access::Range,
-    )
-    .await;
-    // The release of a key whose holder no longer blocks it: the holder, by its key.
-    // (Of a key that exists: MySQL plans no index for a key that matches no row.)
-    let some_key: String = sqlx::query_scalar("SELECT CAST(MAX(task_key) AS CHAR) FROM job_queue")
-        .fetch_one(pool)
-        .await
-        .expect("a key");
-    let plan = explain(pool, &release_sql(), &[&some_key]).await;
-    assert!(
-        plan.iter().any(|row| row.table == "job_queue"
-            && row.key.as_deref() == Some("job_queue_task_key")
-            && row.rows <= 1),
-        "the release reads one row by its key: {plan:#?}"
-    );
-    // A running job's progress: one row by its id, through the primary key or the
-    // (status, id) index, which the optimizer may equally pick for `status = ? AND id = ?`.
-    let plan = explain(pool, PROGRESS_UPDATE, &["{}", "5", "worker-1", "1"]).await;
-    assert!(
-        plan.iter().any(|row| row.table == "job_queue"
-            && matches!(
-                row.key.as_deref(),
-                Some("PRIMARY" | "job_queue_list_status")
-            )
-            && row.rows <= 1),
-        "progress write reads one row by id: {plan:#?}"
-    );
-    // After a completion in the job's own transaction: its output, and its concurrency key
-    // (to wake the key's next job), each one row by its id (through the primary key or,
-    // for `status = 'done' AND id = ?`, the (status, id) index).
-    for (what, sql, binds) in [
-        (
-            "output after the commit",
-            OUTPUT_AFTER_COMMIT,
-            &["{}", "5", "1"][..],
-        ),
-        (
-            "concurrency key of a job",
-            CONCURRENCY_KEY_OF_JOB,
-            &["5"][..],
-        ),
-    ] {
-        let plan = explain(pool, sql, binds).await;
-        assert!(
-            plan.iter().any(|row| row.table == "job_queue"
-                && matches!(
-                    row.key.as_deref(),
-                    Some("PRIMARY" | "job_queue_list_status")
-                )
-                && row.rows <= 1),
-            "{what} reads one row by id: {plan:#?}"
-        );
-    }
-}
-
-/// Every status waits on one time (a scheduled job on `run_at`, a running one on
-/// `lease_until`, a finished one on `finished_at`), and the table keeps those times in one
-/// computed column under one index: a status change rewrites three secondary index entries
-/// (the claim, the status time, the status list), not five.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_time_a_status_waits_on_is_one_column_under_one_index() {
-    let queue = fresh_queue("store_status_at").await;
-    let jobs: Vec<Task> = (0..60).map(|n| Task { n }).collect();
-    queue.enqueue_many(jobs).await.expect("enqueue");
-    sqlx::query(
-        "UPDATE job_queue SET \
-           status = ELT(1 + id % 7, 'scheduled', 'ready', 'running', 'done', 'failed', 'cancelled', 'blocked'), \
-           run_at = UTC_TIMESTAMP(6) + INTERVAL id MINUTE, \
-           lease_until = IF(id % 7 = 2, UTC_TIMESTAMP(6) + INTERVAL id SECOND, NULL), \
-           finished_at = IF(id % 7 BETWEEN 3 AND 5, UTC_TIMESTAMP(6) - INTERVAL id SECOND, NULL)",
-    )
-    .execute(queue.pool())
-    .await
-    .expect("mix statuses");
-    let pool = queue.pool();
-    for (statuses, column) in [
-        ("'scheduled', 'ready', 'blocked'", "run_at"),
-        ("'running'", "lease_until"),
-        ("'done', 'failed', 'cancelled'", "finished_at"),
-    ] {
-        let rows = count(
-            pool,
-            &format!("SELECT COUNT(*) FROM job_queue WHERE status IN ({statuses})"),
-        )
-        .await;
-        let matching = count(
-            pool,
-            &format!(
-                "SELECT COUNT(*) FROM job_queue WHERE status IN ({statuses}) \
-                 AND status_at = {column}"
-            ),
-        )
-        .await;
-        assert!(rows > 0, "the mix has {statuses} rows");
-        assert_eq!(
-            matching, rows,
-            "status_at of {statuses} rows is their {column}"
-        );
-    }
-    let indexes: BTreeSet<String> = sqlx::query(
-        "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'job_queue'",
-    )
-    .fetch_all(pool)
-    .await
-    .expect("indexes")
-    .iter()
-    .map(|r| text_col(r, "INDEX_NAME").expect("name"))
-    .collect();
-    let expected: BTreeSet<String> = [
-        "PRIMARY",
-        "job_queue_task_key",
-        "job_queue_claim",
-        "job_queue_status_at",
-        "job_queue_list_status",
-        "job_queue_list_queue",
-        "job_queue_list_kind",
-    ]
-    .into_iter()
-    .map(String::from)
-    .collect();
-    assert_eq!(indexes, expected, "the job table's indexes");
-    let with_status: i64 = count(
-        pool,
-        "SELECT COUNT(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'job_queue' AND COLUMN_NAME = 'status'",
-    )
-    .await;
-    assert_eq!(with_status, 3, "indexes a status change rewrites");
-}
-
-/// The limits' statements on their side tables: a key's slots and blocked jobs are found
-/// by the key (a prefix of the primary key), a claim's slots by the holder index; none
-/// scans a table or sorts.
-#[tokio::test(flavor = "multi_thread")]
-async fn limit_statements_use_their_indexes() {
-    use jobqueue_runtime::__store::statements::{
-        lock_free_slots_sql, BLOCKED_DELETE_JOB, BLOCKED_SELECT, FREE_CONCURRENCY_SLOT,
-        FREE_RATE_SLOT, ORPHAN_SLOTS, SLOT_OF_CLAIM, SLOT_RELEASE, WAKE_SCAN,
-    };
-    let queue = fresh_queue("store_explain_limits").await;
-    let pool = queue.pool();
-    // 500 keys of 8 slots, half of them held; 500 keys with 10 blocked jobs each.
-    sqlx::query(
-        "INSERT INTO job_queue_slot (slot_key, slot_no, job_id, attempt) \
-         WITH RECURSIVE k (i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < 499), \
-           s (j) AS (SELECT 0 UNION ALL SELECT j + 1 FROM s WHERE j < 7) \
-         SELECT CONCAT('c:key-', i), j, IF(j % 2 = 0, i * 8 + j, NULL), IF(j % 2 = 0, 1, NULL) FROM k, s",
-    )
-    .execute(pool)
-    .await
-    .expect("fill slots");
-    sqlx::query(
-        "INSERT INTO job_queue_blocked (slot_key, priority, job_id) \
-         WITH RECURSIVE k (i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < 499), \
-           s (j) AS (SELECT 0 UNION ALL SELECT j + 1 FROM s WHERE j < 9) \
-         SELECT CONCAT('c:key-', i), j % 3, i * 10 + j FROM k, s",
-    )
-    .execute(pool)
-    .await
-    .expect("fill blocked");
-    for table in ["job_queue_slot", "job_queue_blocked"] {
-        sqlx::query(&format!("ANALYZE TABLE {table}"))
-            .execute(pool)
-            .await
-            .expect("analyze");
-    }
-    let lock_slots = lock_free_slots_sql(3);
-    let cases: [(&str, &str, &[&str], &str, &str); 9] = [
-        (
-            "lock of the free slots a claim takes",
-            &lock_slots,
-            &["c:key-7", "1", "c:key-9", "3", "c:key-9", "5"],
-            "job_queue_slot",
-            "PRIMARY",
-        ),
-        (
-            "free concurrency slot",
-            FREE_CONCURRENCY_SLOT,
-            &["c:key-7", "8"],
-            "job_queue_slot",
-            "PRIMARY",
-        ),
-        (
-            "free rate slot",
-            FREE_RATE_SLOT,
-            &["c:key-7", "8"],
-            "job_queue_slot",
-            "PRIMARY",
-        ),
-        (
-            "blocked jobs of a key",
-            BLOCKED_SELECT,
-            &["c:key-7", "1"],
-            "job_queue_blocked",
-            "PRIMARY",
-        ),
-        (
-            "orphaned slots",
-            ORPHAN_SLOTS,
-            &[],
-            "s",
-            "job_queue_slot_holder",
-        ),
-        ("keys to wake", WAKE_SCAN, &[""], "s", "PRIMARY"),
-        // A completion in the job's own transaction finds its slot without a lock, then
-        // frees it by primary key.
-        (
-            "slot of a claim",
-            SLOT_OF_CLAIM,
-            &["16", "1"],
-            "job_queue_slot",
-            "job_queue_slot_holder",
-        ),
-        (
-            "release of one slot",
-            SLOT_RELEASE,
-            &["c:key-2", "0", "16", "1"],
-            "job_queue_slot",
-            "PRIMARY",
-        ),
-        (
-            "the waiting row of a cancelled job",
-            BLOCKED_DELETE_JOB,
-            &["7"],
-            "job_queue_blocked",
-            "job_queue_blocked_job",
-        ),
-    ];
-    for (what, sql, binds, table, index) in cases {
-        let plan = explain(pool, sql, binds).await;
-        let row = plan
-            .iter()
-            .find(|r| r.table == table)
-            .unwrap_or_else(|| panic!("{what}: no plan row for {table}: {plan:#?}"));
-        assert_eq!(row.key.as_deref(), Some(index), "{what}: {plan:#?}");
-        for r in plan.iter().filter(|r| !r.table.starts_with('<')) {
-            assert_ne!(r.access, "ALL", "{what}: full scan: {plan:#?}");
-            assert!(!r.extra.contains("filesort"), "{what} sorts: {plan:#?}");
-        }
-    }
-    // The claim read of the job table is the one above; the job rows it joins are read
-    // by primary key.
-    let plan = explain(pool, ORPHAN_SLOTS, &[]).await;
-    let jobs = plan.iter().find(|r| r.table == "j").expect("the job table");
-    assert_eq!(
-        (jobs.access.as_str(), jobs.key.as_deref()),
-        ("eq_ref", Some("PRIMARY")),
-        "{plan:#?}"
-    );
-}
-
-// ---------------------------------------------------------------------------------------
-// 4. Fencing
+// 3. Fencing
 // ---------------------------------------------------------------------------------------
 
 /// After its lease was taken back and the job claimed again, the first owner's writes all
@@ -939,7 +409,7 @@ async fn a_lost_lease_writes_nothing() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 5. Reclaim and promote
+// 4. Reclaim and promote
 // ---------------------------------------------------------------------------------------
 
 /// Expired leases come back as ready (attempts kept), failed (last attempt, earlier error
@@ -1078,7 +548,7 @@ async fn promote_makes_due_jobs_ready() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 6. Idempotent enqueue
+// 5. Idempotent enqueue
 // ---------------------------------------------------------------------------------------
 
 /// The same key twice: one row, the second a logged `Duplicate` of the first.
@@ -1375,7 +845,7 @@ async fn concurrent_enqueues_of_one_key_give_one_job() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 7. Bad input
+// 6. Bad input
 // ---------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1652,7 +1122,7 @@ async fn unusual_keys_are_kept_byte_for_byte() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 8. A read-only server
+// 7. A read-only server
 // ---------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1696,7 +1166,7 @@ async fn a_read_only_server_is_refused() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 9. Delays, start times and priorities
+// 8. Delays, start times and priorities
 // ---------------------------------------------------------------------------------------
 
 async fn db_time(pool: &MySqlPool, expr: &str) -> NaiveDateTime {
@@ -1808,4 +1278,36 @@ async fn delays_start_times_and_priorities_are_stored() {
         vec![urgent, early, now, lazy],
         "by priority, then id"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. Leases beyond what the table can hold are refused
+// ---------------------------------------------------------------------------------------
+
+/// A lease longer than the `lease_ms` column holds (about 49.7 days).
+#[job(
+    name = "hardening_conn_endless_lease",
+    queue = "conn_never_served",
+    lease = "60d"
+)]
+async fn endless_lease() {}
+
+/// A lease over `u32::MAX` milliseconds is refused at enqueue with
+/// an error naming the limit, instead of being cut to 49.7 days without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_longer_than_the_table_holds_is_refused() {
+    let queue = fresh_queue("conn_lease").await;
+    match queue.enqueue(EndlessLease {}).await {
+        Err(Error::InvalidSetting {
+            setting: "lease",
+            reason,
+        }) => {
+            assert!(
+                reason.contains("lease") && reason.contains("49"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+    assert_eq!(queue.counts(None).await.unwrap(), vec![]);
 }

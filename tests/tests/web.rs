@@ -1,6 +1,6 @@
 //! The dashboard (`jobqueue-web`) over HTTP: what each page shows, what each action changes,
 //! and its security settings. The browser tests are in `web_browser.rs`; the plans of its
-//! queries on a large table in `web_cost.rs`.
+//! queries on a large table in `mysql_query_plans.rs`.
 
 mod web_support;
 

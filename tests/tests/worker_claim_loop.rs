@@ -1,21 +1,23 @@
-//! The paths that make the worker and enqueue fast, held to what they must still guarantee:
-//! a worker with more than 256 slots fills them in one pass (a claim takes at most 256 jobs
-//! per transaction); an idle worker finds a job that another process enqueued within its
-//! idle probe's interval, and never claims for jobs of a paused queue; a bulk enqueue that
-//! takes its ids from the `INSERT` itself reports the id of every row right, whether the
-//! server hands out consecutive ids or not, and with keys already taken in any chunk.
+//! The worker's claim loop, its fast paths held to what they must still guarantee: a worker
+//! with more than 256 slots fills them in one pass (a claim takes at most 256 jobs per
+//! transaction); an idle worker finds a job that another process enqueued within its idle
+//! probe's interval, and never claims for jobs of a paused queue; and a worker with every
+//! slot busy does not spin (that test failed before its fix).
+//!
+//! Every test has its own database and its own job kinds (one registry serves the whole
+//! binary). The fast path of bulk enqueue is in `enqueue_bulk.rs`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use jobqueue::{job, Data, Enqueued, JobError, JobStatus, Queue, Worker};
+use jobqueue::{job, Data, JobError, JobStatus, Queue, Worker};
 use tests::{
-    count_status, fresh_database, migrated_queue, row, start, stop, wait_for, wait_status,
+    count_status, fresh_database, fresh_queue, init_tracing, migrated_queue, receive, row, start,
+    stop, wait_for, wait_status, Mailbox,
 };
 
 // ---------------------------------------------------------------------------------------
-// 1. More than 256 slots.
+// More than 256 slots.
 // ---------------------------------------------------------------------------------------
 
 /// Holds every job until `parties` jobs run at once.
@@ -64,7 +66,7 @@ async fn a_worker_with_300_slots_fills_them_all_in_one_pass() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 2. The idle probe.
+// The idle probe.
 // ---------------------------------------------------------------------------------------
 
 #[job(name = "fast_idle", queue = "fast_idle")]
@@ -198,122 +200,126 @@ async fn the_idle_probe_interval_is_checked() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 3. Bulk enqueue's ids.
+// A saturated worker does not spin.
 // ---------------------------------------------------------------------------------------
 
-#[job(name = "fast_bulk", queue = "fast_bulk", key = "bulk:{n}")]
-async fn bulk(n: u32) -> Result<(), JobError> {
-    let _ = n;
-    Ok(())
+static BUSY_STARTED: Mailbox<u32> = Mailbox::new();
+
+#[job(name = "regressions_busy_slot")]
+async fn busy_slot(n: u32) {
+    BUSY_STARTED.send(n);
+    tokio::time::sleep(Duration::from_secs(5)).await;
 }
 
-/// Every `New(id)` names the row that holds its job's key.
-async fn assert_ids_match_keys(queue: &Queue, keys: &[u32], out: &[Enqueued]) {
-    let rows: HashMap<u64, String> = sqlx::query_as::<_, (u64, Vec<u8>)>(
-        "SELECT id, task_key FROM job_queue WHERE kind = 'fast_bulk'",
-    )
-    .fetch_all(queue.pool())
-    .await
-    .expect("rows")
-    .into_iter()
-    .map(|(id, k)| (id, String::from_utf8(k).expect("utf-8 key")))
-    .collect();
-    assert_eq!(keys.len(), out.len());
-    for (n, e) in keys.iter().zip(out) {
-        assert_eq!(
-            rows.get(&e.id()).map(String::as_str),
-            Some(format!("bulk:{n}").as_str()),
-            "job {n} reported as {e:?}"
-        );
-    }
+/// CPU time (user + system) used so far by the calling thread.
+fn thread_cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("read /proc stat");
+    ticks_to_time(cpu_ticks(&stat))
 }
 
-/// Four bulk enqueues at once, of three chunks each: every id is right.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_bulk_enqueues_report_the_id_of_every_row() {
-    let queue = migrated_queue(&fresh_database("fast_bulk_concurrent").await).await;
-    let tasks: Vec<_> = (0..4u32)
-        .map(|t| {
-            let queue = queue.clone();
-            tokio::spawn(async move {
-                let keys: Vec<u32> = (0..2_500).map(|i| t * 10_000 + i).collect();
-                let out = queue
-                    .enqueue_many(keys.iter().map(|&n| Bulk { n }))
-                    .await
-                    .expect("enqueue_many");
-                (keys, out)
-            })
-        })
+/// The CPU ticks (user + system) of a `/proc/.../stat` line.
+fn cpu_ticks(stat: &str) -> u64 {
+    // Fields 14 and 15 (utime, stime), counted after the command name in parentheses,
+    // which may itself contain spaces.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("a stat line") + 1..]
+        .split_whitespace()
         .collect();
-    for t in tasks {
-        let (keys, out) = t.await.expect("task");
-        assert!(
-            out.iter().copied().all(Enqueued::is_new),
-            "all keys are new"
-        );
-        assert_ids_match_keys(&queue, &keys, &out).await;
-    }
-    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
-        .fetch_one(queue.pool())
-        .await
-        .unwrap();
-    assert_eq!(total, 10_000);
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
-/// A session that hands out every third id (`auto_increment_increment = 3`): the ids of a
-/// multi-row `INSERT` are not consecutive, and are read by key instead.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bulk_ids_are_right_when_the_server_skips_ids() {
-    let url = fresh_database("fast_bulk_increment").await;
-    migrated_queue(&url).await;
-    let pool = tests::pool_with_session(&url, 2, "SET SESSION auto_increment_increment = 3").await;
-    let queue = Queue::from_pool(pool).await.expect("queue");
-    let keys: Vec<u32> = (0..1_500).collect();
-    let out = queue
-        .enqueue_many(keys.iter().map(|&n| Bulk { n }))
-        .await
-        .expect("enqueue_many");
-    assert!(out.iter().copied().all(Enqueued::is_new));
-    assert_ids_match_keys(&queue, &keys, &out).await;
-    let gaps: Vec<u64> = out.windows(2).map(|w| w[1].id() - w[0].id()).collect();
-    assert!(
-        gaps.iter().all(|g| *g == 3),
-        "ids three apart: {:?}",
-        &gaps[..5]
-    );
+fn ticks_to_time(ticks: u64) -> Duration {
+    Duration::from_secs_f64(ticks as f64 / clock_ticks_per_second() as f64)
 }
 
-/// Keys already taken in the second of three chunks: the first chunk goes in whole, the
-/// second reports each taken key as a duplicate of its holder, the third goes the careful
-/// way too; every id is right and nothing is inserted twice.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bulk_enqueue_with_taken_keys_in_a_later_chunk() {
-    let queue = migrated_queue(&fresh_database("fast_bulk_taken").await).await;
-    let taken: Vec<u32> = (1_000..2_000).filter(|n| n % 3 == 0).collect();
-    let first = queue
-        .enqueue_many(taken.iter().map(|&n| Bulk { n }))
-        .await
-        .expect("first enqueue");
-    let holders: HashMap<u32, u64> = taken
-        .iter()
-        .copied()
-        .zip(first.iter().copied().map(Enqueued::id))
-        .collect();
-    let keys: Vec<u32> = (0..2_500).collect();
-    let out = queue
-        .enqueue_many(keys.iter().map(|&n| Bulk { n }))
-        .await
-        .expect("second enqueue");
-    for (n, e) in keys.iter().zip(&out) {
-        match holders.get(n) {
-            Some(holder) => assert_eq!(*e, Enqueued::Duplicate(*holder), "job {n}"),
-            None => assert!(e.is_new(), "job {n}: {e:?}"),
+/// CPU ticks used so far by each thread of this process named `name`, by thread id.
+fn named_threads_cpu_ticks(name: &str) -> std::collections::HashMap<String, u64> {
+    let mut ticks = std::collections::HashMap::new();
+    for task in std::fs::read_dir("/proc/self/task").expect("list /proc/self/task") {
+        let dir = task.expect("a task").path();
+        // A thread that ends meanwhile has no files left: it is simply not counted.
+        let (Ok(comm), Ok(stat)) = (
+            std::fs::read_to_string(dir.join("comm")),
+            std::fs::read_to_string(dir.join("stat")),
+        ) else {
+            continue;
+        };
+        if comm.trim_end() == name {
+            let tid = dir.file_name().unwrap().to_string_lossy().into_owned();
+            ticks.insert(tid, cpu_ticks(&stat));
         }
     }
-    assert_ids_match_keys(&queue, &keys, &out).await;
-    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
-        .fetch_one(queue.pool())
+    ticks
+}
+
+/// The kernel's `USER_HZ`, in which /proc reports CPU times: from `getconf CLK_TCK`, else
+/// 100 (its value on every mainstream Linux architecture).
+fn clock_ticks_per_second() -> u64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .filter(|&hz| hz > 0)
+        .unwrap_or(100)
+}
+
+/// On a single-threaded runtime the worker's every task runs on the test's thread, so the
+/// thread's CPU time is the worker's, whatever the other tests of this binary (threads of
+/// the same process) are doing meanwhile; unlike wall time, it does not depend on the
+/// machine's load either. The worker's lease thread, an OS thread of its own, is measured
+/// too: with those of other tests' workers, which renew a few leases at most.
+#[tokio::test(flavor = "current_thread")]
+async fn a_saturated_worker_does_not_spin() {
+    init_tracing();
+    let queue = fresh_queue("regressions_busy").await;
+    let mut started = BUSY_STARTED.open();
+    queue
+        .enqueue_many((0..4).map(|n| BusySlot { n }))
         .await
         .unwrap();
-    assert_eq!(total, 2_500, "each key once");
+    let (handle, task) = start(
+        Worker::builder(queue.clone())
+            .concurrency(4)
+            .build()
+            .unwrap(),
+    );
+    for _ in 0..4 {
+        receive(&mut started, "every slot busy", Duration::from_secs(10)).await;
+    }
+
+    // The measurement needs time to pass: 2 s with all four slots busy (the jobs run 5 s).
+    let lease_before = named_threads_cpu_ticks("jobqueue-lease");
+    assert!(!lease_before.is_empty(), "no lease thread found to measure");
+    let cpu_before = thread_cpu_time();
+    let wall_before = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cpu = thread_cpu_time() - cpu_before;
+    let wall = wall_before.elapsed();
+    let lease_cpu = ticks_to_time(
+        named_threads_cpu_ticks("jobqueue-lease")
+            .iter()
+            .map(|(tid, after)| after.saturating_sub(lease_before.get(tid).copied().unwrap_or(0)))
+            .sum(),
+    );
+    assert_eq!(
+        handle.metrics().succeeded,
+        0,
+        "the slots stayed busy while measuring"
+    );
+    assert!(
+        cpu < Duration::from_millis(300),
+        "the worker used {cpu:?} of CPU in {wall:?} with every slot busy"
+    );
+    assert!(
+        lease_cpu < Duration::from_millis(300),
+        "the lease threads used {lease_cpu:?} of CPU in {wall:?} with every slot busy"
+    );
+
+    wait_for("the four jobs done", Duration::from_secs(10), || async {
+        (handle.metrics().succeeded == 4).then_some(())
+    })
+    .await;
+    stop(&handle, task).await;
+    assert_eq!(handle.metrics().claimed, 4);
 }

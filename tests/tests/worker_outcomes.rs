@@ -10,7 +10,7 @@
 //! since the kinds share the default queue and a worker must hold what each kind takes.
 //!
 //! ```text
-//! cargo test -p tests --test hardening_outcomes
+//! cargo test -p tests --test worker_outcomes
 //! ```
 
 use std::net::SocketAddr;
