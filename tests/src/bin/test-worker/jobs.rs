@@ -1,5 +1,9 @@
-//! The job kinds of the `test-worker` process. The fault suite (`tests/tests/faults.rs`)
-//! includes this file too, so that it enqueues the very types the worker runs.
+//! The job kinds of the `test-worker` process. The tests that start it (`faults.rs`,
+//! `periodic_processes.rs`, `transactional_completion.rs` in `tests/tests/`) include this
+//! file too, so that they enqueue the very types the worker runs. It is not a module of the
+//! helpers' library, whose job kinds every test binary would register: each binary's
+//! workers would schedule its periodic `tick`, and `worker_outcomes.rs`' older `effect`
+//! would clash with its `effect`.
 //!
 //! Every run leaves rows in an `effects` table of the job's own database (see
 //! [`EFFECTS_TABLE`]), written through a pool of its own: a side effect that happens twice
