@@ -896,7 +896,7 @@ async fn while_active_inside_a_repeatable_read_snapshot_sees_the_holder_as_it_wa
 }
 
 // ---------------------------------------------------------------------------------------
-// Two kinds with the same key template
+// 7. Two kinds with the same key template
 // ---------------------------------------------------------------------------------------
 
 #[job(name = "hc_invoice", queue = "hc_keys", key = "order:{order_id}")]
