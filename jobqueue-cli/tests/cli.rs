@@ -1068,14 +1068,12 @@ fn json_line(run: &Run, code: i32) -> Value {
 
 /// The ids of the jobs of `queue` in `status`, as the table has them.
 async fn ids_in(queue: &Queue, in_queue: &str, status: &str) -> Vec<u64> {
-    sqlx::query_scalar(
-        "SELECT id FROM job_queue WHERE queue = ? AND status = ? ORDER BY id",
-    )
-    .bind(in_queue)
-    .bind(status)
-    .fetch_all(queue.pool())
-    .await
-    .expect("read ids")
+    sqlx::query_scalar("SELECT id FROM job_queue WHERE queue = ? AND status = ? ORDER BY id")
+        .bind(in_queue)
+        .bind(status)
+        .fetch_all(queue.pool())
+        .await
+        .expect("read ids")
 }
 
 #[tokio::test]
@@ -1085,7 +1083,11 @@ async fn every_changing_command_prints_one_json_object() {
     // retry ID
     let id = p.failed_out_of_attempts;
     let dry = json_line(
-        &jobqueue(Some(&url), &["retry", &id.to_string(), "--dry-run", "--json"]).await,
+        &jobqueue(
+            Some(&url),
+            &["retry", &id.to_string(), "--dry-run", "--json"],
+        )
+        .await,
         0,
     );
     assert_eq!(dry["command"], "retry");
@@ -1129,7 +1131,11 @@ async fn every_changing_command_prints_one_json_object() {
     assert_eq!(asked["status_after"], "running");
     assert_eq!(asked["cancel_requested"], true);
     let ended = json_line(
-        &jobqueue(Some(&url), &["cancel", &p.done_recently.to_string(), "--json"]).await,
+        &jobqueue(
+            Some(&url),
+            &["cancel", &p.done_recently.to_string(), "--json"],
+        )
+        .await,
         0,
     );
     assert_eq!(ended["matched"], 0);
@@ -1164,7 +1170,15 @@ async fn every_changing_command_prints_one_json_object() {
     let purged = json_line(
         &jobqueue(
             Some(&url),
-            &["purge", "--older-than", "7d", "--queue", "default", "--yes", "--json"],
+            &[
+                "purge",
+                "--older-than",
+                "7d",
+                "--queue",
+                "default",
+                "--yes",
+                "--json",
+            ],
         )
         .await,
         0,
@@ -1262,7 +1276,13 @@ async fn purge_off_a_terminal_needs_yes() {
         &jobqueue(
             Some(&url),
             &[
-                "purge", "--status", "failed", "--kind", "export_order", "--older-than", "1d",
+                "purge",
+                "--status",
+                "failed",
+                "--kind",
+                "export_order",
+                "--older-than",
+                "1d",
                 "--json",
             ],
         )
@@ -1477,7 +1497,10 @@ async fn exit_statuses() {
     let refused = jobqueue(Some(&url), &["retry", "--failed"]).await;
     assert!(refused.user_error().contains("add --yes"), "{refused:#?}");
     let print = jobqueue(None, &["migrate", "--print-sql", "--json"]).await;
-    assert!(print.user_error().contains("leave out --json"), "{print:#?}");
+    assert!(
+        print.user_error().contains("leave out --json"),
+        "{print:#?}"
+    );
 }
 
 #[tokio::test]
@@ -1510,7 +1533,10 @@ async fn show_hide_payload_prints_neither_payload_nor_output() {
 
     let text = jobqueue(Some(&url), &["show", &id, "--hide-payload"]).await;
     let text = text.ok();
-    assert!(!text.contains("order_id") && !text.contains("7413"), "{text}");
+    assert!(
+        !text.contains("order_id") && !text.contains("7413"),
+        "{text}"
+    );
     assert!(text.contains("payload\n  hidden ("), "{text}");
     assert!(text.contains("status    failed"), "{text}");
 
@@ -1549,10 +1575,7 @@ async fn the_documented_status_sample_has_the_printed_columns() {
     };
     for (name, doc) in [
         ("jobqueue-cli/README.md", include_str!("../README.md")),
-        (
-            "docs/guide/cli.md",
-            include_str!("../../docs/guide/cli.md"),
-        ),
+        ("docs/guide/cli.md", include_str!("../../docs/guide/cli.md")),
     ] {
         for first in ["QUEUE ", "ID  QUEUE "] {
             assert_eq!(
