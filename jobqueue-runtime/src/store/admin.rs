@@ -495,7 +495,7 @@ fn prune_conditions(query: &JobQuery, older_than_us: i64) -> (Vec<&'static str>,
     (conds, args)
 }
 
-/// The count of [`Store::prunable_matching`], with its arguments.
+/// The count of `Queue::prunable_matching`, with its arguments.
 pub fn prune_matching_count(query: &JobQuery, older_than_us: i64) -> (String, Vec<Arg>) {
     let (conds, args) = prune_conditions(query, older_than_us);
     (
@@ -507,7 +507,7 @@ pub fn prune_matching_count(query: &JobQuery, older_than_us: i64) -> (String, Ve
     )
 }
 
-/// The locking read of one batch of [`Store::prune_matching_batch`], with its arguments.
+/// The locking read of one batch of `Queue::prune_matching`, with its arguments.
 pub fn prune_matching_select(
     query: &JobQuery,
     older_than_us: i64,
