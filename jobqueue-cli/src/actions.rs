@@ -10,7 +10,7 @@ use std::io::{self, BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use jobqueue::{CancelOutcome, JobQuery, JobRecord, JobStatus, Queue};
+use jobqueue::{CancelOutcome, JobRecord, JobStatus, Queue};
 use serde_json::{json, Map, Value};
 
 use crate::cli::Age;
@@ -18,95 +18,7 @@ use crate::failure::Failure;
 use crate::jobs::{fetch, Lookup};
 use crate::progress;
 use crate::render::{plural, Out, Paint, Palette};
-
-/// Which jobs a bulk command works on: the statuses it takes jobs out of, and the filter
-/// given on the command line.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Scope {
-    /// The statuses the command changes (each counted on its own).
-    pub(crate) statuses: Vec<JobStatus>,
-    /// Only this queue.
-    pub(crate) queue: Option<String>,
-    /// Only this kind.
-    pub(crate) kind: Option<String>,
-    /// Only task keys starting with this text.
-    pub(crate) key_prefix: Option<String>,
-}
-
-impl Scope {
-    /// The runtime's filter for this scope, narrowed to `status` if given. Every filter the
-    /// command line hands to the runtime is built here.
-    fn query(&self, status: Option<JobStatus>) -> JobQuery {
-        let mut query = JobQuery::default();
-        if let Some(s) = status {
-            query = query.status(s);
-        }
-        if let Some(q) = &self.queue {
-            query = query.queue(q.clone());
-        }
-        if let Some(k) = &self.kind {
-            query = query.kind(k.clone());
-        }
-        if let Some(p) = &self.key_prefix {
-            query = query.key_prefix(p.clone());
-        }
-        query
-    }
-
-    /// The filter for the change itself: one status if the scope has one, else none (the
-    /// runtime's bulk action then takes every status it can change).
-    fn change_query(&self) -> JobQuery {
-        match self.statuses.as_slice() {
-            [one] => self.query(Some(*one)),
-            _ => self.query(None),
-        }
-    }
-
-    /// How many jobs of the scope's statuses match, one count per status.
-    async fn count(&self, queue: &Queue) -> jobqueue::Result<u64> {
-        let mut total = 0;
-        for status in &self.statuses {
-            total += queue.count_matching(&self.query(Some(*status))).await?;
-        }
-        Ok(total)
-    }
-
-    /// ` in queue exports of kind export_order with task keys starting with export:`, or
-    /// nothing.
-    fn describe(&self) -> String {
-        let mut s = String::new();
-        if let Some(q) = &self.queue {
-            s.push_str(&format!(" in queue {q}"));
-        }
-        if let Some(k) = &self.kind {
-            s.push_str(&format!(" of kind {k}"));
-        }
-        if let Some(p) = &self.key_prefix {
-            s.push_str(&format!(" with task keys starting with {p:?}"));
-        }
-        s
-    }
-
-    /// `failed or cancelled jobs`, `1 ready job`: `n` jobs of the scope's statuses.
-    fn jobs(&self, n: u64, all: &str) -> String {
-        let names: Vec<&str> = self.statuses.iter().map(|s| s.as_str()).collect();
-        let adjective = match names.as_slice() {
-            [one] => (*one).to_owned(),
-            _ => all.to_owned(),
-        };
-        plural(n, &format!("{adjective} job"), &format!("{adjective} jobs"))
-    }
-
-    /// The `filter` object of the JSON output.
-    fn json(&self) -> Value {
-        json!({
-            "queue": self.queue,
-            "kind": self.kind,
-            "key_prefix": self.key_prefix,
-            "status": self.statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
-        })
-    }
-}
+use crate::scope::Scope;
 
 /// What a command that changes something did, as it prints it and as its exit status says.
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 
 use chrono::NaiveDateTime;
 use jobqueue::{
-    AttemptOutcome, Error, JobFilter, JobRecord, JobRef, JobStatus, Queue, Uniqueness,
+    AttemptOutcome, Error, JobQuery, JobRecord, JobRef, JobStatus, Queue, Uniqueness,
     MAX_ATTEMPT_HISTORY,
 };
 use serde_json::{json, Value};
@@ -65,19 +65,19 @@ pub(crate) async fn list_key(
     print_jobs(queue, &jobs, jobs.len() as u64, json, hide, "raise --limit").await
 }
 
-/// Prints the jobs matching `filter`, newest first, at most `limit`.
+/// Prints the jobs matching `query`, newest first, at most `limit`.
 pub(crate) async fn list(
     queue: &Queue,
-    filter: &JobFilter,
+    query: &JobQuery,
     limit: u32,
     json: bool,
     hide: bool,
 ) -> Result<(), Failure> {
-    let jobs = queue.list(filter, limit).await?;
+    let jobs = queue.list_page(query, None, limit).await?.jobs;
     let total = if (jobs.len() as u64) < u64::from(limit) {
         jobs.len() as u64
     } else {
-        queue.count(filter).await?
+        queue.count_matching(query).await?
     };
     print_jobs(
         queue,

@@ -38,7 +38,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use jobqueue::{JobFilter, JobStatus};
+use jobqueue::JobStatus;
 
 mod actions;
 mod cli;
@@ -47,16 +47,17 @@ mod jobs;
 mod migrate;
 mod progress;
 mod render;
+mod scope;
 mod status;
 mod target;
 mod web;
 mod workers;
 
-use actions::Scope;
 use cli::{Cli, Command, FilterArgs};
 use failure::Failure;
 use jobs::Lookup;
 use render::{Paint, Palette};
+use scope::Scope;
 use target::Target;
 
 /// Exit status of every error (clap's own usage errors use it too).
@@ -166,20 +167,14 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
                 jobs::list_key(&queue, &key, limit, format.json, hide).await?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let mut filter = JobFilter::default();
-            if let Some(s) = status {
-                filter = filter.status(s.into());
-            }
-            if let Some(q) = in_queue {
-                filter = filter.queue(q);
-            }
-            if let Some(k) = kind {
-                filter = filter.kind(k);
-            }
-            if let Some((key, value)) = meta {
-                filter = filter.meta(key, value);
-            }
-            jobs::list(&queue, &filter, limit, format.json, hide).await?;
+            let scope = Scope {
+                queue: in_queue,
+                kind,
+                meta,
+                ..Scope::default()
+            };
+            let query = scope.query(status.map(Into::into));
+            jobs::list(&queue, &query, limit, format.json, hide).await?;
             return Ok(ExitCode::SUCCESS);
         }
         Command::Show {
@@ -328,6 +323,7 @@ fn scope(statuses: Vec<JobStatus>, filter: FilterArgs) -> Scope {
         queue: filter.queue,
         kind: filter.kind,
         key_prefix: filter.key_prefix,
+        meta: None,
     }
 }
 
