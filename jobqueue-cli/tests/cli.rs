@@ -1586,3 +1586,64 @@ async fn the_documented_status_sample_has_the_printed_columns() {
         }
     }
 }
+
+/// Runs `jobqueue ARGS` on a terminal (util-linux `script` gives it one), typing `answer`;
+/// returns its exit status and what the terminal showed (standard output and error).
+async fn jobqueue_on_a_terminal(url: &str, args: &[&str], answer: &str) -> (Option<i32>, String) {
+    use tokio::io::AsyncWriteExt;
+    let line = format!("exec {} {}", env!("CARGO_BIN_EXE_jobqueue"), args.join(" "));
+    let mut child = tokio::process::Command::new("script")
+        .args(["--quiet", "--return", "--command", &line, "/dev/null"])
+        .env("DATABASE_URL", url)
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("this test needs util-linux `script` to give the command a terminal");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(answer.as_bytes()).await.unwrap();
+    drop(stdin);
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("jobqueue on a terminal did not finish in 60 s")
+        .expect("run script");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).replace("\r\n", "\n"),
+    )
+}
+
+#[tokio::test]
+async fn on_a_terminal_a_purge_asks_first() {
+    let (url, queue, p) = prepared_database("cli_purge_tty").await;
+    let before = rows(&queue).await;
+    let args = ["purge", "--older-than", "7d"];
+
+    let (code, screen) = jobqueue_on_a_terminal(&url, &args, "n\n").await;
+    assert!(
+        screen.contains(
+            "confirm: delete 2 done jobs that finished more than 7d ago. Go ahead? [y/N]"
+        ),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("not confirmed: nothing changed"),
+        "{screen}"
+    );
+    assert_eq!(code, Some(1), "{screen}");
+    assert_eq!(rows(&queue).await, before, "a declined purge changed rows");
+
+    let (code, screen) = jobqueue_on_a_terminal(&url, &args, "y\n").await;
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(
+        screen.contains("deleted 2 done jobs that finished more than 7d ago; 2 rows changed"),
+        "{screen}"
+    );
+    let after = rows(&queue).await;
+    assert_eq!(after.len(), before.len() - 2);
+    for id in p.done_long_ago {
+        assert!(row_of(&after, id).is_none(), "job {id} is left");
+    }
+}
