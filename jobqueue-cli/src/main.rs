@@ -117,6 +117,9 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
         } => Some(web::auth(*listen, token.as_deref(), basic_auth.as_deref())?),
         _ => None,
     };
+    if let Some(failure) = no_target(&command) {
+        return Err(failure);
+    }
     let changes_jobs = !matches!(
         command,
         Command::Status { .. }
@@ -201,7 +204,8 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
         } => {
             let report = if let Some(lookup) = lookup(id, key) {
                 actions::retry_one(&queue, &lookup, change.dry_run).await?
-            } else if failed || status.is_some() || filter.is_set() {
+            } else {
+                // A filter: `no_target` refused a command with none.
                 let statuses = match (failed, status) {
                     (true, _) => vec![JobStatus::Failed],
                     (false, Some(s)) => vec![s.into()],
@@ -209,12 +213,6 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
                 };
                 let scope = scope(statuses, filter);
                 actions::retry_matching(&queue, &scope, change.dry_run, confirm.yes).await?
-            } else {
-                return Err(Failure::Usage(
-                    "give a job id, --key KEY, or a filter: --failed (every failed job), \
-                     --status, --queue, --kind, --key-prefix"
-                        .into(),
-                ));
             };
             (report, change.strict, Some(format.json))
         }
@@ -229,19 +227,14 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
         } => {
             let report = if let Some(lookup) = lookup(id, key) {
                 actions::cancel_one(&queue, &lookup, change.dry_run).await?
-            } else if status.is_some() || filter.is_set() {
+            } else {
+                // A filter: `no_target` refused a command with none.
                 let statuses = match status {
                     Some(s) => vec![s.into()],
                     None => vec![JobStatus::Scheduled, JobStatus::Ready, JobStatus::Blocked],
                 };
                 let scope = scope(statuses, filter);
                 actions::cancel_matching(&queue, &scope, change.dry_run, confirm.yes).await?
-            } else {
-                return Err(Failure::Usage(
-                    "give a job id, --key KEY, or a filter: --status, --queue, --kind, \
-                     --key-prefix (`--status ready` cancels every ready job)"
-                        .into(),
-                ));
             };
             (report, change.strict, Some(format.json))
         }
@@ -305,6 +298,37 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
         report.print(json)?;
     }
     Ok(report.exit_code(strict))
+}
+
+/// The usage error of a `retry` or `cancel` that names neither a job nor a filter, found
+/// before connecting.
+fn no_target(command: &Command) -> Option<Failure> {
+    match command {
+        Command::Retry {
+            id: None,
+            key: None,
+            failed: false,
+            status: None,
+            filter,
+            ..
+        } if !filter.is_set() => Some(Failure::Usage(
+            "give a job id, --key KEY, or a filter: --failed (every failed job), --status, \
+             --queue, --kind, --key-prefix"
+                .into(),
+        )),
+        Command::Cancel {
+            id: None,
+            key: None,
+            status: None,
+            filter,
+            ..
+        } if !filter.is_set() => Some(Failure::Usage(
+            "give a job id, --key KEY, or a filter: --status, --queue, --kind, --key-prefix \
+             (`--status ready` cancels every ready job)"
+                .into(),
+        )),
+        _ => None,
+    }
 }
 
 /// One job, by id or by task key, if either is given.

@@ -1490,6 +1490,9 @@ async fn exit_statuses() {
     assert!(bare.user_error().contains("give a job id"), "{bare:#?}");
     let bare = jobqueue(Some(&url), &["cancel"]).await;
     assert!(bare.user_error().contains("--status"), "{bare:#?}");
+    // Found before connecting: a database that does not exist is not the error.
+    let bare = jobqueue(Some(&format!("{url}_missing")), &["retry"]).await;
+    assert!(bare.user_error().contains("give a job id"), "{bare:#?}");
     let both = jobqueue(Some(&url), &["cancel", &ready, "--queue", "exports"]).await;
     assert_eq!(both.code, Some(2), "{both:#?}");
     let wrong = jobqueue(Some(&url), &["cancel", "--status", "running"]).await;
