@@ -9,10 +9,26 @@ use jobqueue::JobStatus;
 
 /// See, retry, cancel and prune the jobs of a jobqueue database.
 ///
-/// Exit status: 0 on success; 1 when `migrate --check` finds pending migrations; 2 on any
-/// error (bad arguments, no connection, a missing table, an unknown job).
+/// Every command takes --json: scripts get one JSON object (one line for the commands that
+/// change something) with stable field names, described in each command's --help. The
+/// commands that change something print `command`, `dry_run`, `matched` (what it found to
+/// change, or would change with --dry-run), `changed` (what it changed: 0 with --dry-run)
+/// and `message` (the line a person reads), and the fields of their own.
+///
+/// Confirmations: `purge`, and `retry` or `cancel` over a filter rather than one job, first
+/// count what they would change. On a terminal they show the count and ask (y/N); when
+/// standard input is not a terminal (a script, a pipe, cron) they refuse with an error unless
+/// --yes is given. --dry-run only counts, and never asks.
+///
+/// Exit status:
+///   0  success, also when there was nothing to change (retrying a job that is not failed)
+///   1  done, but not what was asked: `migrate --check` found pending migrations; a
+///      confirmation was answered no; with --strict, a command changed nothing (with
+///      --dry-run: would change nothing)
+///   2  error: bad arguments, no connection, a missing table, an unknown job, a change
+///      that needs --yes off a terminal
 #[derive(Debug, Parser)]
-#[command(name = "jobqueue", version, max_term_width = 100)]
+#[command(name = "jobqueue", version, max_term_width = 100, verbatim_doc_comment)]
 pub(crate) struct Cli {
     /// The database: mysql://user:password@host:port/database.
     #[arg(
@@ -42,6 +58,11 @@ pub(crate) enum Command {
     /// there is any (0 if the database is up to date). With --print-sql, print the SQL of
     /// every migration (and the rows that record them) for your own migration tool, without
     /// connecting to a database.
+    ///
+    /// --json prints one line: {"command": "migrate", "dry_run": true with --check,
+    /// "database", "pending": [{"version", "description"}] (pending before the command),
+    /// "matched": how many were pending, "changed": how many were applied, "message"}.
+    #[command(verbatim_doc_comment)]
     Migrate {
         /// List pending migrations without applying them; exit 1 if any.
         #[arg(long, conflicts_with = "print_sql")]
@@ -49,9 +70,42 @@ pub(crate) enum Command {
         /// Print the schema's SQL instead of applying it; needs no database.
         #[arg(long)]
         print_sql: bool,
+        #[command(flatten)]
+        format: Format,
     },
 
     /// Each queue's jobs by status, its backlog, its running jobs and their leases.
+    ///
+    /// The queue table, one row per queue that has jobs or is paused:
+    ///   QUEUE           the queue's name
+    ///   STATE           active, or paused (`jobqueue pause`): workers claim none of its jobs
+    ///   SCHEDULED       jobs waiting for their run time (delayed, or a retry in its backoff)
+    ///   READY           jobs due now, waiting for a worker to claim them
+    ///   BLOCKED         jobs waiting for a free slot of their concurrency or rate limit key
+    ///   RUNNING         jobs claimed by a worker (including those whose lease expired)
+    ///   DONE            jobs that succeeded, until they are purged
+    ///   FAILED          jobs out of attempts or failed permanently (`jobqueue retry` them)
+    ///   CANCELLED       jobs cancelled by an operator or by themselves, until purged
+    ///   OLDEST READY    how long the oldest ready job has been due: how far behind the
+    ///                   workers are ("-" when nothing is ready)
+    ///   EXPIRED LEASES  running jobs whose lease ran out: their worker crashed, was killed
+    ///                   or stalled; maintenance gives them back to ready (or fails them)
+    ///   NO WORKER       scheduled jobs that wait for a worker able to run them: no worker
+    ///                   that claimed them knew their kind or could read their payload
+    ///                   (a rolling deploy); above zero for long, deploy a worker that can
+    ///   FAILED 1H       jobs that failed in the last hour and are still failed
+    ///   DONE 1M         jobs that succeeded in the last minute (throughput)
+    ///
+    /// Then the running jobs, oldest lease first (at most 20; `jobqueue list --status
+    /// running` shows all): ID, QUEUE, KIND, OWNER (the worker holding the lease), ATTEMPT
+    /// (the attempt running) and LEASE (time left, or how long ago it expired).
+    ///
+    /// --json prints {"database", "server_time", "queues": [{"queue", "paused", "scheduled",
+    /// "ready", "blocked", "running", "done", "failed", "cancelled", "oldest_ready_secs",
+    /// "expired_leases", "unrunnable" (NO WORKER), "failed_last_hour", "done_last_minute"}],
+    /// "running": [{"id", "queue", "kind", "lease_owner", "lease_left_secs", "attempts"}]}
+    /// (up to 1000 running jobs); with --watch, one such line per refresh.
+    #[command(verbatim_doc_comment)]
     Status {
         /// Only this queue.
         #[arg(long, short)]
@@ -72,6 +126,10 @@ pub(crate) enum Command {
     },
 
     /// Jobs matching a filter, newest first.
+    ///
+    /// --json prints {"total": how many match, "jobs": [every column of each job, times in
+    /// RFC 3339 UTC]}.
+    #[command(verbatim_doc_comment)]
     List {
         /// Only jobs with this status.
         #[arg(long, short)]
@@ -86,75 +144,153 @@ pub(crate) enum Command {
         /// indexed: combine it with --status, --queue or --kind on a large table).
         #[arg(long, value_name = "KEY=VALUE", value_parser = parse_meta)]
         meta: Option<(String, String)>,
-        /// Every job enqueued with this task key, newest first: the one holding it, then
-        /// those that gave it up when their uniqueness policy stopped blocking it.
+        /// Every job enqueued with this task key (the exact key), newest first: the one
+        /// holding it, then those that gave it up when their uniqueness policy stopped
+        /// blocking it.
         #[arg(long, conflicts_with_all = ["status", "queue", "kind", "meta"])]
         key: Option<String>,
         /// Show at most this many jobs.
         #[arg(long, short = 'n', default_value_t = 50)]
         limit: u32,
         #[command(flatten)]
+        privacy: Privacy,
+        #[command(flatten)]
         format: Format,
     },
 
     /// One job in full: payload, attempts, times, lease and last error.
+    ///
+    /// --json prints every column of the job (as `list --json` does) plus "attempt_history"
+    /// (each attempt's "attempt", "started_at", "ended_at", "worker", "outcome", "error"),
+    /// "output" (what the job returned, or null) and "payload_hidden" (true with
+    /// --hide-payload: "payload" and "output" are then null).
+    #[command(verbatim_doc_comment)]
     Show {
         /// The job's id.
         #[arg(required_unless_present = "key", conflicts_with = "key")]
         id: Option<u64>,
-        /// Find the job by its task key instead of its id.
+        /// Find the job by its task key (the exact key) instead of its id.
         #[arg(long)]
         key: Option<String>,
+        #[command(flatten)]
+        privacy: Privacy,
         #[command(flatten)]
         format: Format,
     },
 
-    /// Put a failed (or cancelled) job back to ready, or every failed job with --failed.
+    /// Put failed or cancelled jobs back to ready: one job, or every job of a filter.
+    ///
+    /// One job: its id, or --key with its exact task key. Several: a filter of --queue,
+    /// --kind, --key-prefix and --status (failed or cancelled; both when not given), or
+    /// --failed (every failed job). A filter counts the jobs first and asks for confirmation
+    /// (--yes off a terminal); jobs in other statuses are left alone.
     ///
     /// Attempts are never reset: a job that used all of its attempts gets one more
     /// (max_attempts becomes attempts + 1), and its last error stays until the next one.
+    ///
+    /// --json prints one line. One job: {"command": "retry", "dry_run", "id", "queue",
+    /// "kind", "status_before", "status_after", "attempts", "max_attempts" (after the retry),
+    /// "matched", "changed" (0 or 1), "message"}. A filter: {"command": "retry", "dry_run",
+    /// "filter": {"queue", "kind", "key_prefix", "status": [statuses]}, "matched", "changed",
+    /// "message"}.
+    #[command(verbatim_doc_comment)]
     Retry {
         /// The job's id.
-        #[arg(required_unless_present = "failed", conflicts_with = "failed")]
+        #[arg(conflicts_with_all = ["key", "queue", "kind", "key_prefix", "status", "failed"])]
         id: Option<u64>,
-        /// Retry every failed job (narrow it with --queue and --kind).
-        #[arg(long)]
+        /// The job holding this task key (the exact key).
+        #[arg(long, conflicts_with_all = ["queue", "kind", "key_prefix", "status", "failed"])]
+        key: Option<String>,
+        /// Every failed job (the same as --status failed); narrow it with the filters.
+        #[arg(long, conflicts_with = "status")]
         failed: bool,
-        /// With --failed: only jobs of this queue.
-        #[arg(long, short, requires = "failed")]
-        queue: Option<String>,
-        /// With --failed: only jobs of this kind.
-        #[arg(long, short, requires = "failed")]
-        kind: Option<String>,
+        /// Only jobs with this status (default: failed and cancelled).
+        #[arg(long, short)]
+        status: Option<RetryStatusArg>,
         #[command(flatten)]
-        dry_run: DryRun,
+        filter: FilterArgs,
+        #[command(flatten)]
+        change: Change,
+        #[command(flatten)]
+        confirm: Confirm,
+        #[command(flatten)]
+        format: Format,
     },
 
-    /// Cancel a job: at once if it has not started, by asking its worker if it runs.
+    /// Cancel one job, or every waiting job of a filter.
+    ///
+    /// One job (its id, or --key with its exact task key): cancelled at once if it has not
+    /// started; if it runs, its worker is asked to stop it, and it ends cancelled (or done,
+    /// if it finishes first). Several: a filter of --queue, --kind, --key-prefix and --status
+    /// (scheduled, ready or blocked; all three when not given) cancels the waiting jobs it
+    /// matches at once; running jobs are left alone (cancel them one by one). A filter counts
+    /// the jobs first and asks for confirmation (--yes off a terminal).
+    ///
+    /// --json prints one line. One job: {"command": "cancel", "dry_run", "id", "queue",
+    /// "kind", "status_before", "status_after", "cancel_requested" (true when its worker is
+    /// asked to stop it), "matched", "changed" (0 or 1), "message"}. A filter: {"command":
+    /// "cancel", "dry_run", "filter": {"queue", "kind", "key_prefix", "status": [statuses]},
+    /// "matched", "changed", "running_left" (running jobs of the filter, left alone),
+    /// "message"}.
+    #[command(verbatim_doc_comment)]
     Cancel {
         /// The job's id.
-        id: u64,
+        #[arg(conflicts_with_all = ["key", "queue", "kind", "key_prefix", "status"])]
+        id: Option<u64>,
+        /// The job holding this task key (the exact key).
+        #[arg(long, conflicts_with_all = ["queue", "kind", "key_prefix", "status"])]
+        key: Option<String>,
+        /// Only jobs with this status (default: scheduled, ready and blocked).
+        #[arg(long, short)]
+        status: Option<CancelStatusArg>,
         #[command(flatten)]
-        dry_run: DryRun,
+        filter: FilterArgs,
+        #[command(flatten)]
+        change: Change,
+        #[command(flatten)]
+        confirm: Confirm,
+        #[command(flatten)]
+        format: Format,
     },
 
     /// Stop workers from claiming jobs of a queue (enqueues and running jobs go on).
+    ///
+    /// A queue that has no job and that no worker claims from is paused too, with a
+    /// warning on standard error: its name may be a typo.
+    ///
+    /// --json prints one line: {"command": "pause", "dry_run", "queue", "paused" (after the
+    /// command), "known_queue" (false: no job and no worker has that queue), "matched",
+    /// "changed" (0 if it was paused already, else 1), "message"}.
+    #[command(verbatim_doc_comment)]
     Pause {
         /// The queue.
         queue: String,
         #[command(flatten)]
-        dry_run: DryRun,
+        change: Change,
+        #[command(flatten)]
+        format: Format,
     },
 
     /// Let workers claim jobs of a paused queue again.
+    ///
+    /// --json prints one line: {"command": "resume", "dry_run", "queue", "paused" (after the
+    /// command), "matched", "changed" (0 if it was not paused, else 1), "message"}.
+    #[command(verbatim_doc_comment)]
     Resume {
         /// The queue.
         queue: String,
         #[command(flatten)]
-        dry_run: DryRun,
+        change: Change,
+        #[command(flatten)]
+        format: Format,
     },
 
     /// Live workers (from their heartbeats): queues, concurrency, running jobs and leases.
+    ///
+    /// --json prints one line per worker: {"owner", "host", "pid", "version", "queues",
+    /// "concurrency", "running", "started_at", "last_seen", "seen_secs_ago", "gone",
+    /// "leases": [{"id", "kind", "lease_left_secs"}]}.
+    #[command(verbatim_doc_comment)]
     Workers {
         #[command(flatten)]
         format: Format,
@@ -163,7 +299,9 @@ pub(crate) enum Command {
     /// Serve the web dashboard until Ctrl-C.
     ///
     /// It listens on the loopback interface unless told otherwise; on any other address it
-    /// requires a token or a user and password.
+    /// requires a token or a user and password. It takes no --json: it prints only its
+    /// address, on standard error.
+    #[command(verbatim_doc_comment)]
     Web {
         /// Address and port to listen on.
         #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR:PORT")]
@@ -194,6 +332,13 @@ pub(crate) enum Command {
     },
 
     /// Delete finished jobs older than a given age (their task keys can be used again).
+    ///
+    /// It counts the jobs first and asks for confirmation (--yes off a terminal).
+    ///
+    /// --json prints one line: {"command": "purge", "dry_run", "filter": {"queue", "kind",
+    /// "status": [status]}, "older_than" (as given), "older_than_secs", "matched", "changed"
+    /// (rows deleted), "message"}.
+    #[command(verbatim_doc_comment)]
     Purge {
         /// Which finished jobs.
         #[arg(long, short, default_value = "done")]
@@ -201,25 +346,75 @@ pub(crate) enum Command {
         /// Only jobs that finished longer ago than this, e.g. 7d, 12h, 30min.
         #[arg(long, value_name = "AGE")]
         older_than: Age,
+        /// Only jobs of this queue.
+        #[arg(long, short)]
+        queue: Option<String>,
+        /// Only jobs of this kind.
+        #[arg(long, short)]
+        kind: Option<String>,
         #[command(flatten)]
-        dry_run: DryRun,
+        change: Change,
+        #[command(flatten)]
+        confirm: Confirm,
+        #[command(flatten)]
+        format: Format,
     },
 }
 
-/// `--json` of the read commands.
+/// `--json` of every command.
 #[derive(Debug, Args)]
 pub(crate) struct Format {
-    /// Print JSON for scripts instead of tables.
+    /// Print JSON for scripts instead of text (see this command's --help for its fields).
     #[arg(long)]
     pub(crate) json: bool,
 }
 
-/// `--dry-run` of the commands that change jobs.
+/// `--hide-payload` of the commands that print jobs.
 #[derive(Debug, Args)]
-pub(crate) struct DryRun {
-    /// Change nothing; tell how many rows the command would change.
+pub(crate) struct Privacy {
+    /// Print neither the payload nor the output of a job (they may hold personal data).
+    #[arg(long)]
+    pub(crate) hide_payload: bool,
+}
+
+/// `--dry-run` and `--strict` of the commands that change jobs or queues.
+#[derive(Debug, Args)]
+pub(crate) struct Change {
+    /// Change nothing; tell how many rows the command would change (never asks).
     #[arg(long)]
     pub(crate) dry_run: bool,
+    /// Exit with status 1 when nothing changed (with --dry-run: when nothing would).
+    #[arg(long)]
+    pub(crate) strict: bool,
+}
+
+/// `--yes` of the commands that may change many jobs at once.
+#[derive(Debug, Args)]
+pub(crate) struct Confirm {
+    /// Go ahead without asking (needed when standard input is not a terminal).
+    #[arg(long, short)]
+    pub(crate) yes: bool,
+}
+
+/// The filter of a bulk `retry` or `cancel`.
+#[derive(Debug, Args)]
+pub(crate) struct FilterArgs {
+    /// Only jobs of this queue.
+    #[arg(long, short)]
+    pub(crate) queue: Option<String>,
+    /// Only jobs of this kind.
+    #[arg(long, short)]
+    pub(crate) kind: Option<String>,
+    /// Only jobs whose task key starts with PREFIX (`export:` takes `export:1`, `export:12`).
+    #[arg(long, value_name = "PREFIX")]
+    pub(crate) key_prefix: Option<String>,
+}
+
+impl FilterArgs {
+    /// Whether any filter is given.
+    pub(crate) fn is_set(&self) -> bool {
+        self.queue.is_some() || self.kind.is_some() || self.key_prefix.is_some()
+    }
 }
 
 /// A job status, as the command line spells it.
@@ -237,7 +432,8 @@ pub(crate) enum StatusArg {
     Done,
     /// Out of attempts, or failed permanently.
     Failed,
-    /// Cancelled by an operator.
+    /// Ended cancelled: by an operator (before it ran, or stopped while it ran), or by the
+    /// job itself.
     Cancelled,
 }
 
@@ -255,6 +451,45 @@ impl From<StatusArg> for JobStatus {
     }
 }
 
+/// A status `retry` takes jobs out of.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum RetryStatusArg {
+    /// Out of attempts, or failed permanently.
+    Failed,
+    /// Ended cancelled.
+    Cancelled,
+}
+
+impl From<RetryStatusArg> for JobStatus {
+    fn from(s: RetryStatusArg) -> JobStatus {
+        match s {
+            RetryStatusArg::Failed => JobStatus::Failed,
+            RetryStatusArg::Cancelled => JobStatus::Cancelled,
+        }
+    }
+}
+
+/// A status a bulk `cancel` takes jobs out of: the waiting ones.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum CancelStatusArg {
+    /// Waiting for its run time.
+    Scheduled,
+    /// May be claimed now.
+    Ready,
+    /// Waiting for a slot of its concurrency or rate limit.
+    Blocked,
+}
+
+impl From<CancelStatusArg> for JobStatus {
+    fn from(s: CancelStatusArg) -> JobStatus {
+        match s {
+            CancelStatusArg::Scheduled => JobStatus::Scheduled,
+            CancelStatusArg::Ready => JobStatus::Ready,
+            CancelStatusArg::Blocked => JobStatus::Blocked,
+        }
+    }
+}
+
 /// A status a job ends in: the ones `purge` deletes.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum FinishedArg {
@@ -262,7 +497,8 @@ pub(crate) enum FinishedArg {
     Done,
     /// Out of attempts, or failed permanently.
     Failed,
-    /// Cancelled by an operator.
+    /// Ended cancelled: by an operator (before it ran, or stopped while it ran), or by the
+    /// job itself.
     Cancelled,
 }
 

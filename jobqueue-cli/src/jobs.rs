@@ -2,7 +2,7 @@
 
 use chrono::NaiveDateTime;
 use jobqueue::{
-    AttemptOutcome, Error, JobFilter, JobRecord, JobRef, JobStatus, Queue, Uniqueness,
+    AttemptOutcome, Error, JobQuery, JobRecord, JobRef, JobStatus, Queue, Uniqueness,
     MAX_ATTEMPT_HISTORY,
 };
 use serde_json::{json, Value};
@@ -10,8 +10,9 @@ use serde_json::{json, Value};
 use crate::failure::Failure;
 use crate::render::{cut, plural, relative, timestamp, utc, Align, Out, Paint, Table};
 
-/// A job as the JSON output spells it: every column, times in RFC 3339 UTC.
-pub(crate) fn job_json(job: &JobRecord) -> Value {
+/// A job as the JSON output spells it: every column, times in RFC 3339 UTC; with `hide`,
+/// the payload is null and `payload_hidden` true.
+pub(crate) fn job_json(job: &JobRecord, hide: bool) -> Value {
     json!({
         "id": job.id,
         "queue": job.queue,
@@ -37,7 +38,8 @@ pub(crate) fn job_json(job: &JobRecord) -> Value {
         "rate_limit": job.rate_limit,
         "rate_window_ms": job.rate_window_ms,
         "last_error": job.last_error,
-        "payload": job.payload,
+        "payload": if hide { Value::Null } else { job.payload.clone() },
+        "payload_hidden": hide,
         "unique": job.unique,
         "key_released": job.key_released,
         "metadata": job.metadata,
@@ -52,6 +54,7 @@ pub(crate) async fn list_key(
     key: &str,
     limit: u32,
     json: bool,
+    hide: bool,
 ) -> Result<(), Failure> {
     let jobs = queue.jobs_by_key(key, limit).await?;
     if jobs.is_empty() && !json {
@@ -59,27 +62,29 @@ pub(crate) async fn list_key(
             key.to_owned(),
         ))));
     }
-    print_jobs(queue, &jobs, jobs.len() as u64, json, "raise --limit").await
+    print_jobs(queue, &jobs, jobs.len() as u64, json, hide, "raise --limit").await
 }
 
-/// Prints the jobs matching `filter`, newest first, at most `limit`.
+/// Prints the jobs matching `query`, newest first, at most `limit`.
 pub(crate) async fn list(
     queue: &Queue,
-    filter: &JobFilter,
+    query: &JobQuery,
     limit: u32,
     json: bool,
+    hide: bool,
 ) -> Result<(), Failure> {
-    let jobs = queue.list(filter, limit).await?;
+    let jobs = queue.list_page(query, None, limit).await?.jobs;
     let total = if (jobs.len() as u64) < u64::from(limit) {
         jobs.len() as u64
     } else {
-        queue.count(filter).await?
+        queue.count_matching(query).await?
     };
     print_jobs(
         queue,
         &jobs,
         total,
         json,
+        hide,
         "raise --limit or narrow with --status, --queue, --kind, --meta",
     )
     .await
@@ -91,6 +96,7 @@ async fn print_jobs(
     jobs: &[JobRecord],
     total: u64,
     json: bool,
+    hide: bool,
     narrow: &str,
 ) -> Result<(), Failure> {
     let now = queue.now().await?;
@@ -98,7 +104,7 @@ async fn print_jobs(
     if json {
         out.json(&json!({
             "total": total,
-            "jobs": jobs.iter().map(job_json).collect::<Vec<_>>(),
+            "jobs": jobs.iter().map(|j| job_json(j, hide)).collect::<Vec<_>>(),
         }))?;
         return Ok(out.flush()?);
     }
@@ -167,14 +173,23 @@ pub(crate) async fn fetch(queue: &Queue, lookup: &Lookup) -> Result<JobRecord, F
     job.ok_or_else(|| Failure::Queue(Error::JobNotFound(what)))
 }
 
-/// Prints one job in full.
-pub(crate) async fn show(queue: &Queue, lookup: &Lookup, json: bool) -> Result<(), Failure> {
+/// Prints one job in full; with `hide`, neither its payload nor its output.
+pub(crate) async fn show(
+    queue: &Queue,
+    lookup: &Lookup,
+    json: bool,
+    hide: bool,
+) -> Result<(), Failure> {
     let job = fetch(queue, lookup).await?;
     let attempts = queue.attempts(job.id).await?;
-    let output = queue.output_json(job.id).await?;
+    let output = if hide {
+        None
+    } else {
+        queue.output_json(job.id).await?
+    };
     let mut out = Out::stdout();
     if json {
-        let mut value = job_json(&job);
+        let mut value = job_json(&job, hide);
         value["attempt_history"] = attempts
             .iter()
             .map(|a| {
@@ -406,6 +421,20 @@ pub(crate) async fn show(queue: &Queue, lookup: &Lookup, json: bool) -> Result<(
         }
     }
     out.line(&p.paint(Paint::Bold, "payload"))?;
+    if hide {
+        let size = job.payload.to_string().len() as u64;
+        out.line(&format!(
+            "  {}",
+            p.paint(
+                Paint::Dim,
+                &format!(
+                    "hidden ({}); the output too, if any",
+                    plural(size, "byte", "bytes")
+                )
+            )
+        ))?;
+        return Ok(out.flush()?);
+    }
     let pretty =
         serde_json::to_string_pretty(&job.payload).unwrap_or_else(|_| job.payload.to_string());
     for line in pretty.lines() {

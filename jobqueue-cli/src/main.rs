@@ -4,26 +4,32 @@
 //!
 //! ```text
 //! jobqueue migrate [--check | --print-sql]         apply (or list, or print) the migrations
-//! jobqueue status [--queue Q] [--watch] [--json]   each queue at a glance
-//! jobqueue list [--status S] [--queue Q] [--kind K] [--limit N] [--json]
-//! jobqueue show ID | --key KEY [--json]            one job: payload, attempt history, output, last error
-//! jobqueue retry ID | --failed [--queue Q] [--kind K] [--dry-run]
-//! jobqueue cancel ID [--dry-run]
-//! jobqueue pause Q [--dry-run]  /  jobqueue resume Q [--dry-run]
-//! jobqueue purge [--status done] --older-than 7d [--dry-run]
+//! jobqueue status [--queue Q] [--watch]            each queue at a glance
+//! jobqueue list [--status S] [--queue Q] [--kind K] [--limit N] [--hide-payload]
+//! jobqueue show ID | --key KEY [--hide-payload]    one job: payload, attempt history, output, last error
+//! jobqueue retry ID | --key KEY | [--failed | --status S] [--queue Q] [--kind K] [--key-prefix P]
+//! jobqueue cancel ID | --key KEY | [--status S] [--queue Q] [--kind K] [--key-prefix P]
+//! jobqueue pause Q  /  jobqueue resume Q
+//! jobqueue purge [--status done] --older-than 7d [--queue Q] [--kind K]
+//! jobqueue workers
 //! ```
+//!
+//! Every command takes `--json`; the commands that change something take `--dry-run` and
+//! `--strict`; `purge` and `retry`/`cancel` over a filter take `--yes` (they ask on a
+//! terminal and refuse elsewhere without it).
 //!
 //! The database comes from `--database-url` or `DATABASE_URL`
 //! (`mysql://user:password@host:port/database`). Its password is never printed: messages
 //! show the URL as `mysql://user:***@host:port/database`.
 //!
-//! Output: tables for people, `--json` on the read commands for scripts, colours only when
-//! standard output is a terminal and `NO_COLOR` is unset or empty, and a progress bar on
-//! standard error (on a terminal) for long purges and retries. Logs go to standard error at
-//! `warn` level; `RUST_LOG=jobqueue_runtime=info` shows more.
+//! Output: tables for people, `--json` for scripts, colours only when standard output is a
+//! terminal and `NO_COLOR` is unset or empty, and a progress bar on standard error (on a
+//! terminal) for long purges, retries and cancels. Logs go to standard error at `warn` level;
+//! `RUST_LOG=jobqueue_runtime=info` shows more.
 //!
-//! Exit status: 0 on success, 1 when `migrate --check` finds pending migrations, 2 on any
-//! error, which is printed as one line saying what to do about it.
+//! Exit status: 0 on success; 1 when the command did not do what was asked (`migrate --check`
+//! found pending migrations, a confirmation was answered no, `--strict` and nothing
+//! changed); 2 on any error, which is printed as one line saying what to do about it.
 //!
 //! Install with `cargo install --path jobqueue-cli`; see the crate's README for a session.
 
@@ -32,7 +38,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use jobqueue::JobFilter;
+use jobqueue::JobStatus;
 
 mod actions;
 mod cli;
@@ -41,27 +47,36 @@ mod jobs;
 mod migrate;
 mod progress;
 mod render;
+mod scope;
 mod status;
 mod target;
 mod web;
 mod workers;
 
-use cli::{Cli, Command};
+use cli::{Cli, Command, FilterArgs};
 use failure::Failure;
+use jobs::Lookup;
 use render::{Paint, Palette};
+use scope::Scope;
 use target::Target;
 
-/// Exit status of `migrate --check` when migrations are pending.
-const EXIT_PENDING: u8 = 1;
 /// Exit status of every error (clap's own usage errors use it too).
 const EXIT_ERROR: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::Migrate {
-        print_sql: true, ..
-    } = cli.command
+        print_sql: true,
+        format,
+        ..
+    } = &cli.command
     {
+        if format.json {
+            return fail(
+                None,
+                &Failure::Usage("--print-sql prints SQL, not JSON; leave out --json".into()),
+            );
+        }
         return migrate::print_sql();
     }
     let Some(url) = cli.database_url.clone().filter(|u| !u.trim().is_empty()) else {
@@ -102,6 +117,9 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
         } => Some(web::auth(*listen, token.as_deref(), basic_auth.as_deref())?),
         _ => None,
     };
+    if let Some(failure) = no_target(&command) {
+        return Err(failure);
+    }
     let changes_jobs = !matches!(
         command,
         Command::Status { .. }
@@ -114,15 +132,12 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
             }
     ) && !matches!(command, Command::Migrate { check: true, .. });
     let queue = target.connect(changes_jobs).await?;
-    match command {
-        Command::Migrate { check, .. } => {
-            let pending = migrate::run(&queue, target, check).await?;
-            return Ok(if pending {
-                ExitCode::from(EXIT_PENDING)
-            } else {
-                ExitCode::SUCCESS
-            });
-        }
+    let (report, strict, json) = match command {
+        Command::Migrate { check, format, .. } => (
+            migrate::run(&queue, target, check, format.json).await?,
+            false,
+            None,
+        ),
         Command::Status {
             queue: only,
             watch,
@@ -137,7 +152,8 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
                 interval.duration(),
                 format.json,
             )
-            .await?
+            .await?;
+            return Ok(ExitCode::SUCCESS);
         }
         Command::List {
             status,
@@ -146,87 +162,193 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
             meta,
             key,
             limit,
+            privacy,
             format,
         } => {
+            let hide = privacy.hide_payload;
             if let Some(key) = key {
-                return jobs::list_key(&queue, &key, limit, format.json)
-                    .await
-                    .map(|()| ExitCode::SUCCESS);
+                jobs::list_key(&queue, &key, limit, format.json, hide).await?;
+                return Ok(ExitCode::SUCCESS);
             }
-            let mut filter = JobFilter::default();
-            if let Some(s) = status {
-                filter = filter.status(s.into());
-            }
-            if let Some(q) = in_queue {
-                filter = filter.queue(q);
-            }
-            if let Some(k) = kind {
-                filter = filter.kind(k);
-            }
-            if let Some((key, value)) = meta {
-                filter = filter.meta(key, value);
-            }
-            jobs::list(&queue, &filter, limit, format.json).await?
-        }
-        Command::Show { id, key, format } => {
-            let lookup = match (id, key) {
-                (Some(id), _) => jobs::Lookup::Id(id),
-                (None, Some(key)) => jobs::Lookup::Key(key),
-                (None, None) => {
-                    return Err(Failure::Usage(
-                        "give a job id or --key KEY; `jobqueue list` shows both".into(),
-                    ))
-                }
+            let scope = Scope {
+                queue: in_queue,
+                kind,
+                meta,
+                ..Scope::default()
             };
-            jobs::show(&queue, &lookup, format.json).await?
+            let query = scope.query(status.map(Into::into));
+            jobs::list(&queue, &query, limit, format.json, hide).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Show {
+            id,
+            key,
+            privacy,
+            format,
+        } => {
+            let lookup = lookup(id, key).ok_or_else(|| {
+                Failure::Usage("give a job id or --key KEY; `jobqueue list` shows both".into())
+            })?;
+            jobs::show(&queue, &lookup, format.json, privacy.hide_payload).await?;
+            return Ok(ExitCode::SUCCESS);
         }
         Command::Retry {
             id,
+            key,
             failed,
-            queue: in_queue,
-            kind,
-            dry_run,
-        } => match id {
-            Some(id) => actions::retry_one(&queue, id, dry_run.dry_run).await?,
-            None if failed => {
-                let mut filter = JobFilter::default();
-                if let Some(q) = in_queue {
-                    filter = filter.queue(q);
-                }
-                if let Some(k) = kind {
-                    filter = filter.kind(k);
-                }
-                actions::retry_failed(&queue, filter, dry_run.dry_run).await?
-            }
-            None => {
-                return Err(Failure::Usage(
-                    "give a job id, or --failed to retry every failed job".into(),
-                ))
-            }
-        },
-        Command::Cancel { id, dry_run } => actions::cancel(&queue, id, dry_run.dry_run).await?,
+            status,
+            filter,
+            change,
+            confirm,
+            format,
+        } => {
+            let report = if let Some(lookup) = lookup(id, key) {
+                actions::retry_one(&queue, &lookup, change.dry_run).await?
+            } else {
+                // A filter: `no_target` refused a command with none.
+                let statuses = match (failed, status) {
+                    (true, _) => vec![JobStatus::Failed],
+                    (false, Some(s)) => vec![s.into()],
+                    (false, None) => vec![JobStatus::Failed, JobStatus::Cancelled],
+                };
+                let scope = scope(statuses, filter);
+                actions::retry_matching(&queue, &scope, change.dry_run, confirm.yes).await?
+            };
+            (report, change.strict, Some(format.json))
+        }
+        Command::Cancel {
+            id,
+            key,
+            status,
+            filter,
+            change,
+            confirm,
+            format,
+        } => {
+            let report = if let Some(lookup) = lookup(id, key) {
+                actions::cancel_one(&queue, &lookup, change.dry_run).await?
+            } else {
+                // A filter: `no_target` refused a command with none.
+                let statuses = match status {
+                    Some(s) => vec![s.into()],
+                    None => vec![JobStatus::Scheduled, JobStatus::Ready, JobStatus::Blocked],
+                };
+                let scope = scope(statuses, filter);
+                actions::cancel_matching(&queue, &scope, change.dry_run, confirm.yes).await?
+            };
+            (report, change.strict, Some(format.json))
+        }
         Command::Pause {
             queue: name,
-            dry_run,
-        } => actions::pause(&queue, &name, dry_run.dry_run).await?,
+            change,
+            format,
+        } => (
+            actions::pause(&queue, &name, change.dry_run).await?,
+            change.strict,
+            Some(format.json),
+        ),
         Command::Resume {
             queue: name,
-            dry_run,
-        } => actions::resume(&queue, &name, dry_run.dry_run).await?,
-        Command::Workers { format } => workers::run(&queue, format.json).await?,
+            change,
+            format,
+        } => (
+            actions::resume(&queue, &name, change.dry_run).await?,
+            change.strict,
+            Some(format.json),
+        ),
+        Command::Workers { format } => {
+            workers::run(&queue, format.json).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
         Command::Web {
             listen,
             read_only,
             hide_payloads,
             ..
-        } => web::serve(queue, listen, web_auth.flatten(), read_only, hide_payloads).await?,
+        } => {
+            web::serve(queue, listen, web_auth.flatten(), read_only, hide_payloads).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
         Command::Purge {
             status,
             older_than,
-            dry_run,
-        } => actions::purge(&queue, status.into(), &older_than, dry_run.dry_run).await?,
+            queue: in_queue,
+            kind,
+            change,
+            confirm,
+            format,
+        } => {
+            let scope = scope(
+                vec![status.into()],
+                FilterArgs {
+                    queue: in_queue,
+                    kind,
+                    key_prefix: None,
+                },
+            );
+            (
+                actions::purge(&queue, &scope, &older_than, change.dry_run, confirm.yes).await?,
+                change.strict,
+                Some(format.json),
+            )
+        }
+    };
+    // `migrate` printed its report itself (its text has a line per migration).
+    if let Some(json) = json {
+        report.print(json)?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(report.exit_code(strict))
+}
+
+/// The usage error of a `retry` or `cancel` that names neither a job nor a filter, found
+/// before connecting.
+fn no_target(command: &Command) -> Option<Failure> {
+    match command {
+        Command::Retry {
+            id: None,
+            key: None,
+            failed: false,
+            status: None,
+            filter,
+            ..
+        } if !filter.is_set() => Some(Failure::Usage(
+            "give a job id, --key KEY, or a filter: --failed (every failed job), --status, \
+             --queue, --kind, --key-prefix"
+                .into(),
+        )),
+        Command::Cancel {
+            id: None,
+            key: None,
+            status: None,
+            filter,
+            ..
+        } if !filter.is_set() => Some(Failure::Usage(
+            "give a job id, --key KEY, or a filter: --status, --queue, --kind, --key-prefix \
+             (`--status ready` cancels every ready job)"
+                .into(),
+        )),
+        _ => None,
+    }
+}
+
+/// One job, by id or by task key, if either is given.
+fn lookup(id: Option<u64>, key: Option<String>) -> Option<Lookup> {
+    match (id, key) {
+        (Some(id), _) => Some(Lookup::Id(id)),
+        (None, Some(key)) => Some(Lookup::Key(key)),
+        (None, None) => None,
+    }
+}
+
+/// The jobs of `statuses` that the command line's filter selects.
+fn scope(statuses: Vec<JobStatus>, filter: FilterArgs) -> Scope {
+    Scope {
+        statuses,
+        queue: filter.queue,
+        kind: filter.kind,
+        key_prefix: filter.key_prefix,
+        meta: None,
+    }
 }
 
 /// Prints `error: ...` (one line, no password) and returns the error exit status; a closed

@@ -6,14 +6,20 @@ use std::process::ExitCode;
 
 use jobqueue::Queue;
 
+use crate::actions::{migrate_report, Report};
 use crate::failure::Failure;
 use crate::render::{plural, Out, Paint};
 use crate::target::Target;
 
-/// Applies the pending migrations (or lists them with `check`). Returns whether pending
-/// migrations were found by `--check` (the exit status is then 1).
-pub(crate) async fn run(queue: &Queue, target: &Target, check: bool) -> Result<bool, Failure> {
-    let mut out = Out::stdout();
+/// Applies the pending migrations (or lists them with `check`), printing what it did (as
+/// text, or as one JSON line with `json`). The report's exit status is 1 when `--check`
+/// found pending migrations.
+pub(crate) async fn run(
+    queue: &Queue,
+    target: &Target,
+    check: bool,
+    json: bool,
+) -> Result<Report, Failure> {
     let db = target.database();
     if !target.has_database() {
         return Err(Failure::Usage(
@@ -22,32 +28,39 @@ pub(crate) async fn run(queue: &Queue, target: &Target, check: bool) -> Result<b
         ));
     }
     let pending = queue.pending_migrations().await?;
-    if pending.is_empty() {
-        out.line(&format!(
-            "{} database {db} is up to date; no migration pending",
-            out.paint(Paint::Green, "ok:")
-        ))?;
-        out.flush()?;
-        return Ok(false);
-    }
     let count = plural(pending.len() as u64, "migration", "migrations");
-    if check {
-        out.line(&format!(
-            "{} database {db} has {count} pending; `jobqueue migrate` applies them:",
-            out.paint(Paint::Yellow, "pending:")
-        ))?;
+    let (head, paint, text) = if pending.is_empty() {
+        (
+            "ok:",
+            Paint::Green,
+            format!("database {db} is up to date; no migration pending"),
+        )
+    } else if check {
+        (
+            "pending:",
+            Paint::Yellow,
+            format!("database {db} has {count} pending; `jobqueue migrate` applies them:"),
+        )
     } else {
         queue.migrate().await?;
-        out.line(&format!(
-            "{} {count} to database {db}:",
-            out.paint(Paint::Green, "applied")
-        ))?;
+        (
+            "applied",
+            Paint::Green,
+            format!("{count} to database {db}:"),
+        )
+    };
+    let report = migrate_report(db, check, &pending, format!("{head} {text}"));
+    if json {
+        report.print(true)?;
+        return Ok(report);
     }
+    let mut out = Out::stdout();
+    out.line(&format!("{} {text}", out.paint(paint, head)))?;
     for (version, description) in &pending {
         out.line(&format!("  {version} {description}"))?;
     }
     out.flush()?;
-    Ok(check)
+    Ok(report)
 }
 
 /// Prints the schema's SQL to standard output (`--print-sql`); needs no database.

@@ -692,7 +692,7 @@ async fn retry_failed_moves_exactly_the_failed_jobs() {
     assert!(narrow.ok().contains("2 rows would change"), "{narrow:#?}");
     assert_eq!(rows(&queue).await, before, "a dry run changed rows");
 
-    let done = jobqueue(Some(&url), &["retry", "--failed"]).await;
+    let done = jobqueue(Some(&url), &["retry", "--failed", "--yes"]).await;
     let done = done.ok();
     assert!(done.starts_with("retried 3 failed jobs"), "{done}");
     assert!(done.trim_end().ends_with("3 rows changed"), "{done}");
@@ -718,6 +718,7 @@ async fn retry_failed_moves_exactly_the_failed_jobs() {
         assert_eq!(job.max_attempts, max_attempts, "job {id}");
         assert!(job.finished_at.is_none(), "job {id}");
     }
+    // Nothing left to retry: nothing to confirm either.
     let again = jobqueue(Some(&url), &["retry", "--failed"]).await;
     assert!(again.ok().contains("0 rows changed"), "{again:#?}");
 
@@ -770,7 +771,7 @@ async fn purge_deletes_only_old_done_jobs_and_dry_run_nothing() {
     );
     assert_eq!(rows(&queue).await, before, "a dry run changed rows");
 
-    let done = jobqueue(Some(&url), &["purge", "--older-than", "7d"]).await;
+    let done = jobqueue(Some(&url), &["purge", "--older-than", "7d", "--yes"]).await;
     let done = done.ok();
     assert!(done.starts_with("deleted 2 done jobs"), "{done}");
     assert!(done.trim_end().ends_with("2 rows changed"), "{done}");
@@ -1051,5 +1052,601 @@ async fn the_password_never_appears_in_output() {
                 "the password leaked: {run:#?}"
             );
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Scripts: --json of the commands that change something, confirmations, exit statuses
+// ---------------------------------------------------------------------------------------
+
+/// Parses the one line of JSON a changing command prints, after asserting its exit status.
+fn json_line(run: &Run, code: i32) -> Value {
+    assert_eq!(run.code, Some(code), "{run:#?}");
+    assert_eq!(run.stdout.lines().count(), 1, "one line: {run:#?}");
+    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {run:#?}"))
+}
+
+/// The ids of the jobs of `queue` in `status`, as the table has them.
+async fn ids_in(queue: &Queue, in_queue: &str, status: &str) -> Vec<u64> {
+    sqlx::query_scalar("SELECT id FROM job_queue WHERE queue = ? AND status = ? ORDER BY id")
+        .bind(in_queue)
+        .bind(status)
+        .fetch_all(queue.pool())
+        .await
+        .expect("read ids")
+}
+
+#[tokio::test]
+async fn every_changing_command_prints_one_json_object() {
+    let (url, queue, p) = prepared_database("cli_json").await;
+
+    // retry ID
+    let id = p.failed_out_of_attempts;
+    let dry = json_line(
+        &jobqueue(
+            Some(&url),
+            &["retry", &id.to_string(), "--dry-run", "--json"],
+        )
+        .await,
+        0,
+    );
+    assert_eq!(dry["command"], "retry");
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["matched"], 1);
+    assert_eq!(dry["changed"], 0);
+    assert_eq!(status_of(&queue, id).await, JobStatus::Failed);
+    let one = json_line(
+        &jobqueue(Some(&url), &["retry", &id.to_string(), "--json"]).await,
+        0,
+    );
+    assert_eq!(one["id"], id);
+    assert_eq!(one["dry_run"], false);
+    assert_eq!(one["changed"], 1);
+    assert_eq!(one["status_before"], "failed");
+    assert_eq!(one["status_after"], "ready");
+    assert_eq!(one["attempts"], 3);
+    assert_eq!(one["max_attempts"], 4);
+    assert_eq!(one["queue"], "exports");
+    assert_eq!(one["kind"], "export_order");
+    assert!(one["message"].as_str().unwrap().starts_with("retried job"));
+    assert_eq!(status_of(&queue, id).await, JobStatus::Ready);
+
+    // cancel ID: a ready job, then a running one.
+    let ready = p.ready[0];
+    let cancelled = json_line(
+        &jobqueue(Some(&url), &["cancel", &ready.to_string(), "--json"]).await,
+        0,
+    );
+    assert_eq!(cancelled["command"], "cancel");
+    assert_eq!(cancelled["changed"], 1);
+    assert_eq!(cancelled["status_before"], "ready");
+    assert_eq!(cancelled["status_after"], "cancelled");
+    assert_eq!(cancelled["cancel_requested"], false);
+    assert_eq!(status_of(&queue, ready).await, JobStatus::Cancelled);
+    let asked = json_line(
+        &jobqueue(Some(&url), &["cancel", &p.running.to_string(), "--json"]).await,
+        0,
+    );
+    assert_eq!(asked["changed"], 1);
+    assert_eq!(asked["status_after"], "running");
+    assert_eq!(asked["cancel_requested"], true);
+    let ended = json_line(
+        &jobqueue(
+            Some(&url),
+            &["cancel", &p.done_recently.to_string(), "--json"],
+        )
+        .await,
+        0,
+    );
+    assert_eq!(ended["matched"], 0);
+    assert_eq!(ended["changed"], 0);
+    assert_eq!(ended["status_after"], "done");
+
+    // pause, resume
+    let paused = json_line(
+        &jobqueue(Some(&url), &["pause", "exports", "--json"]).await,
+        0,
+    );
+    assert_eq!(paused["command"], "pause");
+    assert_eq!(paused["queue"], "exports");
+    assert_eq!(paused["paused"], true);
+    assert_eq!(paused["known_queue"], true);
+    assert_eq!(paused["changed"], 1);
+    let again = json_line(
+        &jobqueue(Some(&url), &["pause", "exports", "--json"]).await,
+        0,
+    );
+    assert_eq!(again["changed"], 0);
+    let resumed = json_line(
+        &jobqueue(Some(&url), &["resume", "exports", "--json"]).await,
+        0,
+    );
+    assert_eq!(resumed["command"], "resume");
+    assert_eq!(resumed["paused"], false);
+    assert_eq!(resumed["changed"], 1);
+    assert!(queue.paused_queues().await.unwrap().is_empty());
+
+    // purge
+    let purged = json_line(
+        &jobqueue(
+            Some(&url),
+            &[
+                "purge",
+                "--older-than",
+                "7d",
+                "--queue",
+                "default",
+                "--yes",
+                "--json",
+            ],
+        )
+        .await,
+        0,
+    );
+    assert_eq!(purged["command"], "purge");
+    assert_eq!(purged["dry_run"], false);
+    assert_eq!(purged["matched"], 2);
+    assert_eq!(purged["changed"], 2);
+    assert_eq!(purged["filter"]["queue"], "default");
+    assert_eq!(purged["filter"]["kind"], Value::Null);
+    assert_eq!(purged["filter"]["status"], serde_json::json!(["done"]));
+    assert_eq!(purged["older_than"], "7d");
+    assert_eq!(purged["older_than_secs"], 7 * 86_400);
+    for id in p.done_long_ago {
+        assert!(queue.job(id).await.unwrap().is_none(), "job {id} is left");
+    }
+
+    // migrate, up to date
+    let migrate = json_line(&jobqueue(Some(&url), &["migrate", "--json"]).await, 0);
+    assert_eq!(migrate["command"], "migrate");
+    assert_eq!(migrate["matched"], 0);
+    assert_eq!(migrate["changed"], 0);
+    assert_eq!(migrate["pending"], serde_json::json!([]));
+    let check = json_line(
+        &jobqueue(Some(&url), &["migrate", "--check", "--json"]).await,
+        0,
+    );
+    assert_eq!(check["dry_run"], true);
+}
+
+#[tokio::test]
+async fn migrate_json_lists_what_it_applies() {
+    let url = empty_database("cli_migrate_json").await;
+    let check = json_line(
+        &jobqueue(Some(&url), &["migrate", "--check", "--json"]).await,
+        1,
+    );
+    assert_eq!(check["dry_run"], true);
+    let pending = check["pending"].as_array().expect("pending");
+    assert!(!pending.is_empty());
+    assert_eq!(pending[0]["version"], 20261130000001_i64);
+    assert_eq!(check["matched"], pending.len());
+    assert_eq!(check["changed"], 0);
+    let applied = json_line(&jobqueue(Some(&url), &["migrate", "--json"]).await, 0);
+    assert_eq!(applied["changed"], pending.len());
+    assert_eq!(applied["pending"], check["pending"]);
+    let check = json_line(
+        &jobqueue(Some(&url), &["migrate", "--check", "--json"]).await,
+        0,
+    );
+    assert_eq!(check["matched"], 0);
+}
+
+#[tokio::test]
+async fn purge_off_a_terminal_needs_yes() {
+    let (url, queue, p) = prepared_database("cli_purge_yes").await;
+    let before = rows(&queue).await;
+
+    let refused = jobqueue(Some(&url), &["purge", "--older-than", "7d"]).await;
+    let line = refused.user_error();
+    assert!(line.contains("refusing to delete 2 done jobs"), "{line}");
+    assert!(line.contains("add --yes"), "{line}");
+    assert_eq!(rows(&queue).await, before, "a refused purge changed rows");
+    // --json changes nothing about it.
+    let refused = jobqueue(Some(&url), &["purge", "--older-than", "7d", "--json"]).await;
+    assert!(refused.user_error().contains("add --yes"), "{refused:#?}");
+    assert_eq!(rows(&queue).await, before, "a refused purge changed rows");
+
+    // A dry run never asks.
+    let dry = json_line(
+        &jobqueue(
+            Some(&url),
+            &["purge", "--older-than", "7d", "--dry-run", "--json"],
+        )
+        .await,
+        0,
+    );
+    assert_eq!(dry["matched"], 2);
+    assert_eq!(dry["changed"], 0);
+    assert_eq!(rows(&queue).await, before, "a dry run changed rows");
+
+    let done = json_line(
+        &jobqueue(Some(&url), &["purge", "--older-than", "7d", "-y", "--json"]).await,
+        0,
+    );
+    let after = rows(&queue).await;
+    assert_eq!(done["changed"], (before.len() - after.len()) as u64);
+    assert_eq!(done["changed"], 2);
+    for id in p.done_long_ago {
+        assert!(row_of(&after, id).is_none(), "job {id} is left");
+    }
+
+    // By kind: no failed job of kind export_order is older than a day.
+    let none = json_line(
+        &jobqueue(
+            Some(&url),
+            &[
+                "purge",
+                "--status",
+                "failed",
+                "--kind",
+                "export_order",
+                "--older-than",
+                "1d",
+                "--json",
+            ],
+        )
+        .await,
+        0,
+    );
+    assert_eq!(none["matched"], 0);
+    assert_eq!(rows(&queue).await, after);
+}
+
+#[tokio::test]
+async fn bulk_cancel_by_queue_changes_exactly_that_queue() {
+    let (url, queue, p) = prepared_database("cli_cancel_queue").await;
+    let before = rows(&queue).await;
+
+    let refused = jobqueue(Some(&url), &["cancel", "--queue", "exports"]).await;
+    assert!(
+        refused
+            .user_error()
+            .contains("refusing to cancel 2 waiting jobs in queue exports"),
+        "{refused:#?}"
+    );
+    assert_eq!(rows(&queue).await, before);
+
+    let dry = json_line(
+        &jobqueue(
+            Some(&url),
+            &["cancel", "--queue", "exports", "--dry-run", "--json"],
+        )
+        .await,
+        0,
+    );
+    assert_eq!(dry["matched"], 2);
+    assert_eq!(dry["changed"], 0);
+    assert_eq!(dry["running_left"], 2);
+    assert_eq!(rows(&queue).await, before);
+
+    let done = json_line(
+        &jobqueue(
+            Some(&url),
+            &["cancel", "--queue", "exports", "--yes", "--json"],
+        )
+        .await,
+        0,
+    );
+    assert_eq!(done["command"], "cancel");
+    assert_eq!(done["matched"], 2);
+    assert_eq!(done["changed"], 2);
+    assert_eq!(done["running_left"], 2);
+    assert_eq!(done["filter"]["queue"], "exports");
+    assert_eq!(
+        done["filter"]["status"],
+        serde_json::json!(["scheduled", "ready", "blocked"])
+    );
+    let message = done["message"].as_str().unwrap();
+    assert!(message.contains("2 running jobs left alone"), "{message}");
+
+    // Exactly the two ready jobs of exports changed; the default queue's scheduled job
+    // and everything else did not.
+    let after = rows(&queue).await;
+    for r in &before {
+        let id: u64 = r.split('|').next().unwrap().parse().unwrap();
+        if p.ready.contains(&id) {
+            assert_eq!(status_of(&queue, id).await, JobStatus::Cancelled);
+        } else {
+            assert_eq!(row_of(&after, id), Some(r), "job {id} changed");
+        }
+    }
+    assert_eq!(ids_in(&queue, "default", "scheduled").await, [p.scheduled]);
+
+    // --status narrows it: there is no ready job left in exports.
+    let none = json_line(
+        &jobqueue(
+            Some(&url),
+            &["cancel", "-q", "exports", "--status", "ready", "--json"],
+        )
+        .await,
+        0,
+    );
+    assert_eq!(none["matched"], 0);
+    assert_eq!(none["running_left"], 0);
+}
+
+#[tokio::test]
+async fn retry_by_kind_and_by_key() {
+    let (url, queue, p) = prepared_database("cli_retry_kind").await;
+    let before = rows(&queue).await;
+
+    // send_email has one failed and one cancelled job: both come back.
+    let done = json_line(
+        &jobqueue(
+            Some(&url),
+            &["retry", "--kind", "send_email", "--yes", "--json"],
+        )
+        .await,
+        0,
+    );
+    assert_eq!(done["command"], "retry");
+    assert_eq!(done["matched"], 2);
+    assert_eq!(done["changed"], 2);
+    assert_eq!(done["filter"]["kind"], "send_email");
+    assert_eq!(
+        done["filter"]["status"],
+        serde_json::json!(["failed", "cancelled"])
+    );
+    assert_eq!(status_of(&queue, p.failed_email).await, JobStatus::Ready);
+    assert_eq!(status_of(&queue, p.cancelled).await, JobStatus::Ready);
+    let after = rows(&queue).await;
+    for r in &before {
+        let id: u64 = r.split('|').next().unwrap().parse().unwrap();
+        if id != p.failed_email && id != p.cancelled {
+            assert_eq!(row_of(&after, id), Some(r), "job {id} changed");
+        }
+    }
+
+    // --status cancelled over a kind with no cancelled job left.
+    let none = json_line(
+        &jobqueue(
+            Some(&url),
+            &["retry", "-k", "export_order", "-s", "cancelled", "--json"],
+        )
+        .await,
+        0,
+    );
+    assert_eq!(none["matched"], 0);
+
+    // One job by its exact key, and a prefix over several.
+    let key = queue
+        .job(p.failed_permanently)
+        .await
+        .unwrap()
+        .unwrap()
+        .task_key;
+    let one = json_line(
+        &jobqueue(Some(&url), &["retry", "--key", &key, "--json"]).await,
+        0,
+    );
+    assert_eq!(one["id"], p.failed_permanently);
+    assert_eq!(one["changed"], 1);
+    let prefix: String = key.chars().take(1).collect();
+    let some = json_line(
+        &jobqueue(
+            Some(&url),
+            &["retry", "--key-prefix", &prefix, "--dry-run", "--json"],
+        )
+        .await,
+        0,
+    );
+    assert_eq!(some["filter"]["key_prefix"], prefix.as_str());
+    assert_eq!(
+        some["matched"],
+        queue
+            .count_matching(
+                &jobqueue::JobQuery::default()
+                    .key_prefix(prefix.clone())
+                    .status(JobStatus::Failed)
+            )
+            .await
+            .unwrap()
+            + queue
+                .count_matching(
+                    &jobqueue::JobQuery::default()
+                        .key_prefix(prefix.clone())
+                        .status(JobStatus::Cancelled)
+                )
+                .await
+                .unwrap()
+    );
+}
+
+#[tokio::test]
+async fn exit_statuses() {
+    let (url, queue, p) = prepared_database("cli_exit").await;
+    let ready = p.ready[0].to_string();
+
+    // Nothing to change: 0, or 1 with --strict (also for a dry run).
+    assert_eq!(jobqueue(Some(&url), &["retry", &ready]).await.code, Some(0));
+    let strict = jobqueue(Some(&url), &["retry", &ready, "--strict"]).await;
+    assert_eq!(strict.code, Some(1), "{strict:#?}");
+    assert!(strict.stdout.starts_with("not retried"), "{strict:#?}");
+    let strict = jobqueue(Some(&url), &["retry", &ready, "--strict", "--dry-run"]).await;
+    assert_eq!(strict.code, Some(1), "{strict:#?}");
+    let done = p.done_recently.to_string();
+    let strict = jobqueue(Some(&url), &["cancel", &done, "--strict", "--json"]).await;
+    assert_eq!(json_line(&strict, 1)["changed"], 0);
+    let strict = jobqueue(Some(&url), &["resume", "exports", "--strict"]).await;
+    assert_eq!(strict.code, Some(1), "{strict:#?}");
+    let strict = jobqueue(
+        Some(&url),
+        &["purge", "--older-than", "30d", "--strict", "--dry-run"],
+    )
+    .await;
+    assert_eq!(strict.code, Some(1), "{strict:#?}");
+    // Something to change, with --strict: 0.
+    let changed = jobqueue(
+        Some(&url),
+        &["retry", &p.failed_email.to_string(), "--strict"],
+    )
+    .await;
+    assert_eq!(changed.code, Some(0), "{changed:#?}");
+    assert_eq!(status_of(&queue, p.failed_email).await, JobStatus::Ready);
+
+    // Usage errors: 2, one line.
+    let bare = jobqueue(Some(&url), &["retry"]).await;
+    assert!(bare.user_error().contains("give a job id"), "{bare:#?}");
+    let bare = jobqueue(Some(&url), &["cancel"]).await;
+    assert!(bare.user_error().contains("--status"), "{bare:#?}");
+    // Found before connecting: a database that does not exist is not the error.
+    let bare = jobqueue(Some(&format!("{url}_missing")), &["retry"]).await;
+    assert!(bare.user_error().contains("give a job id"), "{bare:#?}");
+    let both = jobqueue(Some(&url), &["cancel", &ready, "--queue", "exports"]).await;
+    assert_eq!(both.code, Some(2), "{both:#?}");
+    let wrong = jobqueue(Some(&url), &["cancel", "--status", "running"]).await;
+    assert_eq!(wrong.code, Some(2), "{wrong:#?}");
+    let refused = jobqueue(Some(&url), &["retry", "--failed"]).await;
+    assert!(refused.user_error().contains("add --yes"), "{refused:#?}");
+    let print = jobqueue(None, &["migrate", "--print-sql", "--json"]).await;
+    assert!(
+        print.user_error().contains("leave out --json"),
+        "{print:#?}"
+    );
+}
+
+#[tokio::test]
+async fn pausing_an_unknown_queue_warns_and_pauses() {
+    let (url, queue, _p) = prepared_database("cli_pause_typo").await;
+
+    let typo = jobqueue(Some(&url), &["pause", "exprots"]).await;
+    assert!(typo.ok().starts_with("paused queue exprots"), "{typo:#?}");
+    assert!(
+        typo.stderr
+            .starts_with("warning: queue exprots has no job and no worker claims from it"),
+        "{typo:#?}"
+    );
+    assert_eq!(queue.paused_queues().await.unwrap(), ["exprots"]);
+    let json = json_line(
+        &jobqueue(Some(&url), &["pause", "other", "--json", "--dry-run"]).await,
+        0,
+    );
+    assert_eq!(json["known_queue"], false);
+
+    let known = jobqueue(Some(&url), &["pause", "exports"]).await;
+    assert!(known.ok().starts_with("paused queue exports"), "{known:#?}");
+    assert_eq!(known.stderr, "", "{known:#?}");
+}
+
+#[tokio::test]
+async fn show_hide_payload_prints_neither_payload_nor_output() {
+    let (url, _queue, p) = prepared_database("cli_hide").await;
+    let id = p.failed_out_of_attempts.to_string();
+
+    let text = jobqueue(Some(&url), &["show", &id, "--hide-payload"]).await;
+    let text = text.ok();
+    assert!(
+        !text.contains("order_id") && !text.contains("7413"),
+        "{text}"
+    );
+    assert!(text.contains("payload\n  hidden ("), "{text}");
+    assert!(text.contains("status    failed"), "{text}");
+
+    let json = jobqueue(Some(&url), &["show", &id, "--hide-payload", "--json"])
+        .await
+        .json();
+    assert_eq!(json["payload"], Value::Null);
+    assert_eq!(json["output"], Value::Null);
+    assert_eq!(json["payload_hidden"], true);
+    assert_eq!(json["status"], "failed");
+    let shown = jobqueue(Some(&url), &["show", &id, "--json"]).await.json();
+    assert_eq!(shown["payload_hidden"], false);
+    assert_eq!(shown["payload"]["order_id"], 7413);
+
+    let list = jobqueue(Some(&url), &["list", "--hide-payload", "--json"])
+        .await
+        .json();
+    for job in list["jobs"].as_array().unwrap() {
+        assert_eq!(job["payload"], Value::Null, "{job}");
+    }
+}
+
+/// The headers of the `status` sample in the README and in the operations guide are those
+/// `status` prints.
+#[tokio::test]
+async fn the_documented_status_sample_has_the_printed_columns() {
+    let (url, _queue, _p) = prepared_database("cli_readme").await;
+    let text = jobqueue(Some(&url), &["status"]).await.ok().to_owned();
+    let header = |text: &str, first: &str| -> Vec<String> {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(first))
+            .unwrap_or_else(|| panic!("no line starting with {first}:\n{text}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    for (name, doc) in [
+        ("jobqueue-cli/README.md", include_str!("../README.md")),
+        ("docs/guide/cli.md", include_str!("../../docs/guide/cli.md")),
+    ] {
+        for first in ["QUEUE ", "ID  QUEUE "] {
+            assert_eq!(
+                header(doc, first),
+                header(&text, first),
+                "the sample of {name} has other columns than `jobqueue status` prints:\n{text}"
+            );
+        }
+    }
+}
+
+/// Runs `jobqueue ARGS` on a terminal (util-linux `script` gives it one), typing `answer`;
+/// returns its exit status and what the terminal showed (standard output and error).
+async fn jobqueue_on_a_terminal(url: &str, args: &[&str], answer: &str) -> (Option<i32>, String) {
+    use tokio::io::AsyncWriteExt;
+    let line = format!("exec {} {}", env!("CARGO_BIN_EXE_jobqueue"), args.join(" "));
+    let mut child = tokio::process::Command::new("script")
+        .args(["--quiet", "--return", "--command", &line, "/dev/null"])
+        .env("DATABASE_URL", url)
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("this test needs util-linux `script` to give the command a terminal");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(answer.as_bytes()).await.unwrap();
+    drop(stdin);
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("jobqueue on a terminal did not finish in 60 s")
+        .expect("run script");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).replace("\r\n", "\n"),
+    )
+}
+
+#[tokio::test]
+async fn on_a_terminal_a_purge_asks_first() {
+    let (url, queue, p) = prepared_database("cli_purge_tty").await;
+    let before = rows(&queue).await;
+    let args = ["purge", "--older-than", "7d"];
+
+    let (code, screen) = jobqueue_on_a_terminal(&url, &args, "n\n").await;
+    assert!(
+        screen.contains(
+            "confirm: delete 2 done jobs that finished more than 7d ago. Go ahead? [y/N]"
+        ),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("not confirmed: nothing changed"),
+        "{screen}"
+    );
+    assert_eq!(code, Some(1), "{screen}");
+    assert_eq!(rows(&queue).await, before, "a declined purge changed rows");
+
+    let (code, screen) = jobqueue_on_a_terminal(&url, &args, "y\n").await;
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(
+        screen.contains("deleted 2 done jobs that finished more than 7d ago; 2 rows changed"),
+        "{screen}"
+    );
+    let after = rows(&queue).await;
+    assert_eq!(after.len(), before.len() - 2);
+    for id in p.done_long_ago {
+        assert!(row_of(&after, id).is_none(), "job {id} is left");
     }
 }

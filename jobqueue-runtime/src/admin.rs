@@ -221,6 +221,42 @@ impl Queue {
         Ok(n)
     }
 
+    /// [`Queue::prune`] for the jobs matching `query`: deletes the jobs with the query's
+    /// status (done, failed or cancelled: it must be set to one of them) that finished more
+    /// than `older_than` ago and match the query's other fields (queue, kind, task key
+    /// prefix...). Oldest first, in batches of 500 locked with SKIP LOCKED, so it never
+    /// blocks claims. Returns how many rows were deleted.
+    ///
+    /// The rows are found through the index on (status, finish time): a queue or kind is
+    /// tested on each finished job of that status older than `older_than`, read once.
+    pub async fn prune_matching(&self, query: &JobQuery, older_than: Duration) -> Result<u64> {
+        check_prunable_query(query)?;
+        let store = self.store();
+        let mut total = 0;
+        let mut from = None;
+        loop {
+            let (n, last) = store
+                .prune_matching_batch(query, micros(older_than), from, 500)
+                .await?;
+            total += n;
+            // A batch deletes every row it locked; one that deleted none found none left.
+            if n == 0 || last.is_none() {
+                break;
+            }
+            from = last;
+        }
+        tracing::info!(rows = total, filter = ?query, "pruned matching jobs");
+        Ok(total)
+    }
+
+    /// How many jobs [`Queue::prune_matching`] would delete now.
+    pub async fn prunable_matching(&self, query: &JobQuery, older_than: Duration) -> Result<u64> {
+        check_prunable_query(query)?;
+        self.store()
+            .prunable_matching(query, micros(older_than))
+            .await
+    }
+
     /// Every queue's counts by status, whether it is paused, the age of its oldest ready job
     /// and its expired leases, read with one statement. Fields of [`QueueStats`] this does
     /// not fill (`failed_last_hour`, `done_last_minute`, `unrunnable`) are zero: take them
@@ -254,6 +290,16 @@ fn check_prunable(status: JobStatus) -> Result<()> {
         other => Err(Error::InvalidSetting {
             setting: "status",
             reason: format!("only done, failed or cancelled jobs can be pruned, not {other} ones"),
+        }),
+    }
+}
+
+fn check_prunable_query(query: &JobQuery) -> Result<()> {
+    match query.status {
+        Some(status) => check_prunable(status),
+        None => Err(Error::InvalidSetting {
+            setting: "status",
+            reason: "pruning needs a status: done, failed or cancelled".into(),
         }),
     }
 }

@@ -74,6 +74,9 @@ pub mod __store {
         // The operator dashboard's statements for a filter, with their arguments; run one
         // with `Store::explain`.
         pub use crate::store::{dashboard_statements, Arg};
+        // An operator's prune of the jobs matching a filter: its count and its batch's
+        // locking read, with their arguments.
+        pub use crate::store::{prune_matching_count, prune_matching_select};
         // The older jobs of a task key (see `Uniqueness`).
         pub use crate::store::{key_history_sql, release_sql};
         // A running job's progress write.

@@ -3,8 +3,10 @@
 //! without the worker's conflict retries (an operator sees an error and tries again), but
 //! for the cancel, which can meet a wake of a blocked job's key and retries as it does.
 
+use chrono::NaiveDateTime;
 use sqlx::Row;
 
+use super::dashboard::{bind_all, conditions, where_clause as dashboard_where, Arg};
 use super::*;
 use crate::model::{
     CancelOutcome, JobFilter, JobQuery, JobRecord, JobStatus, QueueStats, RunningJob,
@@ -295,6 +297,59 @@ impl Store {
         Ok(n as u64)
     }
 
+    /// How many jobs match `query` (whose status is a finished one) and finished more than
+    /// `older_than_us` microseconds ago: the statement of [`prune_matching_count`].
+    pub(crate) async fn prunable_matching(
+        &self,
+        query: &JobQuery,
+        older_than_us: i64,
+    ) -> Result<u64> {
+        let (sql, args) = prune_matching_count(query, older_than_us);
+        let n: i64 = bind_all(sqlx::query(&sql), &args)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
+        Ok(n as u64)
+    }
+
+    /// Deletes up to `limit` jobs matching `query` (whose status is a finished one) that
+    /// finished more than `older_than_us` microseconds ago and not before `from`, oldest
+    /// first; rows locked by anyone else are skipped. Returns how many rows were deleted and
+    /// the finish time of the last one selected: the `from` of the next batch, so that no
+    /// batch reads again the rows of other queues or kinds an earlier one went past.
+    pub(crate) async fn prune_matching_batch(
+        &self,
+        query: &JobQuery,
+        older_than_us: i64,
+        from: Option<NaiveDateTime>,
+        limit: u64,
+    ) -> Result<(u64, Option<NaiveDateTime>)> {
+        let (sql, args) = prune_matching_select(query, older_than_us, from, limit);
+        let status = query.status.map(JobStatus::as_str).unwrap_or_default();
+        transaction!(self, |conn| {
+            let rows = bind_all(sqlx::query(&sql).persistent(false), &args)
+                .fetch_all(&mut *conn)
+                .await?
+                .iter()
+                .map(|r| Ok((r.try_get::<u64, _>(0)?, r.try_get::<NaiveDateTime, _>(1)?)))
+                .collect::<sqlx::Result<Vec<_>>>()?;
+            let Some(&(_, last)) = rows.last() else {
+                return Ok(((0, None), false));
+            };
+            let ids: Vec<u64> = rows.iter().map(|(id, _)| *id).collect();
+            let delete = format!(
+                "DELETE FROM job_queue WHERE id IN ({}) AND status = ?",
+                placeholders(padded_len(ids.len()))
+            );
+            let mut q = sqlx::query(&delete).persistent(false);
+            for id in padded(&ids) {
+                q = q.bind(id);
+            }
+            let n = q.bind(status).execute(&mut *conn).await?.rows_affected();
+            Ok(((n, Some(last)), true))
+        })
+    }
+
     /// Figures per queue (every queue with at least one job, plus paused ones).
     pub(crate) async fn stats(&self) -> Result<Vec<QueueStats>> {
         let rows = sqlx::query(
@@ -426,4 +481,51 @@ fn where_clause(filter: &JobFilter) -> (String, Vec<String>) {
     } else {
         (format!("WHERE {}", conds.join(" AND ")), args)
     }
+}
+
+/// The conditions of a prune over `query`: its own (the status among them), and the finish
+/// time before the retention. Every statement of the prune goes through
+/// `job_queue_status_at (status, status_at, id)`: a range of one status's finished jobs,
+/// oldest first; the query's other fields (queue, kind...) are tested on the rows of that
+/// range.
+fn prune_conditions(query: &JobQuery, older_than_us: i64) -> (Vec<&'static str>, Vec<Arg>) {
+    let (mut conds, mut args) = conditions(query);
+    conds.push("status_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND");
+    args.push(Arg::Int(older_than_us.max(0) as u64));
+    (conds, args)
+}
+
+/// The count of `Queue::prunable_matching`, with its arguments.
+pub fn prune_matching_count(query: &JobQuery, older_than_us: i64) -> (String, Vec<Arg>) {
+    let (conds, args) = prune_conditions(query, older_than_us);
+    (
+        format!(
+            "SELECT COUNT(*) FROM job_queue FORCE INDEX (job_queue_status_at) {}",
+            dashboard_where(&conds)
+        ),
+        args,
+    )
+}
+
+/// The locking read of one batch of `Queue::prune_matching`, with its arguments.
+pub fn prune_matching_select(
+    query: &JobQuery,
+    older_than_us: i64,
+    from: Option<NaiveDateTime>,
+    limit: u64,
+) -> (String, Vec<Arg>) {
+    let (mut conds, mut args) = prune_conditions(query, older_than_us);
+    if let Some(t) = from {
+        conds.push("status_at >= ?");
+        args.push(Arg::Time(t));
+    }
+    args.push(Arg::Int(limit));
+    (
+        format!(
+            "SELECT id, status_at FROM job_queue FORCE INDEX (job_queue_status_at) {} \
+             ORDER BY status_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
+            dashboard_where(&conds)
+        ),
+        args,
+    )
 }

@@ -29,7 +29,7 @@ pub enum Arg {
 
 type Query<'q> = sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>;
 
-fn bind_all<'q>(mut q: Query<'q>, args: &'q [Arg]) -> Query<'q> {
+pub(super) fn bind_all<'q>(mut q: Query<'q>, args: &'q [Arg]) -> Query<'q> {
     for a in args {
         q = match a {
             Arg::Text(s) => q.bind(s.as_str()),
@@ -54,7 +54,7 @@ fn like_prefix(p: &str) -> String {
     s
 }
 
-fn where_clause(conds: &[&str]) -> String {
+pub(super) fn where_clause(conds: &[&str]) -> String {
     if conds.is_empty() {
         String::new()
     } else {
@@ -92,7 +92,7 @@ const PERIODIC_SQL: &str = "\
     FROM job_queue_cron c LEFT JOIN job_queue j ON j.id = c.last_job_id ORDER BY c.kind";
 
 /// The conditions of `query`, and their arguments in order, for a WHERE clause.
-fn conditions(query: &JobQuery) -> (Vec<&'static str>, Vec<Arg>) {
+pub(super) fn conditions(query: &JobQuery) -> (Vec<&'static str>, Vec<Arg>) {
     let mut conds = Vec::new();
     let mut args = Vec::new();
     if let Some(s) = query.status {

@@ -203,6 +203,7 @@ mod testing;
 mod workers;
 
 pub use admin::key_history_sql;
+pub use admin::{prune_matching_count, prune_matching_select};
 pub use admin::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
 pub(crate) use claim::ProbeConnection;
 pub use claim::{ready_probe_sql, CLAIM_SELECT};

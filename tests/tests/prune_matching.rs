@@ -1,0 +1,134 @@
+//! `Queue::prune_matching`: an operator's prune narrowed to a queue or a kind deletes exactly
+//! the old finished jobs it matches, and its statements go through the (status, finish time)
+//! index.
+
+use std::time::Duration;
+
+use jobqueue::{JobQuery, JobStatus, Queue};
+use jobqueue_runtime::__store::statements::{prune_matching_count, prune_matching_select};
+use tests::fresh_queue;
+
+/// 40 jobs: queues a and b, kinds x and y, done 10 days or 1 hour ago, some failed.
+async fn seed(queue: &Queue) {
+    sqlx::query(
+        "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, run_at, finished_at) \
+         SELECT IF(seq % 2 = 0, 'a', 'b'), IF(seq % 4 < 2, 'x', 'y'), CONCAT('k:', seq), '{}', \
+           IF(seq % 5 = 0, 'failed', 'done'), 1, UTC_TIMESTAMP(6), \
+           UTC_TIMESTAMP(6) - INTERVAL IF(seq <= 20, 240, 1) HOUR \
+         FROM seq_1_to_40",
+    )
+    .execute(queue.pool())
+    .await
+    .expect("seed");
+}
+
+async fn count(queue: &Queue, sql: &str) -> u64 {
+    sqlx::query_scalar::<_, i64>(sql)
+        .fetch_one(queue.pool())
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}")) as u64
+}
+
+#[tokio::test]
+async fn prune_matching_deletes_only_the_matching_old_jobs() {
+    let queue = fresh_queue("prune_matching").await;
+    seed(&queue).await;
+    let week = Duration::from_secs(7 * 86_400);
+    let total = count(&queue, "SELECT COUNT(*) FROM job_queue").await;
+
+    let in_a = JobQuery::default().status(JobStatus::Done).queue("a");
+    let expected = count(
+        &queue,
+        "SELECT COUNT(*) FROM job_queue WHERE status = 'done' AND queue = 'a' \
+         AND finished_at < UTC_TIMESTAMP(6) - INTERVAL 7 DAY",
+    )
+    .await;
+    assert!(expected > 0);
+    assert_eq!(
+        queue.prunable_matching(&in_a, week).await.unwrap(),
+        expected
+    );
+    assert_eq!(queue.prune_matching(&in_a, week).await.unwrap(), expected);
+    assert_eq!(
+        count(&queue, "SELECT COUNT(*) FROM job_queue").await,
+        total - expected
+    );
+    // Nothing of queue a that is old and done is left; everything else is.
+    assert_eq!(queue.prunable_matching(&in_a, week).await.unwrap(), 0);
+    assert_eq!(
+        count(
+            &queue,
+            "SELECT COUNT(*) FROM job_queue WHERE queue = 'b' OR status = 'failed' \
+             OR finished_at > UTC_TIMESTAMP(6) - INTERVAL 7 DAY"
+        )
+        .await,
+        total - expected
+    );
+
+    // A kind, and a status other than done.
+    let failed_y = JobQuery::default().status(JobStatus::Failed).kind("y");
+    let expected = count(
+        &queue,
+        "SELECT COUNT(*) FROM job_queue WHERE status = 'failed' AND kind = 'y' \
+         AND finished_at < UTC_TIMESTAMP(6) - INTERVAL 7 DAY",
+    )
+    .await;
+    assert_eq!(
+        queue.prune_matching(&failed_y, week).await.unwrap(),
+        expected
+    );
+    assert_eq!(
+        count(
+            &queue,
+            "SELECT COUNT(*) FROM job_queue WHERE status = 'failed' AND kind = 'y' \
+             AND finished_at < UTC_TIMESTAMP(6) - INTERVAL 7 DAY"
+        )
+        .await,
+        0
+    );
+
+    // A status is required, and must be a finished one.
+    let err = queue
+        .prune_matching(&JobQuery::default().queue("a"), week)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("needs a status"), "{err}");
+    let err = queue
+        .prunable_matching(&JobQuery::default().status(JobStatus::Ready), week)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("done, failed or cancelled"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn prune_matching_statements_use_the_status_time_index() {
+    let queue = fresh_queue("prune_matching_plan").await;
+    seed(&queue).await;
+    // A batch after the first starts at the finish time the previous one ended at.
+    let from = chrono::Utc::now().naive_utc() - chrono::Duration::days(30);
+    let query = JobQuery::default()
+        .status(JobStatus::Done)
+        .queue("a")
+        .kind("x");
+    for (sql, args) in [
+        prune_matching_count(&query, 1_000_000),
+        prune_matching_select(&query, 1_000_000, None, 500),
+        prune_matching_select(&query, 1_000_000, Some(from), 500),
+    ] {
+        let plan = queue.store().explain(&sql, &args).await.expect("EXPLAIN");
+        let (_, access, key, _, extra) = plan
+            .iter()
+            .find(|(table, ..)| table == "job_queue")
+            .unwrap_or_else(|| panic!("no plan row for job_queue: {plan:?}"));
+        assert_eq!(
+            key.as_deref(),
+            Some("job_queue_status_at"),
+            "{sql}: {plan:?}"
+        );
+        assert_eq!(access, "range", "{sql}: {plan:?}");
+        assert!(!extra.contains("filesort"), "{sql}: {plan:?}");
+    }
+}
