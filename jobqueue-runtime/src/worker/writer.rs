@@ -82,11 +82,7 @@ pub(super) async fn write_outcomes(
                     if store::is_deterministic(&e) {
                         refused += 1;
                     }
-                    metrics.add(
-                        &metrics.database_errors,
-                        "jobqueue_database_errors_total",
-                        1,
-                    );
+                    metrics.database_errors(1);
                     tracing::error!(error = %e, pending = batch.len(), retry_in = ?delay, "cannot record job outcomes; retrying");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(5));
@@ -122,11 +118,7 @@ async fn write_singly(
             Err(e) if store::is_deterministic(&e) => {
                 let r = &one[0];
                 leases.release(r.id, r.attempt);
-                metrics.add(
-                    &metrics.database_errors,
-                    "jobqueue_database_errors_total",
-                    1,
-                );
+                metrics.database_errors(1);
                 // A job whose own transaction committed is done whatever failed after it
                 // (storing its output, waking its key): it is not run again.
                 let committed = matches!(r.outcome, Outcome::DoneInTransaction { .. })
@@ -262,13 +254,7 @@ async fn write_batch(
             continue;
         }
         let (Some(written), Some(how)) = (written, how) else {
-            metrics.add_job(
-                &metrics.lease_lost,
-                "jobqueue_leases_lost_total",
-                queue,
-                kind,
-                1,
-            );
+            metrics.lease_lost(queue, kind);
             tracing::warn!(
                 job.id = id,
                 attempt,
@@ -279,33 +265,15 @@ async fn write_batch(
         };
         match (written, how) {
             (JobStatus::Scheduled, Finish::Retry { delay, error }) => {
-                metrics.add_job(
-                    &metrics.retried,
-                    "jobqueue_jobs_retried_total",
-                    queue,
-                    kind,
-                    1,
-                );
+                metrics.retried(queue, kind);
                 tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; retrying in {delay:.1?}");
             }
             (JobStatus::Failed, Finish::Fail { error }) => {
-                metrics.add_job(
-                    &metrics.failed,
-                    "jobqueue_jobs_failed_total",
-                    queue,
-                    kind,
-                    1,
-                );
+                metrics.failed(queue, kind);
                 tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; not retrying");
             }
             (JobStatus::Scheduled, Finish::Defer { delay, error, .. }) => {
-                metrics.add_job(
-                    &metrics.deferred,
-                    "jobqueue_jobs_deferred_total",
-                    queue,
-                    kind,
-                    1,
-                );
+                metrics.deferred(queue, kind);
                 tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "this worker cannot run the job; left for a worker that can, back in {delay:.1?} (not counted as an attempt)");
             }
             (
@@ -316,23 +284,11 @@ async fn write_batch(
                     ..
                 },
             ) => {
-                metrics.add_job(
-                    &metrics.failed,
-                    "jobqueue_jobs_failed_total",
-                    queue,
-                    kind,
-                    1,
-                );
+                metrics.failed(queue, kind);
                 tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "no worker could run the job within {give_up_after:?}; job failed");
             }
             (JobStatus::Scheduled, Finish::Snooze { delay, .. }) => {
-                metrics.add_job(
-                    &metrics.snoozed,
-                    "jobqueue_jobs_snoozed_total",
-                    queue,
-                    kind,
-                    1,
-                );
+                metrics.snoozed(queue, kind);
                 tracing::info!(
                     job.id = id,
                     job.kind = kind,
@@ -341,23 +297,11 @@ async fn write_batch(
                 );
             }
             (JobStatus::Failed, Finish::Snooze { exhausted, .. }) => {
-                metrics.add_job(
-                    &metrics.failed,
-                    "jobqueue_jobs_failed_total",
-                    queue,
-                    kind,
-                    1,
-                );
+                metrics.failed(queue, kind);
                 tracing::error!(job.id = id, job.kind = kind, attempt, error = %exhausted, "job failed; not retrying");
             }
             (JobStatus::Failed, _) => {
-                metrics.add_job(
-                    &metrics.failed,
-                    "jobqueue_jobs_failed_total",
-                    queue,
-                    kind,
-                    1,
-                );
+                metrics.failed(queue, kind);
                 tracing::error!(
                     job.id = id,
                     job.kind = kind,
@@ -366,13 +310,7 @@ async fn write_batch(
                 );
             }
             (JobStatus::Ready, _) => {
-                metrics.add_job(
-                    &metrics.handed_back,
-                    "jobqueue_jobs_handed_back_total",
-                    queue,
-                    kind,
-                    1,
-                );
+                metrics.handed_back(queue, kind);
                 tracing::info!(
                     job.id = id,
                     job.kind = kind,
@@ -381,13 +319,7 @@ async fn write_batch(
                 );
             }
             (_, _) => {
-                metrics.add_job(
-                    &metrics.cancelled,
-                    "jobqueue_jobs_cancelled_total",
-                    queue,
-                    kind,
-                    1,
-                );
+                metrics.cancelled(queue, kind);
                 tracing::info!(
                     job.id = id,
                     job.kind = kind,
@@ -405,24 +337,12 @@ async fn write_batch(
 /// or committed with the job's own transaction.
 /// A completion that matched no row: another worker owns the job now.
 fn completion_lost(metrics: &Metrics, r: &Report) {
-    metrics.add_job(
-        &metrics.lease_lost,
-        "jobqueue_leases_lost_total",
-        &r.queue,
-        &r.kind,
-        1,
-    );
+    metrics.lease_lost(&r.queue, &r.kind);
     tracing::warn!(job.id = r.id, attempt = r.attempt, "lease lost before completion was recorded; another worker owns the job now, nothing was written");
 }
 
 fn succeeded(metrics: &Metrics, r: &Report) {
-    metrics.add_job(
-        &metrics.succeeded,
-        "jobqueue_jobs_succeeded_total",
-        &r.queue,
-        &r.kind,
-        1,
-    );
+    metrics.succeeded(&r.queue, &r.kind);
     tracing::debug!(job.id = r.id, attempt = r.attempt, "job done");
 }
 
