@@ -160,3 +160,67 @@ pub(crate) fn describe() {
         "Age of the queue's oldest ready job (0 when none is ready): how far behind the queue is."
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+
+    use super::*;
+
+    /// Keeps the name and labels of every counter registered.
+    #[derive(Default)]
+    struct Keys(Mutex<Vec<String>>);
+
+    impl Recorder for Keys {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let key = format!("{}{{{}}}", key.name(), labels.join(","));
+            self.0.lock().unwrap().push(key);
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn each_method_counts_on_its_own_name_and_labels() {
+        let keys = Keys::default();
+        let m = Metrics::default();
+        metrics::with_local_recorder(&keys, || {
+            m.retried("mail", "send_mail");
+            m.promoted(3);
+            m.empty(crate::model::EmptyClaim::Contended);
+            m.conflict(DbErrorKind::Deadlock);
+            m.conflict(DbErrorKind::SnapshotConflict);
+        });
+        assert_eq!(
+            *keys.0.lock().unwrap(),
+            [
+                "jobqueue_jobs_retried_total{queue=mail,kind=send_mail}",
+                "jobqueue_jobs_promoted_total{}",
+                "jobqueue_claims_empty_total{reason=contended}",
+                "jobqueue_conflict_retries_total{code=deadlock}",
+                "jobqueue_conflict_retries_total{code=snapshot_conflict}",
+            ]
+        );
+        let s = m.snapshot();
+        assert_eq!(
+            (s.retried, s.promoted, s.empty_contended, s.conflict_retries),
+            (1, 3, 1, 2)
+        );
+    }
+}
