@@ -51,7 +51,7 @@ impl Failure {
 
 /// The message for a queue error, with the fix, naming the database and never the password.
 fn explain_queue_error(e: &jobqueue::Error, t: &Target) -> String {
-    use jobqueue::Error;
+    use jobqueue::{DbErrorKind as Db, Error};
     let db = t.database();
     match e {
         Error::Database(sqlx::Error::PoolTimedOut) => format!(
@@ -74,33 +74,33 @@ fn explain_queue_error(e: &jobqueue::Error, t: &Target) -> String {
         ),
         Error::Database(sqlx::Error::Database(server)) => {
             let msg = server.message();
-            match e.server_code() {
-                Some(1045) => format!(
+            match e.database_class() {
+                Some(Db::LoginDenied) => format!(
                     "the server refused the login of user {}: {msg}; check the user and password in \
                      the URL (--database-url or DATABASE_URL)",
                     t.user()
                 ),
-                Some(1044) => format!(
+                Some(Db::DatabaseDenied) => format!(
                     "user {} may not use database {db}: {msg}; grant it SELECT, INSERT, UPDATE and \
                      DELETE on {db}.* (and CREATE, ALTER, INDEX, DROP to run `jobqueue migrate`)",
                     t.user()
                 ),
-                Some(1049) => format!(
+                Some(Db::UnknownDatabase) => format!(
                     "database {db} does not exist on the server; create it (CREATE DATABASE {db}) \
                      and run `jobqueue migrate`, or fix the database name in the URL"
                 ),
-                Some(1046) => "the database URL names no database; add one: \
+                Some(Db::NoDatabaseSelected) => "the database URL names no database; add one: \
                      mysql://user:password@host:port/DATABASE"
                     .to_owned(),
-                Some(1146) => format!(
+                Some(Db::MissingTable) => format!(
                     "table {} does not exist in database {db}; run `jobqueue migrate` first",
                     missing_table(msg).unwrap_or("job_queue")
                 ),
-                Some(1054) => format!(
+                Some(Db::UnknownColumn) => format!(
                     "the job tables of database {db} are older than this jobqueue ({msg}); run \
                      `jobqueue migrate`"
                 ),
-                Some(1142 | 1143) => format!(
+                Some(Db::TableDenied | Db::ColumnDenied) => format!(
                     "user {} lacks a privilege: {msg}; grant it SELECT, INSERT, UPDATE and DELETE on \
                      {db}.*",
                     t.user()
@@ -109,7 +109,7 @@ fn explain_queue_error(e: &jobqueue::Error, t: &Target) -> String {
             }
         }
         // The runtime's configuration messages already say what to do.
-        Error::Config(msg) | Error::InvalidSetting { reason: msg, .. } => msg.clone(),
+        Error::InvalidSetting { reason: msg, .. } => msg.clone(),
         Error::JobNotFound(what) => {
             format!("no job {what} in database {db}; `jobqueue list` shows the jobs there are")
         }

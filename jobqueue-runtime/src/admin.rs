@@ -62,7 +62,7 @@ impl Queue {
         match log {
             None => Ok(Vec::new()),
             Some(log) => crate::store::attempts_from_log(&log)
-                .map_err(|e| Error::Schema(format!("job {id}: {e}"))),
+                .map_err(|reason| Error::AttemptLog { id, reason }),
         }
     }
 

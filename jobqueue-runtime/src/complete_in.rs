@@ -83,7 +83,7 @@ impl JobContext {
     /// - Only what `tx` writes is exactly once. Effects outside the database (an e-mail, an
     ///   HTTP call) still happen at least once: an attempt may do them and then lose its
     ///   lease.
-    /// - A deadlock (1213) rolls back all of `tx`, as for any statement; run the transaction
+    /// - A deadlock ([`DbErrorKind::Deadlock`](crate::DbErrorKind::Deadlock)) rolls back all of `tx`, as for any statement; run the transaction
     ///   again from its start, or return the error and let the job be retried.
     /// - On a [`JobContext::detached`] context (a job called outside a worker) there is no
     ///   claim and no row to complete: nothing is written and it returns `Ok`, so that the

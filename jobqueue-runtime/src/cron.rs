@@ -19,15 +19,18 @@ pub struct Schedule {
 impl Schedule {
     /// Parses `expr`, with an error that quotes it and says what is wrong.
     pub fn parse(expr: &str) -> Result<Self> {
-        let parsed = jobqueue_spec::cron::parse(expr)
-            .map_err(|e| Error::Config(format!("cron schedule {expr:?} does not parse: {e}")))?;
+        let parsed = jobqueue_spec::cron::parse(expr).map_err(|e| Error::InvalidCron {
+            expr: expr.to_owned(),
+            reason: e.to_string(),
+        })?;
         let tz = parsed
             .zone
             .map(|z| {
                 z.parse::<chrono_tz::Tz>().map_err(|_| {
-                    Error::Config(format!(
-                        "cron schedule {expr:?}: unknown time zone {z:?}; use an IANA name such as \"Europe/Berlin\" or \"America/New_York\""
-                    ))
+                    Error::InvalidCron {
+                        expr: expr.to_owned(),
+                        reason: format!("unknown time zone {z:?}; use an IANA name such as \"Europe/Berlin\" or \"America/New_York\""),
+                    }
                 })
             })
             .transpose()?;
@@ -72,9 +75,9 @@ mod tests {
 
     #[test]
     fn bad_expressions_say_what_to_write() {
-        let e = Schedule::parse("every five minutes")
-            .unwrap_err()
-            .to_string();
+        let e = Schedule::parse("every five minutes").unwrap_err();
+        assert!(matches!(&e, Error::InvalidCron { expr, .. } if expr == "every five minutes"));
+        let e = e.to_string();
         assert!(
             e.contains("every five minutes") && e.contains("sec min hour"),
             "{e}"

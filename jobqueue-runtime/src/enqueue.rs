@@ -190,7 +190,7 @@ impl Queue {
 
     /// Enqueues a job with per-enqueue options.
     ///
-    /// One autocommit statement (two for a duplicate). If it loses a deadlock (1213), as two
+    /// One autocommit statement (two for a duplicate). If it loses a deadlock, as two
     /// enqueues of one key do when both wait on a third session's uncommitted insert of it
     /// and that session rolls back, it is retried: the retry finds the other's row and
     /// reports [`Enqueued::Duplicate`].
@@ -215,13 +215,17 @@ impl Queue {
     ///   row at any isolation level. This holds under REPEATABLE READ with MariaDB's
     ///   `innodb_snapshot_isolation=ON` too, even for a row committed after your snapshot
     ///   began (tested on MariaDB 10.11).
-    /// - A deadlock (1213) rolls back your *whole* transaction, as it does for any InnoDB
-    ///   statement; so does a lock wait timeout (1205) when the server runs with
-    ///   `innodb_rollback_on_timeout=ON` (with it OFF, the default, only the statement is
-    ///   undone). The queue cannot retry what is yours: retry the transaction from its start.
+    /// - A deadlock ([`DbErrorKind::Deadlock`](crate::DbErrorKind::Deadlock)) rolls back
+    ///   your *whole* transaction, as it does for any InnoDB statement; so does a lock wait
+    ///   timeout ([`DbErrorKind::LockWaitTimeout`](crate::DbErrorKind::LockWaitTimeout)) when
+    ///   the server runs with `innodb_rollback_on_timeout=ON` (with it OFF, the default, only
+    ///   the statement is undone). The queue cannot retry what is yours: retry the
+    ///   transaction from its start ([`Error::database_class`](crate::Error::database_class)
+    ///   tells these errors).
     /// - A key whose holder's [`Uniqueness`] no longer blocks it is released with a locking
     ///   `UPDATE` of the holder. Under REPEATABLE READ with MariaDB's
-    ///   `innodb_snapshot_isolation=ON`, that fails with 1020 when the holder changed after
+    ///   `innodb_snapshot_isolation=ON`, that fails with
+    ///   [`DbErrorKind::SnapshotConflict`](crate::DbErrorKind::SnapshotConflict) when the holder changed after
     ///   your snapshot began (retry your transaction from its start); at READ COMMITTED it
     ///   cannot. Keys of the default policy are never released.
     ///
@@ -393,23 +397,11 @@ impl Queue {
         let m = &self.inner.metrics;
         match outcome {
             Enqueued::New(id) => {
-                m.add_job(
-                    &m.enqueued,
-                    "jobqueue_enqueued_total",
-                    &job.queue,
-                    &job.kind,
-                    1,
-                );
+                m.enqueued(&job.queue, &job.kind);
                 tracing::debug!(job.id = id, job.kind = %job.kind, task_key = %job.key, queue = %job.queue, "job enqueued");
             }
             Enqueued::Duplicate(id) => {
-                m.add_job(
-                    &m.duplicates,
-                    "jobqueue_enqueue_duplicates_total",
-                    &job.queue,
-                    &job.kind,
-                    1,
-                );
+                m.duplicates(&job.queue, &job.kind);
                 tracing::info!(
                     job.kind = %job.kind,
                     task_key = %job.key,

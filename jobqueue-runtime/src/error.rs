@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::store::DbErrorKind;
+
 /// A boxed error of any kind, as jobs may return.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -94,9 +96,14 @@ pub enum Error {
     },
 
     /// A cron schedule does not parse: an unknown time zone, or fields that are not a cron
-    /// expression. The message says what to write.
-    #[error("invalid configuration: {0}")]
-    Config(String),
+    /// expression.
+    #[error("invalid cron schedule {expr:?}: {reason}")]
+    InvalidCron {
+        /// The schedule as written.
+        expr: String,
+        /// What is wrong with it and what to write instead.
+        reason: String,
+    },
 
     /// The database URL does not parse, or is not a MySQL or MariaDB URL.
     #[error("cannot parse the database URL ({url}): {reason}; expected mysql://user:password@host:port/database")]
@@ -171,8 +178,9 @@ pub enum Error {
         needed: i64,
     },
 
-    /// A stored status is none of the six a job can have.
-    #[error("unknown job status {0:?}; expected one of scheduled, ready, running, done, failed, cancelled")]
+    /// A status (stored, or given by name) is none of those a job can have
+    /// ([`JobStatus::ALL`](crate::JobStatus::ALL)).
+    #[error("unknown job status {0:?}; expected one of {statuses}", statuses = status_names())]
     UnknownStatus(String),
 
     /// The worker could not start its lease thread.
@@ -213,6 +221,15 @@ pub enum Error {
         status: &'static str,
     },
 
+    /// A job's stored attempt history (`attempt_log`) cannot be read.
+    #[error("cannot read the attempt history of job {id}: {reason}; the `attempt_log` column holds what this library cannot read (written by hand or by another program): set it to NULL to drop the history")]
+    AttemptLog {
+        /// The job.
+        id: u64,
+        /// What is wrong with the stored history.
+        reason: String,
+    },
+
     /// A job's stored output cannot be read as the type asked for.
     #[error("cannot read the output of job {id}: {reason}")]
     Output {
@@ -221,6 +238,11 @@ pub enum Error {
         /// What is wrong, and how to fix it.
         reason: String,
     },
+}
+
+/// The statuses a job can have, in lifecycle order: `scheduled, ready, ...`.
+fn status_names() -> String {
+    crate::JobStatus::ALL.map(|s| s.as_str()).join(", ")
 }
 
 /// How to fix a missing or old schema.
@@ -248,22 +270,36 @@ impl fmt::Display for JobRef {
 }
 
 impl Error {
-    /// The MySQL/MariaDB error number behind this error, if it is a server error.
-    pub fn server_code(&self) -> Option<u16> {
+    /// What the database server's error behind this error means ([`DbErrorKind`]): a
+    /// deadlock, a duplicate key, a right the user lacks, a missing table... `None` when this
+    /// is not a server error, or one of no class the library names.
+    ///
+    /// Answers for [`Error::Database`] and for the refusal inside
+    /// [`Error::MigratePermission`].
+    ///
+    /// ```
+    /// # use jobqueue_runtime::{DbErrorKind, Error};
+    /// fn worth_running_again(e: &Error) -> bool {
+    ///     e.database_class().is_some_and(DbErrorKind::is_conflict)
+    /// }
+    /// ```
+    pub fn database_class(&self) -> Option<DbErrorKind> {
         match self {
-            Error::Database(e) => server_code(e),
+            Error::Database(e) => crate::store::errors::classify(e),
+            Error::MigratePermission { source } => source.database_class(),
             _ => None,
         }
     }
-}
 
-/// The server error number of a sqlx error (1062 duplicate key, 1213 deadlock...), if it has one.
-pub(crate) fn server_code(e: &sqlx::Error) -> Option<u16> {
-    match e {
-        sqlx::Error::Database(db) => db
-            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-            .map(|e| e.number()),
-        _ => None,
+    /// The MySQL/MariaDB error number behind an [`Error::Database`], if it is a server error.
+    ///
+    /// Specific to MySQL and MariaDB: prefer [`Error::database_class`], which names what the
+    /// number means. This is for the server errors it has no class for.
+    pub fn server_code(&self) -> Option<u16> {
+        match self {
+            Error::Database(e) => crate::store::errors::server_code(e),
+            _ => None,
+        }
     }
 }
 
@@ -406,6 +442,15 @@ mod typed_error_tests {
         assert_eq!(
             Error::JobNotFound(JobRef::Key("a:1".into())).to_string(),
             "no job with key \"a:1\""
+        );
+    }
+
+    #[test]
+    fn an_unknown_status_lists_every_status() {
+        let message = Error::UnknownStatus("paused".into()).to_string();
+        assert_eq!(
+            message,
+            "unknown job status \"paused\"; expected one of scheduled, ready, blocked, running, done, failed, cancelled"
         );
     }
 

@@ -41,6 +41,7 @@ pub use model::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use progress::MAX_PROGRESS_BYTES;
 pub use queue::{redact_url, Queue, QueueConfig};
 pub use retry::Backoff;
+pub use store::DbErrorKind;
 pub use store::ServerInfo;
 pub use worker::{shutdown_signal, Worker, WorkerBuilder, WorkerHandle};
 pub use worker::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};

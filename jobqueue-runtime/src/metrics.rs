@@ -8,7 +8,9 @@
 //! `jobqueue_enqueue_duplicates_total`, `jobqueue_job_duration_seconds` (histogram).
 //! Unlabelled or with other labels: `jobqueue_lease_renewals_total`,
 //! `jobqueue_leases_reclaimed_total`, `jobqueue_jobs_promoted_total`,
-//! `jobqueue_claims_empty_total{reason}`, `jobqueue_conflict_retries_total{code}`,
+//! `jobqueue_claims_empty_total{reason}`, `jobqueue_conflict_retries_total{code}` (`code`: the
+//! conflict's [`DbErrorKind`](crate::DbErrorKind) name, `deadlock`, `lock_wait_timeout` or
+//! `snapshot_conflict`),
 //! `jobqueue_database_errors_total`. Gauges, labelled `{queue, status}` and `{queue}`:
 //! `jobqueue_queue_jobs`, `jobqueue_queue_oldest_ready_age_seconds`.
 //!
@@ -18,11 +20,31 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::store::DbErrorKind;
+
+/// Facade name of the counter the empty claims count on, labelled `{reason}`.
+const CLAIMS_EMPTY: &str = "jobqueue_claims_empty_total";
+/// Facade name of the counter of conflict retries, labelled `{code}`.
+const CONFLICT_RETRIES: &str = "jobqueue_conflict_retries_total";
+/// Facade name of the histogram of attempt durations, labelled `{queue, kind}`.
+pub(crate) const JOB_DURATION: &str = "jobqueue_job_duration_seconds";
+/// Facade name of the gauge of jobs per queue and status, labelled `{queue, status}`.
+pub(crate) const QUEUE_JOBS: &str = "jobqueue_queue_jobs";
+/// Facade name of the gauge of the oldest ready job's age, labelled `{queue}`.
+pub(crate) const QUEUE_OLDEST_READY_AGE: &str = "jobqueue_queue_oldest_ready_age_seconds";
+
+/// Declares every counter once: its field (in [`Metrics`] and [`MetricsSnapshot`]), its
+/// facade name, its description, and how it is counted, which gives the method call sites
+/// use (so that none types a name):
+/// - `per_job`: `metrics.field(queue, kind)` counts one, labelled with the job's queue and
+///   kind;
+/// - `total`: `metrics.field(n)` counts `n`, unlabelled;
+/// - `labelled`: counted by a method of its own below, which sets the label.
 macro_rules! counters {
-    ($($field:ident => $name:literal: $doc:literal,)*) => {
+    ($($how:ident $field:ident => $name:expr, $doc:literal;)*) => {
         #[derive(Debug, Default)]
         pub(crate) struct Metrics {
-            $(pub(crate) $field: AtomicU64,)*
+            $($field: AtomicU64,)*
         }
 
         /// A point-in-time copy of a worker's or a queue handle's counters.
@@ -36,64 +58,68 @@ macro_rules! counters {
             pub(crate) fn snapshot(&self) -> MetricsSnapshot {
                 MetricsSnapshot { $($field: self.$field.load(Relaxed),)* }
             }
+
+            $(counter_method!($how $field => $name, $doc);)*
         }
 
         /// Facade names, for the `describe_*` calls.
-        pub(crate) const NAMES: &[(&str, &str)] = &[$(($name, $doc),)*];
+        const NAMES: &[(&str, &str)] = &[$(($name, $doc),)*];
     };
 }
 
+/// The method of one counter (see [`counters!`]).
+macro_rules! counter_method {
+    (per_job $field:ident => $name:expr, $doc:literal) => {
+        #[doc = $doc]
+        ///
+        /// Counts one, labelled with the job's queue and kind. Both sets are finite (the
+        /// queues a program names, the kinds linked into it), so the label cardinality is
+        /// bounded by queues × kinds.
+        pub(crate) fn $field(&self, queue: &str, kind: &str) {
+            self.$field.fetch_add(1, Relaxed);
+            metrics::counter!($name, "queue" => queue.to_owned(), "kind" => kind.to_owned())
+                .increment(1);
+        }
+    };
+    (total $field:ident => $name:expr, $doc:literal) => {
+        #[doc = $doc]
+        ///
+        /// Counts `n`.
+        pub(crate) fn $field(&self, n: u64) {
+            self.$field.fetch_add(n, Relaxed);
+            metrics::counter!($name).increment(n);
+        }
+    };
+    (labelled $field:ident => $name:expr, $doc:literal) => {};
+}
+
 counters! {
-    claimed => "jobqueue_jobs_claimed_total": "Jobs claimed (a job claimed twice counts twice).",
-    succeeded => "jobqueue_jobs_succeeded_total": "Attempts that succeeded and were recorded `done`.",
-    retried => "jobqueue_jobs_retried_total": "Failed attempts scheduled for a retry.",
-    failed => "jobqueue_jobs_failed_total": "Jobs recorded `failed` (out of attempts, or a permanent error).",
-    cancelled => "jobqueue_jobs_cancelled_total": "Running jobs recorded `cancelled`: stopped on an operator's request, or cancelled by the job itself.",
-    handed_back => "jobqueue_jobs_handed_back_total": "Jobs handed back to `ready` at shutdown.",
-    snoozed => "jobqueue_jobs_snoozed_total": "Attempts that asked to run again later (`JobError::snooze`), without spending an attempt.",
-    deferred => "jobqueue_jobs_deferred_total": "Claims of jobs this worker cannot run (kind not registered, payload that does not fit), put back for a worker that can without spending an attempt.",
-    lease_lost => "jobqueue_leases_lost_total": "Attempts whose lease was lost; nothing of them was recorded.",
-    renewals => "jobqueue_lease_renewals_total": "Lease renewal rounds: each renews every lease the worker holds, in one locking read and one update (per 128 jobs).",
-    reclaimed => "jobqueue_leases_reclaimed_total": "Expired leases taken back by this process's maintenance.",
-    promoted => "jobqueue_jobs_promoted_total": "Scheduled jobs made ready by this process's maintenance.",
-    empty_idle => "jobqueue_claims_empty_total{reason=\"idle\"}": "Empty claims: no ready job at all.",
-    idle_probes => "jobqueue_idle_probes_total": "Reads an idle worker made to look for ready jobs (one index entry per served queue) instead of claiming.",
-    empty_contended => "jobqueue_claims_empty_total{reason=\"contended\"}": "Empty claims: ready jobs exist, all locked by other claimers.",
-    empty_leased_only => "jobqueue_claims_empty_total{reason=\"leased_only\"}": "Empty claims: only running jobs remain, waiting on their leases.",
-    empty_paused => "jobqueue_claims_empty_total{reason=\"paused\"}": "Empty claims: every served queue is paused.",
-    conflict_retries => "jobqueue_conflict_retries_total": "Transactions retried after a deadlock (1213), lock wait timeout (1205) or snapshot conflict (1020).",
-    database_errors => "jobqueue_database_errors_total": "Database errors the worker logged and recovered from.",
-    enqueued => "jobqueue_enqueued_total": "Jobs inserted by enqueue.",
-    duplicates => "jobqueue_enqueue_duplicates_total": "Enqueues refused as duplicates of an existing task key.",
-    progress_writes => "jobqueue_progress_writes_total": "Progress values of running jobs written: the first at once, then at most one per job per progress interval, and the last when the attempt ends.",
+    per_job claimed => "jobqueue_jobs_claimed_total", "Jobs claimed (a job claimed twice counts twice).";
+    per_job succeeded => "jobqueue_jobs_succeeded_total", "Attempts that succeeded and were recorded `done`.";
+    per_job retried => "jobqueue_jobs_retried_total", "Failed attempts scheduled for a retry.";
+    per_job failed => "jobqueue_jobs_failed_total", "Jobs recorded `failed` (out of attempts, or a permanent error).";
+    per_job cancelled => "jobqueue_jobs_cancelled_total", "Running jobs recorded `cancelled`: stopped on an operator's request, or cancelled by the job itself.";
+    per_job handed_back => "jobqueue_jobs_handed_back_total", "Jobs handed back to `ready` at shutdown.";
+    per_job snoozed => "jobqueue_jobs_snoozed_total", "Attempts that asked to run again later (`JobError::snooze`), without spending an attempt.";
+    per_job deferred => "jobqueue_jobs_deferred_total", "Claims of jobs this worker cannot run (kind not registered, payload that does not fit), put back for a worker that can without spending an attempt.";
+    per_job lease_lost => "jobqueue_leases_lost_total", "Attempts whose lease was lost; nothing of them was recorded.";
+    total renewals => "jobqueue_lease_renewals_total", "Lease renewal rounds: each renews every lease the worker holds, in one locking read and one update (per 128 jobs).";
+    total reclaimed => "jobqueue_leases_reclaimed_total", "Expired leases taken back by this process's maintenance.";
+    total promoted => "jobqueue_jobs_promoted_total", "Scheduled jobs made ready by this process's maintenance.";
+    labelled empty_idle => CLAIMS_EMPTY, "Empty claims: no ready job at all.";
+    total idle_probes => "jobqueue_idle_probes_total", "Reads an idle worker made to look for ready jobs (one index entry per served queue) instead of claiming.";
+    labelled empty_contended => CLAIMS_EMPTY, "Empty claims: ready jobs exist, all locked by other claimers.";
+    labelled empty_leased_only => CLAIMS_EMPTY, "Empty claims: only running jobs remain, waiting on their leases.";
+    labelled empty_paused => CLAIMS_EMPTY, "Empty claims: every served queue is paused.";
+    labelled conflict_retries => CONFLICT_RETRIES, "Transactions retried after a deadlock, lock wait timeout or snapshot conflict.";
+    total database_errors => "jobqueue_database_errors_total", "Database errors the worker logged and recovered from.";
+    per_job enqueued => "jobqueue_enqueued_total", "Jobs inserted by enqueue.";
+    per_job duplicates => "jobqueue_enqueue_duplicates_total", "Enqueues refused as duplicates of an existing task key.";
+    total progress_writes => "jobqueue_progress_writes_total", "Progress values of running jobs written: the first at once, then at most one per job per progress interval, and the last when the attempt ends.";
 }
 
 impl Metrics {
-    pub(crate) fn add(&self, field: &AtomicU64, name: &'static str, n: u64) {
-        field.fetch_add(n, Relaxed);
-        metrics::counter!(name).increment(n);
-    }
-
-    /// Counts `n` on `field` and on the facade counter `name` labelled with the job's queue
-    /// and kind. Both sets are finite (the queues a program names, the kinds linked into
-    /// it), so the label cardinality is bounded by queues × kinds.
-    pub(crate) fn add_job(
-        &self,
-        field: &AtomicU64,
-        name: &'static str,
-        queue: &str,
-        kind: &str,
-        n: u64,
-    ) {
-        field.fetch_add(n, Relaxed);
-        metrics::counter!(name, "queue" => queue.to_owned(), "kind" => kind.to_owned())
-            .increment(n);
-    }
-
-    pub(crate) fn claimed(&self, queue: &str, kind: &str) {
-        self.add_job(&self.claimed, "jobqueue_jobs_claimed_total", queue, kind, 1);
-    }
-
+    /// Counts an empty claim, labelled with why it was empty.
     pub(crate) fn empty(&self, reason: crate::model::EmptyClaim) {
         use crate::model::EmptyClaim::*;
         let (field, label) = match reason {
@@ -103,35 +129,98 @@ impl Metrics {
             Paused => (&self.empty_paused, "paused"),
         };
         field.fetch_add(1, Relaxed);
-        metrics::counter!("jobqueue_claims_empty_total", "reason" => label).increment(1);
+        metrics::counter!(CLAIMS_EMPTY, "reason" => label).increment(1);
     }
 
-    pub(crate) fn conflict(&self, code: u16) {
+    /// Counts a transaction retried after `conflict`, labelled with the conflict's name.
+    pub(crate) fn conflict(&self, conflict: DbErrorKind) {
         self.conflict_retries.fetch_add(1, Relaxed);
-        metrics::counter!("jobqueue_conflict_retries_total", "code" => code.to_string())
-            .increment(1);
+        metrics::counter!(CONFLICT_RETRIES, "code" => conflict.as_str()).increment(1);
     }
 }
 
 /// Registers the descriptions of every metric with the installed `metrics` recorder.
 pub(crate) fn describe() {
     for (name, doc) in NAMES {
-        let base = name.split('{').next().unwrap_or(name);
-        metrics::describe_counter!(base, *doc);
+        metrics::describe_counter!(*name, *doc);
     }
     metrics::describe_histogram!(
-        "jobqueue_job_duration_seconds",
+        JOB_DURATION,
         metrics::Unit::Seconds,
         "Time one attempt ran, by queue and kind."
     );
     metrics::describe_gauge!(
-        "jobqueue_queue_jobs",
+        QUEUE_JOBS,
         metrics::Unit::Count,
         "Jobs per queue and status (waiting, running, scheduled, failed), read every 5 s."
     );
     metrics::describe_gauge!(
-        "jobqueue_queue_oldest_ready_age_seconds",
+        QUEUE_OLDEST_READY_AGE,
         metrics::Unit::Seconds,
         "Age of the queue's oldest ready job (0 when none is ready): how far behind the queue is."
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+
+    use super::*;
+
+    /// Keeps the name and labels of every counter registered.
+    #[derive(Default)]
+    struct Keys(Mutex<Vec<String>>);
+
+    impl Recorder for Keys {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let key = format!("{}{{{}}}", key.name(), labels.join(","));
+            self.0.lock().unwrap().push(key);
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn each_method_counts_on_its_own_name_and_labels() {
+        let keys = Keys::default();
+        let m = Metrics::default();
+        metrics::with_local_recorder(&keys, || {
+            m.retried("mail", "send_mail");
+            m.promoted(3);
+            m.empty(crate::model::EmptyClaim::Contended);
+            m.conflict(DbErrorKind::Deadlock);
+            m.conflict(DbErrorKind::SnapshotConflict);
+        });
+        assert_eq!(
+            *keys.0.lock().unwrap(),
+            [
+                "jobqueue_jobs_retried_total{queue=mail,kind=send_mail}",
+                "jobqueue_jobs_promoted_total{}",
+                "jobqueue_claims_empty_total{reason=contended}",
+                "jobqueue_conflict_retries_total{code=deadlock}",
+                "jobqueue_conflict_retries_total{code=snapshot_conflict}",
+            ]
+        );
+        let s = m.snapshot();
+        assert_eq!(
+            (s.retried, s.promoted, s.empty_contended, s.conflict_retries),
+            (1, 3, 1, 2)
+        );
+    }
 }

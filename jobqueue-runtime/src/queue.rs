@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::store::{server, LeaseConnect, ServerInfo, Store};
+use crate::store::{server, DbErrorKind, LeaseConnect, ServerInfo, Store};
 
 /// Settings of a [`Queue`]. Every field has a documented default.
 #[derive(Debug, Clone)]
@@ -255,7 +255,7 @@ impl Queue {
         match crate::store::migrate::state(&self.inner.pool).await {
             Ok(state) => state.error().map_or(Ok(()), Err),
             // A user granted rights on `job_queue` alone can still run jobs.
-            Err(e) if e.server_code() == Some(1142) => {
+            Err(e) if e.database_class() == Some(DbErrorKind::TableDenied) => {
                 schema_unreadable(&e);
                 Ok(())
             }
@@ -347,15 +347,18 @@ impl Queue {
 }
 
 /// A connection error, with the URL option that fixes it where TLS is the cause.
-async fn connect_error(e: sqlx::Error, url: &str, options: MySqlConnectOptions) -> Error {
+async fn connect_error(e: Error, url: &str, options: MySqlConnectOptions) -> Error {
     use sqlx::ConnectOptions;
     let url = redact_url(url);
-    let code = crate::error::server_code(&e);
-    // MySQL names the cause (3159); MariaDB answers a connection without TLS to a server
-    // with require_secure_transport=ON with "access denied" (1045), like a wrong password.
-    // Telling the two apart takes one more try, with TLS.
-    let insecure = code == Some(3159)
-        || (code == Some(1045)
+    let class = e.database_class();
+    let Error::Database(e) = e else {
+        return e;
+    };
+    // MySQL names the cause; MariaDB answers a connection without TLS to a server with
+    // require_secure_transport=ON with "access denied", like a wrong password. Telling the
+    // two apart takes one more try, with TLS.
+    let insecure = class == Some(DbErrorKind::TlsRequired)
+        || (class == Some(DbErrorKind::LoginDenied)
             && !requires_tls(&url)
             && options
                 .ssl_mode(sqlx::mysql::MySqlSslMode::Required)
@@ -387,7 +390,7 @@ fn requires_tls(url: &str) -> bool {
 }
 
 fn schema_unreadable(e: &Error) {
-    if e.server_code() == Some(1142) {
+    if e.database_class() == Some(DbErrorKind::TableDenied) {
         tracing::info!(
             "this user may not read `job_queue_migrations`, so the schema version is not checked; grant it SELECT on that table"
         );

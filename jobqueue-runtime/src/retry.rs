@@ -73,12 +73,6 @@ pub(crate) fn jitter(d: Duration, spread: f64) -> Duration {
     d.mul_f64(factor)
 }
 
-/// Server errors after which the whole transaction is retried: 1213 deadlock, 1205 lock wait
-/// timeout, 1020 MariaDB's "record has changed since last read".
-pub(crate) fn is_transient(code: Option<u16>) -> bool {
-    matches!(code, Some(1213 | 1205 | 1020))
-}
-
 /// Delay before the `n`th (from 1) retry of a transaction that hit a transient conflict:
 /// 5 ms, 10 ms, 20 ms, 40 ms... capped at 500 ms, jittered ±50 %.
 pub(crate) fn conflict_delay(n: u32) -> Duration {

@@ -129,6 +129,7 @@ pub use jobqueue_runtime::{
 #[doc(inline)]
 pub use jobqueue_runtime::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
 // Errors.
+pub use jobqueue_runtime::DbErrorKind;
 #[doc(inline)]
 pub use jobqueue_runtime::{Error, JobRef, Result};
 

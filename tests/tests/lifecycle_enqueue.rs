@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use jobqueue::testing::{enqueued, refute_enqueued};
 use jobqueue::{
-    job, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobFilter, JobOptions,
+    job, DbErrorKind, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobFilter,
+    JobOptions,
     JobStatus, Queue, Uniqueness,
 };
 use serde::{Deserialize, Serialize};
@@ -329,7 +330,12 @@ async fn race(queues: &[Queue], key: &str, options: EnqueueOptions, bulk: bool) 
                             tx.commit().await.expect("commit");
                             break out[0];
                         }
-                        Err(e) if matches!(e.server_code(), Some(1213 | 1205)) => {
+                        Err(e)
+                            if matches!(
+                                e.database_class(),
+                                Some(DbErrorKind::Deadlock | DbErrorKind::LockWaitTimeout)
+                            ) =>
+                        {
                             tx.rollback().await.expect("rollback");
                         }
                         Err(e) => panic!("enqueue_many_in: {e}"),

@@ -43,12 +43,11 @@ pub(super) async fn refresh_gauges(m: &mut Maintenance) -> Result<()> {
             ("scheduled", count(|g| g.scheduled)),
             ("failed", count(|g| g.failed)),
         ] {
-            metrics::gauge!("jobqueue_queue_jobs", "queue" => queue.clone(), "status" => status)
+            metrics::gauge!(crate::metrics::QUEUE_JOBS, "queue" => queue.clone(), "status" => status)
                 .set(n);
         }
         let lag = g.and_then(|g| g.oldest_ready_secs).unwrap_or(0.0);
-        metrics::gauge!("jobqueue_queue_oldest_ready_age_seconds", "queue" => queue.clone())
-            .set(lag);
+        metrics::gauge!(crate::metrics::QUEUE_OLDEST_READY_AGE, "queue" => queue.clone()).set(lag);
     }
     Ok(())
 }

@@ -70,11 +70,7 @@ pub(crate) async fn scheduler_loop(
                 }
             }
             Err(e) => {
-                metrics.add(
-                    &metrics.database_errors,
-                    "jobqueue_database_errors_total",
-                    1,
-                );
+                metrics.database_errors(1);
                 let message = e.to_string();
                 if failing.as_ref() != Some(&message) {
                     tracing::error!(error = %e, step = "periodic jobs", "maintenance step failed; retrying at the next interval");
@@ -97,11 +93,7 @@ pub(crate) async fn maintenance_loop(mut m: Maintenance, every: Duration, stop: 
         }
         // Each failed step was logged by `maintain`; count the pass once.
         if maintain(&mut m).await.is_err() {
-            m.metrics.add(
-                &m.metrics.database_errors,
-                "jobqueue_database_errors_total",
-                1,
-            );
+            m.metrics.database_errors(1);
         }
     }
 }

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::model::{NewJob, TickPass};
 use crate::queue::Queue;
 use crate::registry::{JobDescriptor, Registry};
-use crate::store::Store;
+use crate::store::{DbErrorKind, Store};
 
 pub(super) async fn enqueue_ticks(
     scheduler: &mut Scheduler,
@@ -178,8 +178,8 @@ impl Scheduler {
             let pass = or_next_kind!(store
                 .schedule_ticks(kind, now.naive_utc(), o.overlap, due, job_of)
                 .await
-                .map_err(|e| match e.server_code() {
-                    Some(1146) => Error::Schema(format!(
+                .map_err(|e| match e.database_class() {
+                    Some(DbErrorKind::MissingTable) => Error::Schema(format!(
                         "periodic jobs need the table `job_queue_cron`, which this database lacks ({e}); apply the migrations (`Queue::migrate`, or `jobqueue migrate`) with the migration user"
                     )),
                     _ => e,

@@ -9,7 +9,7 @@ pub(super) async fn promote_due(m: &Maintenance) -> Result<()> {
     loop {
         let n = store.promote(PROMOTE_BATCH).await?;
         if n > 0 {
-            metrics.add(&metrics.promoted, "jobqueue_jobs_promoted_total", n);
+            metrics.promoted(n);
             tracing::debug!(jobs = n, "promoted due scheduled jobs");
             queue.wake_workers();
         }

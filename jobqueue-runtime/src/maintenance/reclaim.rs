@@ -38,11 +38,7 @@ pub(super) async fn reclaim_expired(m: &Maintenance) -> Result<()> {
             );
         }
         if total > 0 {
-            metrics.add(
-                &metrics.reclaimed,
-                "jobqueue_leases_reclaimed_total",
-                total as u64,
-            );
+            metrics.reclaimed(total as u64);
             queue.wake_workers();
         }
         if total < RECLAIM_BATCH {

@@ -45,7 +45,7 @@ pub(crate) async fn complete_in(
         // REPEATABLE READ, to lock a row changed since the transaction's snapshot was taken:
         // every renewal of the lease changes the job's row, so a transaction that read
         // before the last renewal can never complete the job. The server has rolled it back.
-        Err(e) if server_code(&e) == Some(1020) => {
+        Err(e) if classify(&e) == Some(DbErrorKind::SnapshotConflict) => {
             return Ok(Some(
                 "the transaction's snapshot is older than the job row's last change (a lease \
                  renewal, every quarter of the lease, or a progress write), and the server \

@@ -8,6 +8,7 @@ use std::time::Duration;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::Executor;
 
+use super::errors::{classify, DbErrorKind};
 use super::{Store, LEASE_STORE_STATEMENTS};
 use crate::metrics::Metrics;
 
@@ -42,8 +43,8 @@ pub(crate) async fn connect_pool(
     acquire_timeout: Duration,
     max_lifetime: Duration,
     idle_secs: Option<u64>,
-) -> sqlx::Result<MySqlPool> {
-    MySqlPoolOptions::new()
+) -> crate::Result<MySqlPool> {
+    let pool = MySqlPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(acquire_timeout)
         .max_lifetime(max_lifetime)
@@ -75,11 +76,12 @@ pub(crate) async fn connect_pool(
             })
         })
         .connect_with(options)
-        .await
+        .await?;
+    Ok(pool)
 }
 
 /// Bounds how long a session may sit idle inside a transaction: MariaDB's
-/// `idle_transaction_timeout` where it exists; on MySQL, which lacks it (error 1193, unknown
+/// `idle_transaction_timeout` where it exists; on MySQL, which lacks it (an unknown
 /// variable), `wait_timeout`, which ends any idle session, so never below 5 min.
 async fn set_idle_transaction_timeout(
     conn: &mut sqlx::MySqlConnection,
@@ -99,7 +101,7 @@ async fn set_idle_timeouts(
         .execute(format!("SET SESSION idle_transaction_timeout = {secs}").as_str())
         .await;
     match mariadb {
-        Err(e) if crate::error::server_code(&e) == Some(1193) => {
+        Err(e) if classify(&e) == Some(DbErrorKind::UnknownVariable) => {
             let secs = secs.max(mysql_floor.as_secs());
             conn.execute(format!("SET SESSION wait_timeout = {secs}").as_str())
                 .await?;

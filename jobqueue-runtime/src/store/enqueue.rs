@@ -62,7 +62,7 @@ fn bind_new<'q>(
 }
 
 pub(super) fn is_key_conflict(e: &sqlx::Error) -> bool {
-    server_code(e) == Some(1062)
+    classify(e) == Some(DbErrorKind::Duplicate)
 }
 
 /// Whether the row's [`Uniqueness`](crate::Uniqueness) has stopped blocking its key: a
@@ -450,17 +450,20 @@ impl Store {
     /// Inserts one job outside any transaction of the caller (see [`insert`]), retried after
     /// a deadlock. Two inserts of one key that both wait on a third session's uncommitted
     /// insert of it deadlock when that session rolls back; the victim's retry then finds the
-    /// winner's row and reports `Duplicate`. A lock wait timeout (1205) is not retried: it
+    /// winner's row and reports `Duplicate`. A lock wait timeout is not retried: it
     /// has already made the caller wait `innodb_lock_wait_timeout`.
     pub(crate) async fn insert_autocommit(&self, job: &NewJob) -> Result<Enqueued> {
         let mut retry = 0u32;
         loop {
             let mut conn = acquire(self).await?;
             match insert(&mut conn, job).await {
-                Err(e) if e.server_code() == Some(1213) && retry < CONFLICT_RETRIES => {
+                Err(e)
+                    if e.database_class() == Some(DbErrorKind::Deadlock)
+                        && retry < CONFLICT_RETRIES =>
+                {
                     drop(conn);
                     retry += 1;
-                    self.metrics.conflict(1213);
+                    self.metrics.conflict(DbErrorKind::Deadlock);
                     tokio::time::sleep(conflict_delay(retry)).await;
                 }
                 other => return other,

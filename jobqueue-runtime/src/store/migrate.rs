@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use sqlx::mysql::{MySqlConnection, MySqlPool};
 use sqlx::{Executor, Row};
 
+use super::errors::{classify, DbErrorKind};
 use crate::error::{Error, Result};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -115,7 +116,7 @@ async fn applied(conn: &mut MySqlConnection) -> Result<Vec<Applied>> {
                 })
             })
             .collect::<sqlx::Result<Vec<_>>>()?,
-        Err(e) if crate::error::server_code(&e) == Some(1146) => Vec::new(),
+        Err(e) if classify(&e) == Some(DbErrorKind::MissingTable) => Vec::new(),
         Err(e) => return Err(e.into()),
     };
     if !own.is_empty() {
@@ -127,7 +128,7 @@ async fn applied(conn: &mut MySqlConnection) -> Result<Vec<Applied>> {
             .await
         {
             Ok(rows) => rows,
-            Err(e) if crate::error::server_code(&e) == Some(1146) => return Ok(Vec::new()),
+            Err(e) if classify(&e) == Some(DbErrorKind::MissingTable) => return Ok(Vec::new()),
             Err(e) => return Err(e.into()),
         };
     let mut adopted = Vec::new();
@@ -229,7 +230,7 @@ async fn run_locked(conn: &mut MySqlConnection) -> Result<()> {
         }
         let start = Instant::now();
         conn.execute(&*m.sql).await.map_err(|e| {
-            if matches!(crate::error::server_code(&e), Some(1142 | 1044 | 1045 | 1227)) {
+            if classify(&e).is_some_and(ddl_denied) {
                 return Error::Database(e);
             }
             Error::Schema(format!(
@@ -252,8 +253,18 @@ async fn run_locked(conn: &mut MySqlConnection) -> Result<()> {
     Ok(())
 }
 
+/// Whether a refusal says that the user may not change the schema (rather than that a
+/// migration's SQL failed).
+fn ddl_denied(class: DbErrorKind) -> bool {
+    use DbErrorKind::*;
+    matches!(
+        class,
+        TableDenied | DatabaseDenied | LoginDenied | PrivilegeDenied
+    )
+}
+
 fn denied_hint(e: Error) -> Error {
-    if matches!(e.server_code(), Some(1142 | 1044 | 1045 | 1227)) {
+    if e.database_class().is_some_and(ddl_denied) {
         Error::MigratePermission {
             source: Box::new(e),
         }

@@ -17,9 +17,10 @@ use chrono::NaiveDateTime;
 use sqlx::mysql::{MySqlConnection, MySqlPool};
 use sqlx::Executor;
 
-use crate::error::{server_code, Error, Result};
+use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::retry::{conflict_delay, is_transient};
+use crate::retry::conflict_delay;
+use errors::{classify, conflict_of};
 
 /// Server-side prepared statements each of a worker's two lease-store connections
 /// (renewals and outcomes) keeps: every statement they send fits, so none is prepared twice.
@@ -29,9 +30,9 @@ pub(crate) const LEASE_STORE_STATEMENTS: usize = 16;
 pub(crate) const CONFLICT_RETRIES: u32 = 8;
 
 /// Runs `$body` (which yields `(value, commit)`) in a transaction at READ COMMITTED, retrying
-/// the whole transaction after a deadlock (1213), lock wait timeout (1205) or MariaDB's
-/// snapshot conflict (1020). The transaction is always rolled back explicitly on error: after
-/// a 1205 the server has undone only the statement.
+/// the whole transaction after a conflict ([`DbErrorKind::is_conflict`]: a deadlock, a lock
+/// wait timeout or MariaDB's snapshot conflict). The transaction is always rolled back
+/// explicitly on error: after a lock wait timeout the server has undone only the statement.
 ///
 /// With a [`Store::call_timeout`], each try (`BEGIN` to `COMMIT`) must end within it. A try
 /// that does not is dropped together with its connection, which is closed: a `BEGIN` or
@@ -87,10 +88,9 @@ macro_rules! transaction {
                 Err(e) => break Err(Error::from(e)),
                 Ok(Ok(value)) => break Ok(value),
                 Ok(Err(e)) => {
-                    let code = server_code(&e);
-                    if is_transient(code) && retry < CONFLICT_RETRIES {
+                    if let Some(conflict) = conflict_of(&e).filter(|_| retry < CONFLICT_RETRIES) {
                         retry += 1;
-                        store.metrics.conflict(code.unwrap_or(0));
+                        store.metrics.conflict(conflict);
                         tokio::time::sleep(conflict_delay(retry)).await;
                         continue;
                     }
@@ -115,10 +115,9 @@ macro_rules! autocommit {
             match $stmt.await {
                 Ok(v) => break Ok(v),
                 Err(e) => {
-                    let code = server_code(&e);
-                    if is_transient(code) && retry < CONFLICT_RETRIES {
+                    if let Some(conflict) = conflict_of(&e).filter(|_| retry < CONFLICT_RETRIES) {
                         retry += 1;
-                        store.metrics.conflict(code.unwrap_or(0));
+                        store.metrics.conflict(conflict);
                         tokio::time::sleep(conflict_delay(retry)).await;
                         continue;
                     }
@@ -191,6 +190,7 @@ pub(crate) mod connect;
 mod dashboard;
 mod decode;
 mod enqueue;
+pub(crate) mod errors;
 mod gauges;
 mod lease;
 pub(crate) mod limits;
@@ -219,6 +219,8 @@ pub(crate) use decode::{
 use enqueue::is_key_conflict;
 pub use enqueue::release_sql;
 pub(crate) use enqueue::{insert, insert_many};
+pub(crate) use errors::is_deterministic;
+pub use errors::DbErrorKind;
 pub use gauges::COUNT_GAUGES;
 pub(crate) use limits::MAX_SLOTS;
 pub use limits::{
@@ -262,33 +264,6 @@ impl Store {
                 .fetch_one(&mut *conn))
             .await?,
         )
-    }
-}
-
-/// Whether `e` says the statement itself cannot be written, so that sending it again gives
-/// the same error: a missing right, table or column, a value the server refuses, or a row
-/// or value this code cannot read. Anything else (no reply, a lost or refused connection, a
-/// conflict, a failover, a full disk, a statement killed) may pass, and is retried.
-pub(crate) fn is_deterministic(e: &Error) -> bool {
-    match e {
-        Error::Database(e @ sqlx::Error::Database(_)) => matches!(
-            server_code(e),
-            // Rights: 1044 (database), 1142 (table), 1143 (column), 1227 (privilege).
-            Some(1044 | 1142 | 1143 | 1227)
-            // Missing table or column.
-            | Some(1146 | 1054)
-            // Values refused: NULL into NOT NULL, wrong or out-of-range values, data too
-            // long, invalid JSON (MySQL 3140, 3141; MariaDB 4025, a failed CHECK).
-            | Some(1048 | 1264 | 1292 | 1366 | 1406 | 3140 | 3141 | 4025)
-        ),
-        Error::Database(
-            sqlx::Error::ColumnDecode { .. }
-            | sqlx::Error::Decode(_)
-            | sqlx::Error::ColumnNotFound(_)
-            | sqlx::Error::ColumnIndexOutOfBounds { .. }
-            | sqlx::Error::TypeNotFound { .. },
-        ) => true,
-        _ => false,
     }
 }
 

@@ -35,7 +35,7 @@ impl Store {
         let held = done.rows_affected() == 1;
         if held {
             let m = &self.metrics;
-            m.add(&m.progress_writes, "jobqueue_progress_writes_total", 1);
+            m.progress_writes(1);
         }
         Ok(held)
     }

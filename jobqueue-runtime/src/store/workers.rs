@@ -6,7 +6,7 @@ use super::*;
 
 impl Store {
     /// Refreshes the heartbeat row of `owner`. Returns the rows matched (0: no row yet).
-    pub(crate) async fn beat_worker(&self, owner: &str, running: u64) -> sqlx::Result<u64> {
+    pub(crate) async fn beat_worker(&self, owner: &str, running: u64) -> Result<u64> {
         Ok(on_connection!(self, |conn| sqlx::query(
             "UPDATE job_queue_worker SET running = ?, last_seen = UTC_TIMESTAMP(6) WHERE owner = ?",
         )
@@ -18,7 +18,7 @@ impl Store {
     }
 
     /// Writes the first heartbeat row of a worker.
-    pub(crate) async fn insert_worker(&self, worker: &WorkerRow<'_>) -> sqlx::Result<()> {
+    pub(crate) async fn insert_worker(&self, worker: &WorkerRow<'_>) -> Result<()> {
         on_connection!(self, |conn| sqlx::query(
             "INSERT INTO job_queue_worker (owner, host, pid, version, queues, concurrency, running, started_at, last_seen) \
              VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
@@ -37,7 +37,7 @@ impl Store {
 
     /// Records the cron expression of a periodic kind. Returns the rows matched (0: the
     /// scheduler has not created the kind's row yet).
-    pub(crate) async fn write_schedule(&self, kind: &str, expr: &str) -> sqlx::Result<u64> {
+    pub(crate) async fn write_schedule(&self, kind: &str, expr: &str) -> Result<u64> {
         Ok(on_connection!(self, |conn| sqlx::query(
             "UPDATE job_queue_cron SET schedule = ? WHERE kind = ?"
         )
@@ -49,7 +49,7 @@ impl Store {
     }
 
     /// Deletes the rows of workers not seen for `older_than_secs` seconds.
-    pub(crate) async fn forget_workers(&self, older_than_secs: u64) -> sqlx::Result<()> {
+    pub(crate) async fn forget_workers(&self, older_than_secs: u64) -> Result<()> {
         on_connection!(self, |conn| sqlx::query(
             "DELETE FROM job_queue_worker WHERE last_seen < UTC_TIMESTAMP(6) - INTERVAL ? SECOND",
         )
@@ -60,7 +60,7 @@ impl Store {
     }
 
     /// Deletes the heartbeat row of `owner` (a worker that stops).
-    pub(crate) async fn delete_worker(&self, owner: &str) -> sqlx::Result<()> {
+    pub(crate) async fn delete_worker(&self, owner: &str) -> Result<()> {
         on_connection!(self, |conn| sqlx::query(
             "DELETE FROM job_queue_worker WHERE owner = ?"
         )

@@ -192,11 +192,7 @@ impl Worker {
                     }
                     Err(e) => {
                         let retry_in = pacer.claim_failed(took, Instant::now());
-                        self.metrics.add(
-                            &self.metrics.database_errors,
-                            "jobqueue_database_errors_total",
-                            1,
-                        );
+                        self.metrics.database_errors(1);
                         tracing::error!(error = %e, retry_in = ?retry_in, "claim failed; retrying");
                     }
                 }
@@ -224,7 +220,7 @@ impl Worker {
                 _ = tokio::time::sleep_until(idle.next), if idle.active && jobs.len() < cfg.concurrency => {
                     let looked = self.probe(&mut idle, &probe_sql).await;
                     if looked.is_ok() {
-                        self.metrics.add(&self.metrics.idle_probes, "jobqueue_idle_probes_total", 1);
+                        self.metrics.idle_probes(1);
                     }
                     match looked {
                         Ok(true) => pacer.woken(),
@@ -374,13 +370,7 @@ impl Worker {
             },
         );
         if displaced {
-            self.metrics.add_job(
-                &self.metrics.lease_lost,
-                "jobqueue_leases_lost_total",
-                &c.queue,
-                &c.kind,
-                1,
-            );
+            self.metrics.lease_lost(&c.queue, &c.kind);
             tracing::warn!(
                 job.id = c.id,
                 attempt = c.attempt,
@@ -440,13 +430,7 @@ impl Worker {
                 // Stopped for a lost lease: by the lease thread, which let the claim go, or
                 // by the run itself at its stop-by moment, before the lease thread got to it.
                 if task_leases.release(id, attempt) {
-                    metrics.add_job(
-                        &metrics.lease_lost,
-                        "jobqueue_leases_lost_total",
-                        &ctx.queue,
-                        &ctx.kind,
-                        1,
-                    );
+                    metrics.lease_lost(&ctx.queue, &ctx.kind);
                     tracing::error!(
                         job.id = id,
                         attempt,

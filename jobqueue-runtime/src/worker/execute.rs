@@ -95,7 +95,7 @@ pub(crate) async fn run_one(
     if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(move || drop(run))) {
         tracing::error!(panic = %panic_message(&*panic), "the job panicked while being dropped");
     }
-    metrics::histogram!("jobqueue_job_duration_seconds", "queue" => ctx.queue.clone(), "kind" => d.kind())
+    metrics::histogram!(crate::metrics::JOB_DURATION, "queue" => ctx.queue.clone(), "kind" => d.kind())
         .record(started.elapsed().as_secs_f64());
     ran
 }

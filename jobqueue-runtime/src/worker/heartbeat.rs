@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{Store, WorkerRow};
+use crate::error::Result;
+use crate::store::{DbErrorKind, Store, WorkerRow};
 
 /// How often a worker writes its heartbeat.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
@@ -54,7 +55,7 @@ impl Heartbeat {
                 }
                 // A user granted rights on the job tables of an older release only: the
                 // worker runs, it is just not listed among the live workers.
-                Err(e) if crate::error::server_code(&e) == Some(1142) => {
+                Err(e) if e.database_class() == Some(DbErrorKind::TableDenied) => {
                     tracing::info!(owner = %self.owner, error = %e, "this user may not write the heartbeat's tables (`job_queue_worker`, and `job_queue_cron` for periodic kinds), so this worker is not listed by `jobqueue workers` or the dashboard; grant them as the README's least-privilege section shows");
                     // A row written before the refusal (the worker's own table may be granted
                     // and the cron table not) goes too; a refused delete has nothing to undo.
@@ -78,7 +79,7 @@ impl Heartbeat {
         }
     }
 
-    async fn beat(&mut self, forget_old: bool) -> sqlx::Result<()> {
+    async fn beat(&mut self, forget_old: bool) -> Result<()> {
         let store = &self.store;
         let running = (self.running)() as u64;
         let updated = store.beat_worker(&self.owner, running).await?;
@@ -96,7 +97,7 @@ impl Heartbeat {
                 .await;
             match inserted {
                 // Another process with this owner name: the unique key keeps one row.
-                Err(e) if crate::error::server_code(&e) == Some(1062) => {}
+                Err(e) if e.database_class() == Some(DbErrorKind::Duplicate) => {}
                 other => {
                     other?;
                 }

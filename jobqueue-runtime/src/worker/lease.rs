@@ -169,13 +169,7 @@ fn stop_expired(leases: &Leases, metrics: &Metrics) {
     for id in expired {
         if let Some(h) = map.remove(&id) {
             h.ctx.cancel(CancelReason::LeaseLost);
-            metrics.add_job(
-                &metrics.lease_lost,
-                "jobqueue_leases_lost_total",
-                &h.ctx.queue,
-                &h.ctx.kind,
-                1,
-            );
+            metrics.lease_lost(&h.ctx.queue, &h.ctx.kind);
             tracing::error!(
                 job.id = id,
                 attempt = h.attempt,
@@ -229,7 +223,7 @@ async fn renew_due(store: &Store, owner: &str, leases: &Leases, metrics: &Metric
         }
         let sent = Instant::now();
         let ids: Vec<u64> = claims.iter().map(|c| c.0).collect();
-        metrics.add(&metrics.renewals, "jobqueue_lease_renewals_total", 1);
+        metrics.renewals(1);
         match store.renew_ids(owner, &ids, with_cancel).await {
             Ok(renewed) => {
                 check_clock(leases, &renewed, Instant::now());
@@ -245,11 +239,7 @@ async fn renew_due(store: &Store, owner: &str, leases: &Leases, metrics: &Metric
                 }
             }
             Err(e) => {
-                metrics.add(
-                    &metrics.database_errors,
-                    "jobqueue_database_errors_total",
-                    1,
-                );
+                metrics.database_errors(1);
                 tracing::error!(error = %e, jobs = ids.len(), "lease renewal failed; retrying shortly");
             }
         }
@@ -362,8 +352,8 @@ async fn sort_out(
             if !s.held {
                 if let Some(h) = map.remove(&s.id) {
                     h.ctx.cancel(CancelReason::LeaseLost);
+                    metrics.lease_lost(&h.ctx.queue, &h.ctx.kind);
                 }
-                metrics.add(&metrics.lease_lost, "jobqueue_leases_lost_total", 1);
                 tracing::warn!(
                     job.id = s.id,
                     attempt,
@@ -391,7 +381,7 @@ async fn sort_out(
     if !cancel_now.is_empty() {
         let ids: Vec<u64> = cancel_now.iter().map(|c| c.0).collect();
         let sent = Instant::now();
-        metrics.add(&metrics.renewals, "jobqueue_lease_renewals_total", 1);
+        metrics.renewals(1);
         match store.renew_ids(owner, &ids, true).await {
             Ok(renewed) => {
                 // A short count is sorted out at the next round, like any other.
@@ -399,11 +389,7 @@ async fn sort_out(
                 mark_renewed(leases, &cancel_now, &renewed, sent);
             }
             Err(e) => {
-                metrics.add(
-                    &metrics.database_errors,
-                    "jobqueue_database_errors_total",
-                    1,
-                );
+                metrics.database_errors(1);
                 tracing::error!(error = %e, jobs = ids.len(), "lease renewal failed; retrying shortly");
             }
         }

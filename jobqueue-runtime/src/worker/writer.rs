@@ -82,11 +82,7 @@ pub(super) async fn write_outcomes(
                     if store::is_deterministic(&e) {
                         refused += 1;
                     }
-                    metrics.add(
-                        &metrics.database_errors,
-                        "jobqueue_database_errors_total",
-                        1,
-                    );
+                    metrics.database_errors(1);
                     tracing::error!(error = %e, pending = batch.len(), retry_in = ?delay, "cannot record job outcomes; retrying");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(5));
@@ -122,11 +118,7 @@ async fn write_singly(
             Err(e) if store::is_deterministic(&e) => {
                 let r = &one[0];
                 leases.release(r.id, r.attempt);
-                metrics.add(
-                    &metrics.database_errors,
-                    "jobqueue_database_errors_total",
-                    1,
-                );
+                metrics.database_errors(1);
                 // A job whose own transaction committed is done whatever failed after it
                 // (storing its output, waking its key): it is not run again.
                 let committed = matches!(r.outcome, Outcome::DoneInTransaction { .. })
@@ -171,8 +163,20 @@ async fn write_batch(
     metrics: &Metrics,
     batch: &mut Vec<Report>,
 ) -> Result<()> {
-    // Jobs that returned a value are recorded one by one, with it; the others (the common
-    // case) many per statement.
+    write_outputs(store, owner, leases, metrics, batch).await?;
+    done_in_transaction(store, leases, metrics, batch).await?;
+    write_successes(store, owner, leases, metrics, batch).await?;
+    write_finishes(store, owner, leases, metrics, batch).await
+}
+
+/// Writes the successes of jobs that returned a value: one by one, each with its value.
+async fn write_outputs(
+    store: &Store,
+    owner: &str,
+    leases: &Leases,
+    metrics: &Metrics,
+    batch: &mut Vec<Report>,
+) -> Result<()> {
     while let Some(i) = batch
         .iter()
         .position(|r| matches!(r.outcome, Outcome::Done { output: Some(_) }))
@@ -195,7 +199,17 @@ async fn write_batch(
         }
         batch.swap_remove(i);
     }
-    done_in_transaction(store, leases, metrics, batch).await?;
+    Ok(())
+}
+
+/// Writes the other successes (the common case), many per statement.
+async fn write_successes(
+    store: &Store,
+    owner: &str,
+    leases: &Leases,
+    metrics: &Metrics,
+    batch: &mut Vec<Report>,
+) -> Result<()> {
     let is_done = |r: &Report| matches!(r.outcome, Outcome::Done { .. });
     let (limited, unlimited): (Vec<&Report>, Vec<&Report>) = batch
         .iter()
@@ -205,21 +219,35 @@ async fn write_batch(
         reports.iter().map(|r| (r.id, r.attempt)).collect()
     };
     let (limited, unlimited) = (claims(limited), claims(unlimited));
-    if !limited.is_empty() || !unlimited.is_empty() {
-        // Claims holding a concurrency slot free it in the transaction that marks them
-        // done; the others need no transaction.
-        let mut lost = store.complete(owner, &limited).await?;
-        lost.extend(store.complete_unlimited(owner, &unlimited).await?);
-        for r in batch.iter().filter(|r| is_done(r)) {
-            leases.release(r.id, r.attempt);
-            if lost.contains(&r.id) {
-                completion_lost(metrics, r);
-            } else {
-                succeeded(metrics, r);
-            }
-        }
-        batch.retain(|r| !is_done(r));
+    if limited.is_empty() && unlimited.is_empty() {
+        return Ok(());
     }
+    // Claims holding a concurrency slot free it in the transaction that marks them done; the
+    // others need no transaction.
+    let mut lost = store.complete(owner, &limited).await?;
+    lost.extend(store.complete_unlimited(owner, &unlimited).await?);
+    for r in batch.iter().filter(|r| is_done(r)) {
+        leases.release(r.id, r.attempt);
+        if lost.contains(&r.id) {
+            completion_lost(metrics, r);
+        } else {
+            succeeded(metrics, r);
+        }
+    }
+    batch.retain(|r| !is_done(r));
+    Ok(())
+}
+
+/// Writes the attempts that did not succeed (retries, failures, snoozes, deferrals,
+/// hand-backs, cancels) and the fallback outcomes of jobs whose own transaction did not
+/// commit, one by one, last first.
+async fn write_finishes(
+    store: &Store,
+    owner: &str,
+    leases: &Leases,
+    metrics: &Metrics,
+    batch: &mut Vec<Report>,
+) -> Result<()> {
     while let Some(r) = batch.last() {
         let (how, in_transaction) = match &r.outcome {
             Outcome::Finish(how) => (Some(how), false),
@@ -262,13 +290,7 @@ async fn write_batch(
             continue;
         }
         let (Some(written), Some(how)) = (written, how) else {
-            metrics.add_job(
-                &metrics.lease_lost,
-                "jobqueue_leases_lost_total",
-                queue,
-                kind,
-                1,
-            );
+            metrics.lease_lost(queue, kind);
             tracing::warn!(
                 job.id = id,
                 attempt,
@@ -277,152 +299,93 @@ async fn write_batch(
             batch.pop();
             continue;
         };
-        match (written, how) {
-            (JobStatus::Scheduled, Finish::Retry { delay, error }) => {
-                metrics.add_job(
-                    &metrics.retried,
-                    "jobqueue_jobs_retried_total",
-                    queue,
-                    kind,
-                    1,
-                );
-                tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; retrying in {delay:.1?}");
-            }
-            (JobStatus::Failed, Finish::Fail { error }) => {
-                metrics.add_job(
-                    &metrics.failed,
-                    "jobqueue_jobs_failed_total",
-                    queue,
-                    kind,
-                    1,
-                );
-                tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; not retrying");
-            }
-            (JobStatus::Scheduled, Finish::Defer { delay, error, .. }) => {
-                metrics.add_job(
-                    &metrics.deferred,
-                    "jobqueue_jobs_deferred_total",
-                    queue,
-                    kind,
-                    1,
-                );
-                tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "this worker cannot run the job; left for a worker that can, back in {delay:.1?} (not counted as an attempt)");
-            }
-            (
-                JobStatus::Failed,
-                Finish::Defer {
-                    error,
-                    give_up_after,
-                    ..
-                },
-            ) => {
-                metrics.add_job(
-                    &metrics.failed,
-                    "jobqueue_jobs_failed_total",
-                    queue,
-                    kind,
-                    1,
-                );
-                tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "no worker could run the job within {give_up_after:?}; job failed");
-            }
-            (JobStatus::Scheduled, Finish::Snooze { delay, .. }) => {
-                metrics.add_job(
-                    &metrics.snoozed,
-                    "jobqueue_jobs_snoozed_total",
-                    queue,
-                    kind,
-                    1,
-                );
-                tracing::info!(
-                    job.id = id,
-                    job.kind = kind,
-                    attempt,
-                    "job snoozed; runs again in {delay:.1?} (not counted as an attempt)"
-                );
-            }
-            (JobStatus::Failed, Finish::Snooze { exhausted, .. }) => {
-                metrics.add_job(
-                    &metrics.failed,
-                    "jobqueue_jobs_failed_total",
-                    queue,
-                    kind,
-                    1,
-                );
-                tracing::error!(job.id = id, job.kind = kind, attempt, error = %exhausted, "job failed; not retrying");
-            }
-            (JobStatus::Failed, _) => {
-                metrics.add_job(
-                    &metrics.failed,
-                    "jobqueue_jobs_failed_total",
-                    queue,
-                    kind,
-                    1,
-                );
-                tracing::error!(
-                    job.id = id,
-                    job.kind = kind,
-                    attempt,
-                    "job stopped at shutdown during its last attempt; failed, not run again"
-                );
-            }
-            (JobStatus::Ready, _) => {
-                metrics.add_job(
-                    &metrics.handed_back,
-                    "jobqueue_jobs_handed_back_total",
-                    queue,
-                    kind,
-                    1,
-                );
-                tracing::info!(
-                    job.id = id,
-                    job.kind = kind,
-                    attempt,
-                    "job handed back to ready at shutdown"
-                );
-            }
-            (_, _) => {
-                metrics.add_job(
-                    &metrics.cancelled,
-                    "jobqueue_jobs_cancelled_total",
-                    queue,
-                    kind,
-                    1,
-                );
-                tracing::info!(
-                    job.id = id,
-                    job.kind = kind,
-                    attempt,
-                    "job cancelled on request"
-                );
-            }
-        }
+        finished(metrics, r, written, how);
         batch.pop();
     }
     Ok(())
 }
 
-/// Records a job as done, once: its row became `done` by this claim, written by the writer
-/// or committed with the job's own transaction.
+/// Counts and logs an outcome of `r` that the store recorded: `written` is the status its
+/// row took.
+fn finished(metrics: &Metrics, r: &Report, written: JobStatus, how: &Finish) {
+    let (id, attempt, kind, queue) = (r.id, r.attempt, r.kind.as_str(), r.queue.as_str());
+    match (written, how) {
+        (JobStatus::Scheduled, Finish::Retry { delay, error }) => {
+            metrics.retried(queue, kind);
+            tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; retrying in {delay:.1?}");
+        }
+        (JobStatus::Failed, Finish::Fail { error }) => {
+            metrics.failed(queue, kind);
+            tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "job failed; not retrying");
+        }
+        (JobStatus::Scheduled, Finish::Defer { delay, error, .. }) => {
+            metrics.deferred(queue, kind);
+            tracing::warn!(job.id = id, job.kind = kind, attempt, error = %error, "this worker cannot run the job; left for a worker that can, back in {delay:.1?} (not counted as an attempt)");
+        }
+        (
+            JobStatus::Failed,
+            Finish::Defer {
+                error,
+                give_up_after,
+                ..
+            },
+        ) => {
+            metrics.failed(queue, kind);
+            tracing::error!(job.id = id, job.kind = kind, attempt, error = %error, "no worker could run the job within {give_up_after:?}; job failed");
+        }
+        (JobStatus::Scheduled, Finish::Snooze { delay, .. }) => {
+            metrics.snoozed(queue, kind);
+            tracing::info!(
+                job.id = id,
+                job.kind = kind,
+                attempt,
+                "job snoozed; runs again in {delay:.1?} (not counted as an attempt)"
+            );
+        }
+        (JobStatus::Failed, Finish::Snooze { exhausted, .. }) => {
+            metrics.failed(queue, kind);
+            tracing::error!(job.id = id, job.kind = kind, attempt, error = %exhausted, "job failed; not retrying");
+        }
+        (JobStatus::Failed, _) => {
+            metrics.failed(queue, kind);
+            tracing::error!(
+                job.id = id,
+                job.kind = kind,
+                attempt,
+                "job stopped at shutdown during its last attempt; failed, not run again"
+            );
+        }
+        (JobStatus::Ready, _) => {
+            metrics.handed_back(queue, kind);
+            tracing::info!(
+                job.id = id,
+                job.kind = kind,
+                attempt,
+                "job handed back to ready at shutdown"
+            );
+        }
+        (_, _) => {
+            metrics.cancelled(queue, kind);
+            tracing::info!(
+                job.id = id,
+                job.kind = kind,
+                attempt,
+                "job cancelled on request"
+            );
+        }
+    }
+}
+
 /// A completion that matched no row: another worker owns the job now.
 fn completion_lost(metrics: &Metrics, r: &Report) {
-    metrics.add_job(
-        &metrics.lease_lost,
-        "jobqueue_leases_lost_total",
-        &r.queue,
-        &r.kind,
-        1,
-    );
+    metrics.lease_lost(&r.queue, &r.kind);
     tracing::warn!(job.id = r.id, attempt = r.attempt, "lease lost before completion was recorded; another worker owns the job now, nothing was written");
 }
 
+/// Records a job as done, once: its row became `done` by this claim, written by the writer
+/// or committed with the job's own transaction.
 fn succeeded(metrics: &Metrics, r: &Report) {
-    metrics.add_job(
-        &metrics.succeeded,
-        "jobqueue_jobs_succeeded_total",
-        &r.queue,
-        &r.kind,
-        1,
-    );
+    metrics.succeeded(&r.queue, &r.kind);
     tracing::debug!(job.id = r.id, attempt = r.attempt, "job done");
 }
 
