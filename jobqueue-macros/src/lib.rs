@@ -153,10 +153,10 @@ use proc_macro::TokenStream;
 /// ## `lease`
 ///
 /// How long a worker's claim on a running job lasts without renewal. The worker renews it
-/// every third of the lease, so a job may run for much longer; a crashed worker's job is
-/// claimed again after one lease. A renewal that gets no reply within a quarter of the lease
-/// is sent again on a new connection, and a job whose lease went unrenewed for three quarters
-/// of it is stopped. At least 1 s. Default: 30 s.
+/// each time it is a quarter of the way through, so a job may run for much longer; a
+/// crashed worker's job is claimed again after one lease. A renewal that gets no reply
+/// within a quarter of the lease is sent again on a new connection, and a job whose lease
+/// went unrenewed for three quarters of it is stopped. At least 1 s. Default: 30 s.
 ///
 /// Durations here and below are a number and a unit (`ms`, `s`, `m`, `h`, `d`), or several
 /// from the largest unit down: `"500ms"`, `"30s"`, `"1h30m"`.
