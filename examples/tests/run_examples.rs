@@ -258,11 +258,12 @@ async fn metrics_service_exposes_labelled_counters_and_queue_gauges() {
     child.kill().await.expect("stop metrics_service");
 }
 
-/// The README's "Testing your jobs" shows `testing_your_jobs.rs` as it is (from the line
-/// after its header on), so that the example a reader copies is one that compiles and passes.
+/// The testing guide (`docs/guide/testing.md`, "A complete test") shows
+/// `testing_your_jobs.rs` as it is (from the line after its header on), so that the example
+/// a reader copies is one that compiles and passes.
 #[test]
-fn the_readme_shows_the_testing_example_as_it_is() {
-    let readme = include_str!("../../README.md");
+fn the_testing_guide_shows_the_testing_example_as_it_is() {
+    let guide = include_str!("../../docs/guide/testing.md");
     let file = include_str!("testing_your_jobs.rs");
     let body = file
         .lines()
@@ -270,10 +271,10 @@ fn the_readme_shows_the_testing_example_as_it_is() {
         .skip(1)
         .collect::<Vec<_>>()
         .join("\n");
-    let section = readme
-        .split("## Testing your jobs")
+    let section = guide
+        .split("## A complete test")
         .nth(1)
-        .expect("the README has a \"Testing your jobs\" section");
+        .expect("the testing guide has an \"A complete test\" section");
     let block = section
         .split("```rust,ignore\n")
         .nth(1)
@@ -281,7 +282,7 @@ fn the_readme_shows_the_testing_example_as_it_is() {
         .expect("the section has a rust,ignore block");
     assert!(
         block == body,
-        "README.md's \"Testing your jobs\" block differs from examples/tests/testing_your_jobs.rs; \
-         copy the file (after its header) into the block"
+        "docs/guide/testing.md's \"A complete test\" block differs from \
+         examples/tests/testing_your_jobs.rs; copy the file (after its header) into the block"
     );
 }

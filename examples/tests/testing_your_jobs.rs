@@ -1,7 +1,8 @@
-//! The README's "Testing your jobs", compiled and run: an axum handler that enqueues a job in
-//! its own transaction, tested with `assert_enqueued`, and the job it enqueues, tested with
-//! `drain` and `perform` (its last attempt, a cancellation). The README shows this file from
-//! the line after this header on; `run_examples.rs` checks that they stay the same.
+//! The testing guide's complete test (`docs/guide/testing.md`), compiled and run: an axum
+//! handler that enqueues a job in its own transaction, tested with `assert_enqueued`, and the
+//! job it enqueues, tested with `drain` and `perform` (its last attempt, a cancellation). The
+//! guide shows this file from the line after this header on; `run_examples.rs` checks that
+//! they stay the same.
 //!
 //! Run it with `cargo test -p examples --test testing_your_jobs` (it starts a throwaway
 //! database server, or uses the one `JOBQUEUE_TEST_DATABASE_URL` names).

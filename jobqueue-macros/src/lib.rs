@@ -14,7 +14,7 @@ use proc_macro::TokenStream;
 /// use jobqueue::{job, JobContext, JobError, Queue};
 ///
 /// /// Export one order as a file.
-/// #[job(queue = "exports", max_attempts = 5, key = "export:{order_id}")]
+/// #[job(queue = "exports", max_attempts = 5, key = "export:{order_id}:{format}")]
 /// async fn export_order(ctx: JobContext, order_id: u64, format: String) -> Result<(), JobError> {
 ///     println!("exporting order {order_id} as {format} (attempt {})", ctx.attempt());
 ///     Ok(())
@@ -106,7 +106,14 @@ use proc_macro::TokenStream;
 ///
 /// # Options
 ///
-/// All are optional: `#[job]` alone gives a job with every default.
+/// All are optional: `#[job]` alone gives a job with every default. This is the reference of
+/// every option: [`name`](#name), [`queue`](#queue), [`max_attempts`](#max_attempts),
+/// [`lease`](#lease), [`timeout`](#timeout), [`priority`](#priority), [`key`](#key),
+/// [`backoff`](#backoff), [`cron`](#cron), [`overlap`](#overlap),
+/// [`unique`, `unique_for`](#unique-unique_for), [`max_snoozes`](#max_snoozes),
+/// [`concurrency`](#concurrency), [`concurrency_key`](#concurrency_key),
+/// [`rate_limit`](#rate_limit), [`rate_key`](#rate_key) and [`crate`](#crate). The guides
+/// (`jobqueue::guide`) show them at work.
 ///
 /// ## `name`
 ///
@@ -146,10 +153,10 @@ use proc_macro::TokenStream;
 /// ## `lease`
 ///
 /// How long a worker's claim on a running job lasts without renewal. The worker renews it
-/// every third of the lease, so a job may run for much longer; a crashed worker's job is
-/// claimed again after one lease. A renewal that gets no reply within a quarter of the lease
-/// is sent again on a new connection, and a job whose lease went unrenewed for three quarters
-/// of it is stopped. At least 1 s. Default: 30 s.
+/// each time it is a quarter of the way through, so a job may run for much longer; a
+/// crashed worker's job is claimed again after one lease. A renewal that gets no reply
+/// within a quarter of the lease is sent again on a new connection, and a job whose lease
+/// went unrenewed for three quarters of it is stopped. At least 1 s. Default: 30 s.
 ///
 /// Durations here and below are a number and a unit (`ms`, `s`, `m`, `h`, `d`), or several
 /// from the largest unit down: `"500ms"`, `"30s"`, `"1h30m"`.
@@ -184,8 +191,10 @@ use proc_macro::TokenStream;
 ///
 /// ## `key`
 ///
-/// The task key, the job's idempotency key: while a job with a key exists in the table,
-/// enqueueing another job with an equal key is reported as a duplicate and adds nothing. The
+/// The task key, the job's idempotency key: while a job holds a key, enqueueing another job
+/// with an equal key is reported as a duplicate and adds nothing. How long a job holds its
+/// key is its [`unique`](#unique-unique_for) policy: by default until it is pruned, 7 days
+/// after it is done, so name every argument that makes a job different in the template. The
 /// template is text with `{argument}` placeholders, each replaced by the argument's
 /// `Display`; `{{` and `}}` are literal braces. A key longer than 255 characters keeps its
 /// first 200 and ends with a hash of the whole.
@@ -202,7 +211,9 @@ use proc_macro::TokenStream;
 ///
 /// ```
 /// # use jobqueue::job;
-/// #[job(key = "export:{order_id}")]
+/// // Every argument that makes a job different is in the key: a PDF export of an order
+/// // after its CSV export is a job of its own, not a duplicate.
+/// #[job(key = "export:{order_id}:{format}")]
 /// async fn export_order(order_id: u64, format: String) {}
 /// ```
 ///
@@ -303,6 +314,66 @@ use proc_macro::TokenStream;
 /// }
 /// ```
 ///
+/// ## `concurrency`
+///
+/// At most this many jobs of one key run at once, across every worker of every process on
+/// the database: 1 to 1000. The key is the kind's name, or [`concurrency_key`](#concurrency_key)
+/// rendered from the job's arguments. A job whose key is full when a worker claims it is
+/// set `blocked` and steps aside for the jobs behind it; the job that frees a slot makes the
+/// key's next blocked job `ready`. A slot is held from the claim to the write of the job's
+/// outcome (whatever it is) or the reclaim of its lease. Default: no limit.
+///
+/// ```
+/// # use jobqueue::job;
+/// // One rebuild at a time, fleet-wide.
+/// #[job(concurrency = 1)]
+/// async fn rebuild_search_index() {}
+/// ```
+///
+/// ## `concurrency_key`
+///
+/// The key of the [`concurrency`](#concurrency) limit, a template like [`key`](#key)'s:
+/// `{argument}` placeholders replaced by the arguments' `Display`. Kinds that render the same
+/// key share its slots, so keep their limits equal. `EnqueueOptions::concurrency_key`
+/// overrides it for one enqueue. Default: the kind's name (one limit for the whole kind).
+///
+/// ```
+/// # use jobqueue::job;
+/// // At most 2 exports per account at once; other accounts' exports are not held up.
+/// #[job(concurrency = 2, concurrency_key = "account:{account_id}")]
+/// async fn export_account(account_id: u64, format: String) {}
+/// ```
+///
+/// ## `rate_limit`
+///
+/// At most N jobs of one key start in any window of the given length, by the server's
+/// clock: `"N/window"` with N from 1 to 1000 and a window as for [`lease`](#lease) (`"100/1m"`,
+/// `"5/2s"`). Starts are counted at the claim: a retry starts again and counts again, and a
+/// long job does not hold back the next start. A job over the rate waits `blocked` until the
+/// window lets it start. Default: no limit.
+///
+/// ```
+/// # use jobqueue::job;
+/// // The mail provider takes 100 messages a minute.
+/// #[job(rate_limit = "100/1m")]
+/// async fn send_newsletter(user_id: u64) {}
+/// ```
+///
+/// ## `rate_key`
+///
+/// The key of the [`rate_limit`](#rate_limit), a template like [`key`](#key)'s.
+/// `EnqueueOptions::rate_key` overrides it for one enqueue. Default: the kind's name.
+///
+/// ```
+/// # use jobqueue::job;
+/// // 100 starts a minute per provider.
+/// #[job(rate_limit = "100/1m", rate_key = "provider:{provider}")]
+/// async fn send_mail(provider: String, to: String) {}
+/// ```
+///
+/// A kind may have both limits. The guide `jobqueue::guide::limits` says what holds across
+/// workers and what a limit costs.
+///
 /// ## `crate`
 ///
 /// The path of the `jobqueue` crate, for code that reaches it under another name (a
@@ -343,7 +414,7 @@ use proc_macro::TokenStream;
 ///     const OPTIONS: JobOptions = JobOptions::DEFAULT.queue("exports").max_attempts(5);
 ///
 ///     fn task_key(&self) -> jobqueue::Result<String> {
-///         Ok(jobqueue::key::fit_key(format!("export:{}", self.order_id)))
+///         Ok(jobqueue::key::fit_key(format!("export:{}:{}", self.order_id, self.format)))
 ///     }
 ///
 ///     async fn run(self, ctx: JobContext) -> Result<(), JobError> {

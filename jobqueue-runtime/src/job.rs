@@ -63,7 +63,9 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
 /// Settings shared by every job of a kind; `#[job(...)]` fills them from its options.
 ///
 /// Every field has a default (see [`JobOptions::DEFAULT`]); a per-enqueue
-/// [`EnqueueOptions`](crate::EnqueueOptions) can override the queue, priority and key.
+/// [`EnqueueOptions`](crate::EnqueueOptions) can override the queue, priority, key,
+/// `max_attempts`, uniqueness, concurrency key and rate key, and add a delay or start time
+/// and metadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct JobOptions {
@@ -84,8 +86,9 @@ pub struct JobOptions {
     pub priority: i16,
     /// The wait before each retry.
     pub backoff: Backoff,
-    /// A cron schedule (with seconds, UTC) on which the worker enqueues this job by itself,
-    /// each tick at most once.
+    /// A cron schedule on which the workers enqueue this job by themselves, each tick at most
+    /// once: six fields `sec min hour day month weekday`, or five without the seconds, in
+    /// UTC unless a time zone comes first (`CRON_TZ=Europe/Berlin 0 0 9 * * Mon-Fri`).
     pub cron: Option<&'static str>,
     /// For a `cron` kind: whether a tick is enqueued while the job of the previous tick is
     /// still scheduled, ready or running. Default false: such a tick is skipped, so a run

@@ -14,7 +14,8 @@ use crate::error::{Error, Result};
 mod dashboard;
 pub use dashboard::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};
 
-/// A job's state. See the README's state diagram.
+/// A job's state. The lifecycle guide (`jobqueue::guide::lifecycle_and_outputs`) draws
+/// the states and what moves a job between them.
 /// Serialised as the lowercase name stored in the `status` column (`"ready"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -33,7 +34,7 @@ pub enum JobStatus {
     Cancelled,
     /// Ready, but its concurrency or rate limit key was at its limit when a worker tried to
     /// claim it: it waits, out of the claim's way, until a slot of its key frees (see the
-    /// README's "Limits").
+    /// limits guide, `jobqueue::guide::limits`).
     Blocked,
 }
 
@@ -480,7 +481,7 @@ pub(crate) struct NewJob {
     pub(crate) limits: JobLimits,
 }
 
-/// The limits a job carries in its row (see the README's "Limits").
+/// The limits a job carries in its row (see the limits guide, `jobqueue::guide::limits`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct JobLimits {
     /// The concurrency key and how many jobs of it may run at once.

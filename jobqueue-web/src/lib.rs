@@ -314,3 +314,8 @@ async fn script() -> Response {
     )
         .into_response()
 }
+
+/// The README's Rust blocks, compiled as documentation tests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}

@@ -98,6 +98,8 @@
 #[doc(inline)]
 pub use jobqueue_macros::job;
 
+pub mod guide;
+
 // The public API, item by item: nothing of the runtime becomes API by being `pub` there.
 // `tests/ui/api` checks both directions (what users name resolves; the insides do not).
 

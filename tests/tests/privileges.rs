@@ -1,5 +1,5 @@
 //! Least privilege: a worker needs only DML on the queue's tables; migrations need DDL. The
-//! README's grants are exactly the ones used here.
+//! deployment guide's grants (`docs/guide/deployment.md`) are exactly the ones used here.
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ async fn ping(n: u32) {
     let _ = n;
 }
 
-/// Creates `user` with `password` and the README's worker grants on `db`. Users are
+/// Creates `user` with `password` and the deployment guide's worker grants on `db`. Users are
 /// server-wide and named after the test process's pid: on a server that outlives test runs
 /// (`JOBQUEUE_TEST_DATABASE_URL`), an earlier run with the same pid may have left one.
 async fn create_worker_user(root: &Queue, db: &str, user: &str, password: &str) {

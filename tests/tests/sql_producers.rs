@@ -44,7 +44,7 @@ async fn jobs_inserted_with_plain_sql_run() {
     let queue = fresh_queue("sql_producers").await;
     let mut greeted = GREETED.open();
 
-    // The README's statements, as a Java, Python, PHP or Go service would send them.
+    // The getting-started guide's statements, as a Java, Python, PHP or Go service would send them.
     sqlx::raw_sql(
         "INSERT INTO job_queue (queue, kind, task_key, payload) \
          VALUES ('sql_producers', 'greet_user', 'welcome:42', '{\"user_id\": 42}');

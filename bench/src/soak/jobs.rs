@@ -443,7 +443,7 @@ pub(crate) async fn report(ctx: JobContext, db: Data<MySqlPool>, n: u64) -> Resu
 }
 
 /// Moves `amount` from one account to another and completes itself in the same
-/// transaction (`complete_in` first, as the README recommends). With `lose_first`, its
+/// transaction (`complete_in` first, as the exactly-once guide recommends). With `lose_first`, its
 /// first attempt drops the transaction before the commit, as a broken connection would.
 #[job(
     queue = "soak_ledger",

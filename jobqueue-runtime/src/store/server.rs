@@ -133,7 +133,7 @@ impl ServerInfo {
         if self.tidb {
             return refuse(format!(
                 "{} is TiDB, which parses SKIP LOCKED but ignores it, so claims would block on or \
-                 take each other's jobs; use MySQL 8.0.1+ or MariaDB 10.6+",
+                 take each other's jobs; use MySQL 8.0.13+ or MariaDB 10.6+",
                 self.version
             ));
         }

@@ -1,7 +1,7 @@
 //! Testing an application that uses jobqueue (the `testing` feature): a database per test,
 //! one job run in-process, typed assertions on enqueued jobs, and draining queues.
 //!
-//! Two kinds of test, as the README's "Testing your jobs" shows in full:
+//! Two kinds of test, as the testing guide (`jobqueue::guide::testing`) shows in full:
 //!
 //! * **this code enqueued that job**: give the code under test the queue of a
 //!   [`TestDatabase`], then [`assert_enqueued`] / [`refute_enqueued`] / [`enqueued`], typed

@@ -56,7 +56,7 @@ impl Heartbeat {
                 // A user granted rights on the job tables of an older release only: the
                 // worker runs, it is just not listed among the live workers.
                 Err(e) if e.database_class() == Some(DbErrorKind::TableDenied) => {
-                    tracing::info!(owner = %self.owner, error = %e, "this user may not write the heartbeat's tables (`job_queue_worker`, and `job_queue_cron` for periodic kinds), so this worker is not listed by `jobqueue workers` or the dashboard; grant them as the README's least-privilege section shows");
+                    tracing::info!(owner = %self.owner, error = %e, "this user may not write the heartbeat's tables (`job_queue_worker`, and `job_queue_cron` for periodic kinds), so this worker is not listed by `jobqueue workers` or the dashboard; grant them as the deployment guide's least-privilege section shows");
                     // A row written before the refusal (the worker's own table may be granted
                     // and the cron table not) goes too; a refused delete has nothing to undo.
                     let _ = self.store.delete_worker(&self.owner).await;
