@@ -32,7 +32,8 @@ mod writer;
 use crate::maintenance::{maintenance_loop, scheduler_loop, Maintenance, Scheduler};
 use builder::Config;
 pub use builder::WorkerBuilder;
-use claim_loop::{drain, Running};
+use claim_loop::drain;
+use execute::{PerQueue, Running};
 pub use heartbeat::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
 use lease::Leases;
 use lease_thread::LeaseThread;
@@ -278,7 +279,7 @@ impl Worker {
             leases: leases.clone(),
         };
         let shutdown = CancellationToken::new();
-        let per_queue = claim_loop::PerQueue::new(&cfg.queues);
+        let per_queue = PerQueue::new(&cfg.queues);
         let run = Running {
             leases: &leases,
             reports: &report_tx,
