@@ -15,6 +15,7 @@ use tracing::Instrument;
 
 use super::builder::Config;
 use super::lease::{Held, Leases};
+use super::middleware::{Chain, CodeEnded, JobRunInfo};
 use super::outcome::{decide, Ran, Report};
 use super::Worker;
 use crate::job::{CancelReason, ClaimFence, JobContext};
@@ -96,6 +97,7 @@ pub(super) struct Execution {
     /// Fired in phase two of a shutdown.
     shutdown: CancellationToken,
     queue_slot: Option<QueueSlot>,
+    middleware: Arc<Chain>,
     /// The job's span, `job` with its kind, id, attempt and queue.
     span: tracing::Span,
 }
@@ -164,6 +166,7 @@ impl Execution {
             reports: run.reports.clone(),
             shutdown: run.shutdown.clone(),
             queue_slot: run.per_queue.hold(&c.queue),
+            middleware: worker.middleware.clone(),
             span,
             ctx,
             claimed: c,
@@ -208,6 +211,7 @@ impl Execution {
             reports,
             shutdown,
             queue_slot,
+            middleware,
             span: _,
         } = self;
         let _queue_slot = queue_slot;
@@ -221,13 +225,13 @@ impl Execution {
         );
         let run = async {
             let outcome = run_one(
-                c.kind.clone(),
                 descriptor,
                 c.payload,
                 ctx.clone(),
                 config.cancel_grace,
                 shutdown,
                 &registry,
+                (&middleware, c.metadata),
             )
             .await;
             // The last progress value is written before the outcome, while the row is
@@ -279,13 +283,13 @@ impl Execution {
 /// (`shutdown`, then `cancel_grace`) and the loss of its lease, with panics caught, down to
 /// how the run ended.
 pub(crate) async fn run_one(
-    kind: String,
     descriptor: Option<&'static JobDescriptor>,
     payload: std::result::Result<serde_json::Value, String>,
     ctx: JobContext,
     cancel_grace: Duration,
     shutdown: CancellationToken,
     registry: &Registry,
+    middleware: (&Chain, Option<serde_json::Value>),
 ) -> Ran {
     let Some(d) = descriptor else {
         let known = registry
@@ -300,7 +304,8 @@ pub(crate) async fn run_one(
             format!("it knows: {known}")
         };
         return Ran::Unrunnable(format!(
-            "job kind `{kind}` is not registered in this worker ({known}); deploy a worker that has it, or cancel the job"
+            "job kind `{}` is not registered in this worker ({known}); deploy a worker that has it, or cancel the job",
+            ctx.kind
         ));
     };
     let payload = match payload {
@@ -310,25 +315,47 @@ pub(crate) async fn run_one(
     tracing::debug!("job started");
     let started = Instant::now();
     let timeout = d.options().timeout;
-    // Boxed already (`RunFuture`), so it can be dropped below, where a panicking destructor
-    // is caught too. Every step checks the lease's stop-by moment first (see `Fenced`).
+    let (chain, metadata) = middleware;
+    let info = JobRunInfo::new(ctx.clone(), metadata);
+    // The job's code under its timeout, which phase two of a shutdown lifts (the cancel
+    // grace bounds it then). Its panics are caught here, so that a middleware sees them.
+    let code = async {
+        let mut code = AssertUnwindSafe(d.run(payload, ctx.clone())).catch_unwind();
+        let deadline = async {
+            match timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let ended = tokio::select! {
+            r = &mut code => code_ended(r),
+            _ = deadline => {
+                ctx.cancel(CancelReason::Timeout);
+                CodeEnded::TimedOut(timeout.unwrap_or_default())
+            }
+            _ = shutdown.cancelled() => code_ended((&mut code).await),
+        };
+        // Code that timed out is dropped here, outside the polls above: a destructor that
+        // panics must not take the outcome with it.
+        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(move || drop(code))) {
+            tracing::error!(panic = %panic_message(&*panic), "the job panicked while being dropped");
+        }
+        ended
+    };
+    // The middleware chain around the code, boxed so that it can be dropped below, where a
+    // panicking destructor is caught too. Every step of the chain, the job's code included,
+    // checks the lease's stop-by moment first (see `Fenced`); a panic caught here is a
+    // middleware's (the code's own are caught above).
+    let chain = Box::pin(async {
+        let code = std::pin::pin!(code);
+        chain.run(&info, code).await
+    });
     let mut run = Fenced {
-        run: AssertUnwindSafe(d.run(payload, ctx.clone())).catch_unwind(),
+        run: AssertUnwindSafe(chain).catch_unwind(),
         ctx: &ctx,
     };
-    let deadline = async {
-        match timeout {
-            Some(t) => tokio::time::sleep(t).await,
-            None => std::future::pending().await,
-        }
-    };
-    let mut deadline = std::pin::pin!(deadline);
     let ran = tokio::select! {
         r = &mut run => fenced(r),
-        _ = &mut deadline => {
-            ctx.cancel(CancelReason::Timeout);
-            Ran::TimedOut(timeout.unwrap_or_default())
-        }
         // Phase two of a shutdown (whatever the job was told before, an operator's cancel
         // included): it may stop by itself, and is dropped after `cancel_grace`.
         _ = shutdown.cancelled() => tokio::select! {
@@ -341,8 +368,8 @@ pub(crate) async fn run_one(
         // (An operator's cancel alone only tells the job.)
         _ = ctx.lease_lost() => Ran::Abandoned { hand_back: false },
     };
-    // An unfinished job (timed out, abandoned) is dropped here: its destructors run now,
-    // outside the polls above, and one that panics must not take the outcome with it.
+    // An unfinished run (abandoned) is dropped here: its destructors run now, outside the
+    // polls above, and one that panics must not take the outcome with it.
     if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(move || drop(run))) {
         tracing::error!(panic = %panic_message(&*panic), "the job panicked while being dropped");
     }
@@ -378,24 +405,23 @@ impl<F: std::future::Future + Unpin> std::future::Future for Fenced<'_, F> {
 }
 
 /// What a run that `Fenced` let end, or stopped, came to.
-fn fenced(
-    r: Option<
-        std::result::Result<std::result::Result<(), RunError>, Box<dyn std::any::Any + Send>>,
-    >,
-) -> Ran {
+fn fenced(r: Option<std::result::Result<CodeEnded, Box<dyn std::any::Any + Send>>>) -> Ran {
     match r {
-        Some(r) => finished(r),
+        Some(Ok(CodeEnded::Finished(Err(RunError::Payload(msg))))) => Ran::Unrunnable(msg),
+        Some(Ok(CodeEnded::Finished(r))) => Ran::Finished(r),
+        Some(Ok(CodeEnded::Panicked(msg))) => Ran::Panicked(msg),
+        Some(Ok(CodeEnded::TimedOut(t))) => Ran::TimedOut(t),
+        Some(Err(panic)) => Ran::Panicked(format!("in a middleware: {}", panic_message(&*panic))),
         None => Ran::Abandoned { hand_back: false },
     }
 }
 
-fn finished(
+fn code_ended(
     r: std::result::Result<std::result::Result<(), RunError>, Box<dyn std::any::Any + Send>>,
-) -> Ran {
+) -> CodeEnded {
     match r {
-        Ok(Err(RunError::Payload(msg))) => Ran::Unrunnable(msg),
-        Ok(r) => Ran::Finished(r),
-        Err(panic) => Ran::Panicked(panic_message(&*panic)),
+        Ok(r) => CodeEnded::Finished(r),
+        Err(panic) => CodeEnded::Panicked(panic_message(&*panic)),
     }
 }
 

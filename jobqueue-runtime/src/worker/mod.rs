@@ -24,6 +24,8 @@ pub(crate) mod execute;
 mod heartbeat;
 mod lease;
 mod lease_thread;
+mod middleware;
+pub(crate) use middleware::Chain;
 pub(crate) mod outcome;
 mod pacer;
 mod progress;
@@ -37,6 +39,7 @@ use execute::{PerQueue, Running};
 pub use heartbeat::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
 use lease::Leases;
 use lease_thread::LeaseThread;
+pub use middleware::{JobRunInfo, Middleware, Next, RunOutcome, RunResult};
 use outcome::Report;
 
 /// Runs jobs: claims them from the table, runs them, records how each attempt ended.
@@ -58,6 +61,8 @@ pub struct Worker {
     metrics: Arc<Metrics>,
     stop: CancellationToken,
     data: DataMap,
+    /// Outermost first.
+    middleware: Arc<middleware::Chain>,
 }
 
 /// Stops a running [`Worker`] and reads its counters from elsewhere.
