@@ -2,7 +2,7 @@
 //! sees the job's kind, id and attempt; it sees a retryable error's text and then the
 //! success of the next attempt; its span's fields are in the job's logs; and a middleware
 //! that panics fails the attempt as a job panic does, the job is retried, and the worker
-//! goes on.
+//! goes on; and it sees its job's code time out, recorded as without it.
 //!
 //! Every test has its own database, its own queue and its own job kinds; each middleware
 //! acts only on its test's kinds, since one registry serves the whole binary.
@@ -298,4 +298,52 @@ async fn a_panicking_middleware_fails_the_attempt_like_a_job_panic_and_the_worke
     stop(&handle, task).await;
     // The job's code ran only where the middleware let it: at each job's second attempt.
     assert_eq!(GUARDED_RUNS.load(Ordering::SeqCst), 2);
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. The kind's timeout bounds the job's code, and the middleware sees it.
+// ---------------------------------------------------------------------------------------
+
+#[job(
+    name = "middleware_slow",
+    queue = "middleware_slow",
+    timeout = "200ms",
+    max_attempts = 1
+)]
+async fn slow(_ctx: JobContext) -> Result<(), JobError> {
+    // Far past the timeout: only the timeout ends it.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_middleware_sees_its_job_time_out_and_the_attempt_fails_as_without_it() {
+    let queue = fresh_queue("mw_timeout").await;
+    let trail = Trail::default();
+    let id = queue.enqueue(Slow {}).await.expect("enqueue").id();
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .queues(["middleware_slow"])
+            .middleware(Recorder {
+                name: "timer",
+                kind: "middleware_slow",
+                trail: trail.clone(),
+            })
+            .build()
+            .expect("build"),
+    );
+    let failed = wait_status(&queue, id, JobStatus::Failed, WAIT).await;
+    stop(&handle, task).await;
+
+    assert_eq!(
+        trail.lines(),
+        [
+            format!("timer before: middleware_slow #{id} attempt 1 of 1 on middleware_slow"),
+            "timer after attempt 1: timed out after 200ms".to_owned(),
+        ]
+    );
+    assert_eq!(
+        failed.last_error.as_deref(),
+        Some("timed out after 200ms (attempt 1 of 1)")
+    );
 }

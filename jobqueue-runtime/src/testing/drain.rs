@@ -15,8 +15,8 @@ use crate::model::{Claimed, Finish, JobFilter, JobStatus};
 use crate::queue::Queue;
 use crate::registry::Registry;
 use crate::worker::execute::run_one;
+use crate::worker::middleware::Chain;
 use crate::worker::outcome::{decide, Outcome};
-use crate::worker::Chain;
 
 /// How many runs a drain makes by default before it gives up.
 pub const DEFAULT_MAX_RUNS: u64 = 1000;

@@ -14,8 +14,8 @@ use crate::job::{CancelReason, Job, JobContext};
 use crate::model::Finish;
 use crate::registry::{JobDescriptor, Registry};
 use crate::worker::execute::run_one;
+use crate::worker::middleware::Chain;
 use crate::worker::outcome::{decide, Outcome};
-use crate::worker::Chain;
 
 /// What a worker would record for one attempt, as [`perform`] reports it.
 ///
