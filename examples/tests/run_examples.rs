@@ -90,6 +90,37 @@ async fn outbox_service_keeps_orders_and_jobs_together() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn axum_service_runs_a_requests_job_through_its_middleware_and_stops_once() {
+    let (out, url) = run("axum_service", &["--demo"]).await;
+    assert!(
+        out.contains(r#"POST /signups -> 201 Created {"user":1,"welcome_job":1}"#),
+        "{out}"
+    );
+    // The middleware reported the failed first attempt and timed the second.
+    assert!(
+        out.contains("[middleware] reporting: send_welcome #1 attempt 1 of 5 failed in "),
+        "{out}"
+    );
+    assert!(
+        out.contains(": mail server busy, try again later\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("[job] welcome e-mail sent to ada@example.com (user 1, attempt 2)\n[middleware] send_welcome #1 attempt 2 of 5 succeeded in "),
+        "{out}"
+    );
+    assert!(out.contains("job 1: done after 2 attempts"), "{out}");
+    // One signal stopped both, and the process returned from both.
+    assert!(
+        out.ends_with(
+            "SIGTERM received: stopping the HTTP server and the worker\nstopped cleanly\n"
+        ),
+        "{out}"
+    );
+    assert_eq!(statuses(&url).await, vec![("done".to_owned(), 1)]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn ledger_transfer_commits_each_transfer_once() {
     let (out, url) = run("ledger_transfer", &[]).await;
     assert!(

@@ -44,6 +44,7 @@ pub use retry::Backoff;
 pub use store::DbErrorKind;
 pub use store::ServerInfo;
 pub use worker::{shutdown_signal, Worker, WorkerBuilder, WorkerHandle};
+pub use worker::{JobRunInfo, Middleware, Next, RunOutcome, RunResult};
 pub use worker::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
 
 /// The steps of the claim protocol (claim, renew, complete, finish, reclaim, promote) and

@@ -533,6 +533,9 @@ pub struct Claimed {
     pub traceparent: Option<String>,
     /// Whether the claim holds a concurrency slot of the job's key, which the outcome frees.
     pub holds_slot: bool,
+    /// The metadata object the job was enqueued with, for the worker's middleware (`None`
+    /// when it has none, or it cannot be read).
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// Why a claim found nothing. None of these is an error.

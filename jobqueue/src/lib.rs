@@ -135,6 +135,19 @@ pub use jobqueue_runtime::DbErrorKind;
 #[doc(inline)]
 pub use jobqueue_runtime::{Error, JobRef, Result};
 
+// ---- Middleware: code wrapping every run of a job on a worker ----------------------------
+// (`WorkerBuilder::middleware`). `Middleware` belongs at the root; its companions may as well
+// live beside it or in `jobqueue::context`.
+#[doc(inline)]
+pub use jobqueue_runtime::{JobRunInfo, Middleware, Next, RunOutcome, RunResult};
+
+/// The middleware guide's Rust blocks, compiled as documentation tests (the guide belongs with
+/// the others in `jobqueue::guide`).
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/middleware.md")]
+mod middleware_guide {}
+// ---- end of middleware --------------------------------------------------------------------
+
 /// The job kinds this binary registered (with `#[job]` or [`register!`]): find a kind by
 /// name, list them, or check them all as a worker does at start-up.
 ///

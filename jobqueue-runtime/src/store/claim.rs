@@ -251,7 +251,7 @@ impl Store {
         let ids: Vec<u64> = taken.iter().map(|t| t.0).collect();
         let sql = format!(
             "SELECT id, attempts, status = 'running' AND lease_owner <=> ?, queue, kind, \
-             COALESCE(released_key, task_key) AS task_key, payload, traceparent, \
+             COALESCE(released_key, task_key) AS task_key, payload, traceparent, metadata, \
              concurrency_key IS NOT NULL AND concurrency_limit > 0 AS holds_slot \
              FROM job_queue WHERE id IN ({})",
             placeholders(padded_len(ids.len()))
@@ -304,6 +304,12 @@ impl Store {
                 // A context that cannot be read only costs the job its trace.
                 traceparent: super::decode::opt_text(r, "traceparent").ok().flatten(),
                 holds_slot: r.try_get("holds_slot")?,
+                // Metadata that cannot be read only costs the middleware its view of it.
+                metadata: r
+                    .try_get::<Option<sqlx::types::Json<serde_json::Value>>, _>("metadata")
+                    .ok()
+                    .flatten()
+                    .map(|j| j.0),
             });
         }
         Ok(claimed)

@@ -15,6 +15,7 @@ use crate::model::{Claimed, Finish, JobFilter, JobStatus};
 use crate::queue::Queue;
 use crate::registry::Registry;
 use crate::worker::execute::run_one;
+use crate::worker::middleware::Chain;
 use crate::worker::outcome::{decide, Outcome};
 
 /// How many runs a drain makes by default before it gives up.
@@ -308,13 +309,13 @@ async fn run_claimed(
         .build();
     let descriptor = registry.get(&c.kind);
     let ran = run_one(
-        c.kind.clone(),
         descriptor,
         c.payload,
         ctx.clone(),
         Duration::ZERO,
         CancellationToken::new(),
         registry,
+        (&Chain::default(), None),
     )
     .await;
     let lost = || {

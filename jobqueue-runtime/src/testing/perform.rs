@@ -14,6 +14,7 @@ use crate::job::{CancelReason, Job, JobContext};
 use crate::model::Finish;
 use crate::registry::{JobDescriptor, Registry};
 use crate::worker::execute::run_one;
+use crate::worker::middleware::Chain;
 use crate::worker::outcome::{decide, Outcome};
 
 /// What a worker would record for one attempt, as [`perform`] reports it.
@@ -261,13 +262,13 @@ impl<J: Job> Perform<J> {
         let registry = Registry::from_descriptors(std::iter::once(descriptor))
             .expect("one descriptor has no duplicate");
         let ran = run_one(
-            J::KIND.to_owned(),
             Some(descriptor),
             Ok(payload),
             ctx.clone(),
             Duration::ZERO,
             CancellationToken::new(),
             &registry,
+            (&Chain::default(), None),
         )
         .await;
         if let Some(task) = cancelling {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::middleware::{Chain, Middleware};
 use super::{Worker, QUEUE_CALL_TIMEOUT};
 use crate::data::DataMap;
 use crate::error::{Error, Result};
@@ -43,6 +44,7 @@ pub struct WorkerBuilder {
     pub(super) queue: Queue,
     pub(super) config: Config,
     pub(super) data: DataMap,
+    pub(super) middleware: Chain,
 }
 
 impl WorkerBuilder {
@@ -218,6 +220,38 @@ impl WorkerBuilder {
         self
     }
 
+    /// Wraps every run of a job's code on this worker in `middleware`: for error reporting,
+    /// tracing fields (a tenant's, from the job's metadata) or timing. Middlewares run
+    /// outermost first, in the order of these calls: the first registered sees the run
+    /// begin first and end last. Default: none.
+    ///
+    /// A middleware runs on the job's task, in its span, under its lease checks and its
+    /// shutdown; it sees how the job's code ended but cannot change it, and one that panics
+    /// fails the attempt as a job that panics does. See [`Middleware`].
+    ///
+    /// ```no_run
+    /// # extern crate jobqueue_runtime as jobqueue;
+    /// use jobqueue::{JobRunInfo, Middleware, Next, RunResult, Worker};
+    ///
+    /// struct Tenant;
+    ///
+    /// impl Middleware for Tenant {
+    ///     async fn call(&self, job: &JobRunInfo, next: Next<'_>) -> RunResult {
+    ///         use tracing::Instrument;
+    ///         let tenant = job.metadata().and_then(|m| m.get("tenant")?.as_str()).unwrap_or("-");
+    ///         next.run().instrument(tracing::info_span!("tenant", tenant)).await
+    ///     }
+    /// }
+    ///
+    /// # fn demo(queue: jobqueue::Queue) -> jobqueue::Result<()> {
+    /// let worker = Worker::builder(queue).middleware(Tenant).build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn middleware(mut self, middleware: impl Middleware) -> Self {
+        self.middleware.push(middleware);
+        self
+    }
+
     /// Checks the settings and the job registry (no two kinds with one name), and that this
     /// worker holds every [`Data<T>`](crate::Data) the kinds of its queues take.
     pub fn build(mut self) -> Result<Worker> {
@@ -310,6 +344,7 @@ impl WorkerBuilder {
             metrics,
             stop: CancellationToken::new(),
             data: self.data,
+            middleware: Arc::new(self.middleware),
         })
     }
 }
@@ -353,6 +388,7 @@ impl Worker {
                 progress_interval: Duration::from_secs(2),
             },
             data: DataMap::default(),
+            middleware: Chain::default(),
         }
     }
 }

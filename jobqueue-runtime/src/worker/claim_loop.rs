@@ -1,26 +1,17 @@
 //! The claim loop: one `select!` over shutdown, finished jobs, wake-ups and a paced poll;
-//! it claims only free slots and starts each claimed job on its own task.
+//! it claims only free slots and starts each claimed job on its own task, as an
+//! [`Execution`].
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
-use futures_util::FutureExt;
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
-use super::execute::{panic_message, run_one};
-use super::lease::{Held, Leases};
-use super::outcome::{decide, Report};
+use super::execute::{Execution, Running};
 use super::pacer::Pacer;
 use super::Worker;
 use crate::error::Result;
-use crate::job::{CancelReason, ClaimFence, JobContext};
-use crate::model::{Claimed, EmptyClaim};
+use crate::model::EmptyClaim;
 
 /// The most jobs one claim transaction takes: a larger batch holds its row locks longer
 /// and needs longer `IN` lists, for little gain once a commit is shared by this many jobs.
@@ -74,62 +65,6 @@ impl IdleProbe {
     fn failed(&mut self, now: Instant) {
         self.active = false;
         self.off_until = Some(now + PROBE_COOLDOWN);
-    }
-}
-
-/// What the claim loop hands to each job it starts.
-pub(super) struct Running<'a> {
-    pub(super) leases: &'a Leases,
-    pub(super) reports: &'a mpsc::Sender<Report>,
-    /// Fired in phase two of a shutdown.
-    pub(super) shutdown: &'a CancellationToken,
-    /// Jobs running per served queue.
-    pub(super) per_queue: &'a PerQueue,
-}
-
-/// How many jobs of each served queue this worker runs, for
-/// [`WorkerBuilder::queue_concurrency`](crate::WorkerBuilder::queue_concurrency).
-#[derive(Debug)]
-pub(super) struct PerQueue {
-    running: std::sync::Arc<[(String, AtomicUsize)]>,
-}
-
-/// Counts one job of a queue as running until dropped (the job's task ends).
-struct QueueSlot {
-    running: std::sync::Arc<[(String, AtomicUsize)]>,
-    index: usize,
-}
-
-impl Drop for QueueSlot {
-    fn drop(&mut self) {
-        self.running[self.index].1.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl PerQueue {
-    pub(super) fn new(queues: &[String]) -> Self {
-        PerQueue {
-            running: queues
-                .iter()
-                .map(|q| (q.clone(), AtomicUsize::new(0)))
-                .collect(),
-        }
-    }
-
-    fn running(&self, queue: &str) -> usize {
-        self.running
-            .iter()
-            .find(|(q, _)| q == queue)
-            .map_or(0, |(_, n)| n.load(Ordering::Relaxed))
-    }
-
-    fn hold(&self, queue: &str) -> Option<QueueSlot> {
-        let index = self.running.iter().position(|(q, _)| q == queue)?;
-        self.running[index].1.fetch_add(1, Ordering::Relaxed);
-        Some(QueueSlot {
-            running: self.running.clone(),
-            index,
-        })
     }
 }
 
@@ -318,7 +253,7 @@ impl Worker {
                     tracing::debug!(queue = %queue, jobs = batch.len(), "claimed");
                 }
                 for c in batch {
-                    self.spawn_job(c, run, jobs);
+                    jobs.spawn(Execution::new(self, c, run).run());
                 }
                 if short {
                     break;
@@ -337,140 +272,6 @@ impl Worker {
             return Ok((0, Some(reason)));
         }
         Ok((claimed, None))
-    }
-
-    fn spawn_job(&self, c: Claimed, run: &Running<'_>, jobs: &mut JoinSet<()>) {
-        let (leases, reports, shutdown) = (run.leases, run.reports, run.shutdown);
-        let ctx = JobContext {
-            id: c.id,
-            attempt: c.attempt,
-            max_attempts: c.max_attempts,
-            kind: c.kind.clone(),
-            queue: c.queue.clone(),
-            task_key: c.task_key.clone(),
-            token: CancellationToken::new(),
-            reason: Default::default(),
-            data: self.data.clone(),
-            claim: Some(Arc::new(ClaimFence::new(
-                self.config.owner.clone(),
-                c.holds_slot,
-            ))),
-            progress: Default::default(),
-            output: Default::default(),
-        };
-        let displaced = leases.insert(
-            c.id,
-            Held {
-                attempt: c.attempt,
-                lease: c.lease,
-                renewed_at: c.claimed_at,
-                ctx: ctx.clone(),
-                cancel_seen: false,
-                finishing: false,
-            },
-        );
-        if displaced {
-            self.metrics.lease_lost(&c.queue, &c.kind);
-            tracing::warn!(
-                job.id = c.id,
-                attempt = c.attempt,
-                "claimed a job this worker was still running under an earlier attempt; that attempt is stopped"
-            );
-        }
-        let span = tracing::info_span!(
-            "job",
-            job.kind = %c.kind,
-            job.id = c.id,
-            attempt = c.attempt,
-            queue = %c.queue
-        );
-        crate::trace::continue_trace(&span, c.traceparent.as_deref(), c.attempt);
-        let descriptor = self.registry.get(&c.kind);
-        let registry = self.registry.clone();
-        let reports = reports.clone();
-        let cancel_grace = self.config.cancel_grace;
-        let give_up_after = self.config.unrunnable_deadline;
-        let shutdown = shutdown.clone();
-        let leases = leases.clone();
-        let (task_leases, metrics) = (leases.clone(), self.metrics.clone());
-        let (id, attempt) = (c.id, c.attempt);
-        let task_ctx = ctx.clone();
-        let queue_slot = run.per_queue.hold(&c.queue);
-        let progress_done = CancellationToken::new();
-        let progress = super::progress::write_progress(
-            self.store.clone(),
-            ctx.progress.clone(),
-            (c.id, self.config.owner.clone(), c.attempt),
-            self.config.progress_interval,
-            progress_done.clone(),
-        );
-        let task = async move {
-            let _queue_slot = queue_slot;
-            let run = async {
-                let outcome = run_one(
-                    c.kind.clone(),
-                    descriptor,
-                    c.payload,
-                    ctx.clone(),
-                    cancel_grace,
-                    shutdown,
-                    &registry,
-                )
-                .await;
-                // The last progress value is written before the outcome, while the row is
-                // still this attempt's.
-                progress_done.cancel();
-                outcome
-            };
-            // The progress writer runs beside the job on this task (no task of its own per
-            // job): it sleeps until the job reports progress, and returns once the job has,
-            // after writing the value still unwritten.
-            let (outcome, ()) = tokio::join!(run, progress);
-            let Some(outcome) = decide(outcome, &ctx, descriptor, give_up_after) else {
-                // Stopped for a lost lease: by the lease thread, which let the claim go, or
-                // by the run itself at its stop-by moment, before the lease thread got to it.
-                if task_leases.release(id, attempt) {
-                    metrics.lease_lost(&ctx.queue, &ctx.kind);
-                    tracing::error!(
-                        job.id = id,
-                        attempt,
-                        "lease could not be renewed in time; job stopped, nothing of this attempt will be recorded, and it will run again after its lease expires"
-                    );
-                }
-                return;
-            };
-            let report = Report {
-                id: c.id,
-                attempt: c.attempt,
-                kind: c.kind,
-                queue: c.queue,
-                holds_slot: c.holds_slot,
-                outcome,
-            };
-            if reports.send(report).await.is_err() {
-                tracing::error!(
-                    "outcome writer is gone; the job's lease will expire and it will run again"
-                );
-            }
-        };
-        jobs.spawn(
-            async move {
-                // A panic outside the job's own code (a tracing layer, a metrics recorder)
-                // must not leave the claim in `leases`, renewed for ever: stop and release
-                // it, so that the lease runs out and the job is taken back.
-                if let Err(panic) = AssertUnwindSafe(task).catch_unwind().await {
-                    task_ctx.cancel(CancelReason::LeaseLost);
-                    leases.release(id, attempt);
-                    tracing::error!(
-                        job.id = id,
-                        attempt,
-                        panic = %panic_message(&*panic),
-                        "the job's task panicked outside the job; its lease is released, and the job is taken back once it expires"
-                    );
-                }
-            }
-            .instrument(span),
-        );
     }
 }
 

@@ -24,6 +24,7 @@ pub(crate) mod execute;
 mod heartbeat;
 mod lease;
 mod lease_thread;
+pub(crate) mod middleware;
 pub(crate) mod outcome;
 mod pacer;
 mod progress;
@@ -32,10 +33,12 @@ mod writer;
 use crate::maintenance::{maintenance_loop, scheduler_loop, Maintenance, Scheduler};
 use builder::Config;
 pub use builder::WorkerBuilder;
-use claim_loop::{drain, Running};
+use claim_loop::drain;
+use execute::{PerQueue, Running};
 pub use heartbeat::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
 use lease::Leases;
 use lease_thread::LeaseThread;
+pub use middleware::{JobRunInfo, Middleware, Next, RunOutcome, RunResult};
 use outcome::Report;
 
 /// Runs jobs: claims them from the table, runs them, records how each attempt ended.
@@ -57,6 +60,8 @@ pub struct Worker {
     metrics: Arc<Metrics>,
     stop: CancellationToken,
     data: DataMap,
+    /// Outermost first.
+    middleware: Arc<middleware::Chain>,
 }
 
 /// Stops a running [`Worker`] and reads its counters from elsewhere.
@@ -278,7 +283,7 @@ impl Worker {
             leases: leases.clone(),
         };
         let shutdown = CancellationToken::new();
-        let per_queue = claim_loop::PerQueue::new(&cfg.queues);
+        let per_queue = PerQueue::new(&cfg.queues);
         let run = Running {
             leases: &leases,
             reports: &report_tx,

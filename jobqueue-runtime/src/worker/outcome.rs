@@ -3,11 +3,27 @@
 
 use std::time::Duration;
 
-use super::execute::Ran;
 use crate::job::{CancelReason, JobContext};
 use crate::model::{Finish, MAX_OUTPUT_BYTES};
 use crate::registry::{JobDescriptor, RunError};
 use crate::retry::Backoff;
+
+/// How running the job's code ended (`execute::run_one`): what [`decide`] decides on.
+pub(crate) enum Ran {
+    Finished(std::result::Result<(), RunError>),
+    Panicked(String),
+    TimedOut(Duration),
+    /// Dropped unfinished: lease lost (`hand_back` false: write nothing), or shutdown and it
+    /// did not stop in time (`hand_back` true).
+    Abandoned {
+        hand_back: bool,
+    },
+    /// This worker cannot run it (unknown kind, payload that does not fit the arguments);
+    /// another worker may.
+    Unrunnable(String),
+    /// The row itself cannot be read (payload not JSON, key not UTF-8): no worker can run it.
+    Unreadable(String),
+}
 
 /// How one attempt ended, before it is written.
 #[derive(Debug)]

@@ -22,5 +22,7 @@ use jobqueue::{
     Attempt, AttemptOutcome, JobOutput, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY,
     MAX_OUTPUT_BYTES,
 };
+// Middleware.
+use jobqueue::{JobRunInfo, Middleware, Next, RunOutcome, RunResult};
 
 fn main() {}
