@@ -242,6 +242,11 @@ impl Queue {
     /// migrated by jobqueue 0.1 (history in `_sqlx_migrations`) is adopted without running
     /// its DDL again. Any number of processes may call this at once: they take turns on a
     /// named lock, and each migration is applied once.
+    ///
+    /// On a schema that is already up to date it only reads `job_queue_migrations` (no lock,
+    /// no DDL), so every replica may call it at start-up as a user with DML rights and
+    /// `SELECT` on that table; with a migration pending, such a user gets
+    /// [`Error::MigratePermission`].
     pub async fn migrate(&self) -> Result<()> {
         crate::store::migrate::run(&self.inner.pool).await
     }
