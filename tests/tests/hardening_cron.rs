@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use jobqueue::cron::tick_key;
 use jobqueue::testing::{enqueued, refute_enqueued};
-use jobqueue::{job, Data, Enqueued, Error, Job, JobContext, JobError, JobStatus, Queue};
+use jobqueue::{job, Data, Error, Job, JobContext, JobError, JobStatus, Queue};
 use sqlx::mysql::MySqlPool;
 use sqlx::types::chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
 use tests::{
@@ -523,8 +523,12 @@ async fn a_key_held_by_another_kind_is_an_error_not_a_duplicate() {
 
     // A second invoice of the order is still a duplicate of the first, as before.
     assert_eq!(
-        queue.enqueue(Invoice { order_id: 7 }).await.unwrap(),
-        Enqueued::Duplicate(first.id())
+        queue
+            .enqueue(Invoice { order_id: 7 })
+            .await
+            .unwrap()
+            .duplicate_of(),
+        Some(first.id())
     );
     // Nothing else was enqueued: not the receipt, nor the batch.
     refute_enqueued::<Receipt>(&queue).await;
