@@ -110,6 +110,8 @@ pub use jobqueue_runtime::{
 };
 // Enqueueing.
 #[doc(inline)]
+pub use jobqueue_runtime::pool_options;
+#[doc(inline)]
 pub use jobqueue_runtime::{redact_url, EnqueueOptions, Enqueued, Queue, QueueConfig, ServerInfo};
 // How long a task key blocks another enqueue; how much metadata a job carries.
 #[doc(inline)]
