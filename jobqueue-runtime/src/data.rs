@@ -90,6 +90,7 @@ impl DataNeed {
     /// writes it (`#[job]` records the text of each `Data<T>` parameter this way).
     ///
     /// ```
+    /// # extern crate jobqueue_runtime as jobqueue;
     /// use jobqueue::DataNeed;
     ///
     /// const NEED: DataNeed = DataNeed::of::<std::sync::Arc<String>>().named("Arc<String>");

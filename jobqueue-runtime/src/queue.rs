@@ -142,6 +142,7 @@ impl QueueConfig {
 /// `before_acquire` hooks carry the settings above: replacing them drops those settings.
 ///
 /// ```no_run
+/// # extern crate jobqueue_runtime as jobqueue;
 /// use jobqueue::Queue;
 /// use sqlx::mysql::MySqlConnectOptions;
 ///
