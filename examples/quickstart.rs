@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use jobqueue::{job, EnqueueOptions, JobContext, JobError, JobStatus, Queue, Worker};
+use jobqueue::{job, EnqueueOptions, Enqueued, JobContext, JobError, JobStatus, Queue, Worker};
 
 /// Sends a welcome e-mail. Equal arguments make equal task keys: enqueued twice, it runs once.
 #[job(queue = "emails", max_attempts = 3)]
@@ -90,9 +90,11 @@ async fn main() -> anyhow::Result<()> {
             address: "user1@example.com".into(),
         })
         .await?;
-    println!(
-        "enqueued 5 e-mails; enqueuing the first again gives {again:?}: it will not run twice"
-    );
+    if let Enqueued::Duplicate { id, status, .. } = again {
+        println!(
+            "enqueued 5 e-mails; enqueuing the first again is a duplicate of job {id} ({status:?}): it will not run twice"
+        );
+    }
     let exports = queue
         .enqueue_many((100..110).map(|order_id| ExportOrder {
             order_id,

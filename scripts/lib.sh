@@ -3,9 +3,12 @@
 #
 #   ensure_cargo            exits 1 with advice when `cargo` is missing
 #   ensure_server_binaries  installs MariaDB's server binaries when no `mariadbd`/`mysqld`
-#                           exists (the tests start throwaway servers from them)
+#                           exists (the tests start throwaway servers from them); installs
+#                           nothing when the variable named by its argument holds a URL
 #   ensure_browser          installs Debian's `chromium` and `chromium-driver` when either is
 #                           missing (the dashboard's browser tests drive them)
+#   package_cargo_home      makes a CARGO_HOME for `cargo package` that shares everything with
+#                           the user's but the unpacked sources of local registries
 set -euo pipefail
 
 # Where a server binary may be besides PATH (distributions put it in sbin, which is often
@@ -63,9 +66,16 @@ apt_install_server() {
   return "$status"
 }
 
+# With an argument, the name of a variable (DATABASE_URL, JOBQUEUE_TEST_DATABASE_URL): when
+# it is set, the server it names is used and nothing is installed; a second argument is
+# printed then, to say what still needs a binary.
 ensure_server_binaries() {
-  local found
+  local found url_var=${1:-}
   if found=$(find_server_binary); then
+    return 0
+  fi
+  if [[ -n "$url_var" && -n "${!url_var:-}" ]]; then
+    jq_say "Using the server $url_var names; no server binary installed.${2:+ $2}"
     return 0
   fi
   jq_say "No MariaDB/MySQL server binary (mariadbd or mysqld) on PATH or in ${JOBQUEUE_SERVER_DIRS[*]}."
@@ -83,7 +93,7 @@ ensure_server_binaries() {
     server_install_advice
     exit 1
   fi
-  jq_say "Installing mariadb-server with apt-get${as_root[0]+ through sudo}..."
+  jq_say "Installing mariadb-server with apt-get${as_root[0]+ through sudo}: the tests start throwaway servers from its binaries (set ${url_var:-JOBQUEUE_TEST_DATABASE_URL} to a server's URL to use that server instead)..."
   if ! apt_install_server ${as_root[@]+"${as_root[@]}"}; then
     jq_say "Installing mariadb-server failed."
     server_install_advice
@@ -115,7 +125,7 @@ ensure_browser() {
     jq_say "This is not a Debian/Ubuntu system (no apt-get): install Chromium and its chromedriver."
     exit 1
   fi
-  jq_say "Installing chromium and chromium-driver with apt-get${as_root[0]+ through sudo}..."
+  jq_say "Installing chromium and chromium-driver with apt-get${as_root[0]+ through sudo}: the dashboard's browser tests drive them (needed even with a database URL)..."
   if ! { ${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
     ${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver; }; then
     jq_say "Installing chromium and chromium-driver failed; install them by hand."
@@ -135,4 +145,33 @@ ensure_cargo() {
   jq_say "cargo was not found. Install Rust (1.85 or newer) with rustup, https://rustup.rs,"
   jq_say "then open a new shell or run: . \"\$HOME/.cargo/env\""
   exit 1
+}
+
+# Prints the path of a new CARGO_HOME for `cargo package`, to remove after use. Its
+# verification builds each crate against the others through a local registry, whose
+# sources cargo unpacks once per path and version under $CARGO_HOME/registry/src/-<hash>/
+# and never refreshes: a second run from the same folder would build the first run's code.
+# This home links to everything of the user's (configuration, index, downloaded crates and
+# their unpacked sources, locks), so nothing is downloaded again, except those local
+# registries' unpacked sources, which start empty each time and go with the folder. Nothing
+# inside the user's CARGO_HOME is removed.
+package_cargo_home() {
+  local real=${CARGO_HOME:-$HOME/.cargo} home entry name
+  home=$(mktemp -d "${TMPDIR:-/tmp}/jobqueue-package-home.XXXXXX")
+  mkdir -p "$home/registry/src"
+  shopt -s nullglob dotglob
+  for entry in "$real"/*; do
+    name=${entry##*/}
+    [[ $name == registry ]] || ln -s "$entry" "$home/$name"
+  done
+  for entry in "$real"/registry/*; do
+    name=${entry##*/}
+    [[ $name == src ]] || ln -s "$entry" "$home/registry/$name"
+  done
+  for entry in "$real"/registry/src/*; do
+    name=${entry##*/}
+    [[ $name == -* ]] || ln -s "$entry" "$home/registry/src/$name"
+  done
+  shopt -u nullglob dotglob
+  printf '%s\n' "$home"
 }

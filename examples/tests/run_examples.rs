@@ -57,7 +57,7 @@ async fn statuses(url: &str) -> Vec<(String, i64)> {
 async fn quickstart_runs_every_job_once() {
     let (out, url) = run("quickstart", &[]).await;
     assert!(
-        out.contains("gives Duplicate(1): it will not run twice"),
+        out.contains("is a duplicate of job 1 (") && out.contains("): it will not run twice"),
         "{out}"
     );
     assert_eq!(

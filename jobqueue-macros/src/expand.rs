@@ -129,9 +129,13 @@ fn generate(
         )
     });
     let data_needs = (!data_types.is_empty()).then(|| {
-        let needs = data_types
-            .iter()
-            .map(|ty| quote_spanned!(ty.span()=> <#ty as #root::__private::FromJobContext>::NEED));
+        let needs = data_types.iter().map(|ty| {
+            let need = quote_spanned!(ty.span()=> <#ty as #root::__private::FromJobContext>::NEED);
+            match sig::data_type_text(ty) {
+                Some(text) => quote!(#need.named(#text)),
+                None => need,
+            }
+        });
         quote!(const DATA: &'static [#root::DataNeed] = &[#(#needs),*];)
     });
     let mut next_data = data_locals.iter();

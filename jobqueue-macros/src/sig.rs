@@ -184,6 +184,45 @@ fn is_data(ty: &Type) -> bool {
     }
 }
 
+/// The `T` of a `Data<T>` parameter as the code writes it (`MySqlPool`, `Arc<Greeting>`), for
+/// messages about it.
+pub(crate) fn data_type_text(ty: &Type) -> Option<String> {
+    match ty {
+        Type::Group(group) => data_type_text(&group.elem),
+        Type::Paren(paren) => data_type_text(&paren.elem),
+        Type::Path(path) => match &path.path.segments.last()?.arguments {
+            PathArguments::AngleBracketed(args) => match args.args.first()? {
+                GenericArgument::Type(inner) => Some(type_text(inner)),
+                _ => None,
+            },
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A type's tokens as a person writes them: `Arc<Greeting>`, not `Arc < Greeting >`.
+fn type_text(ty: &Type) -> String {
+    let mut text = quote::ToTokens::to_token_stream(ty).to_string();
+    for (spaced, tight) in [
+        (" :: ", "::"),
+        (":: ", "::"),
+        (" <", "<"),
+        ("< ", "<"),
+        (" >", ">"),
+        (" ,", ","),
+        (" ;", ";"),
+        ("& ", "&"),
+        ("( ", "("),
+        (" )", ")"),
+        ("[ ", "["),
+        (" ]", "]"),
+    ] {
+        text = text.replace(spaced, tight);
+    }
+    text
+}
+
 /// Why an argument type cannot be decoded from a stored payload, if it borrows or is not a
 /// concrete type.
 fn not_owned(ty: &Type) -> Option<String> {
@@ -321,5 +360,27 @@ mod tests {
             .contains("concrete type"));
         assert!(message(syn::parse_quote!(Cow<'static, str>)).is_none());
         assert!(message(syn::parse_quote!(HashMap<String, Vec<(u8, [i32; 4])>>)).is_none());
+    }
+
+    #[test]
+    fn data_types_are_named_as_written() {
+        let text = |ty: syn::Type| data_type_text(&ty);
+        assert_eq!(
+            text(syn::parse_quote!(Data<MySqlPool>)).as_deref(),
+            Some("MySqlPool")
+        );
+        assert_eq!(
+            text(syn::parse_quote!(jobqueue::Data<std::sync::Arc<Greeting>>)).as_deref(),
+            Some("std::sync::Arc<Greeting>")
+        );
+        assert_eq!(
+            text(syn::parse_quote!(Data<Arc<HashMap<String, Vec<u8>>>>)).as_deref(),
+            Some("Arc<HashMap<String, Vec<u8>>>")
+        );
+        assert_eq!(
+            text(syn::parse_quote!(Data<&'static [u8; 4]>)).as_deref(),
+            Some("&'static [u8; 4]")
+        );
+        assert_eq!(text(syn::parse_quote!(u64)), None);
     }
 }

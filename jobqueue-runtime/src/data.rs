@@ -11,10 +11,10 @@
 //! [`WorkerBuilder::build`]: crate::WorkerBuilder::build
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// A value the worker was given with [`WorkerBuilder::data`](crate::WorkerBuilder::data),
 /// as a parameter of a job function: a pool, an HTTP client, a configuration.
@@ -73,6 +73,7 @@ impl<T> DerefMut for Data<T> {
 pub struct DataNeed {
     type_id: fn() -> TypeId,
     type_name: fn() -> &'static str,
+    written: Option<&'static str>,
 }
 
 impl DataNeed {
@@ -81,12 +82,35 @@ impl DataNeed {
         DataNeed {
             type_id: TypeId::of::<T>,
             type_name: std::any::type_name::<T>,
+            written: None,
         }
     }
 
-    /// The type's name, for messages.
+    /// The same need, with `T` named in messages as `name`: the type as the job's code
+    /// writes it (`#[job]` records the text of each `Data<T>` parameter this way).
+    ///
+    /// ```
+    /// # extern crate jobqueue_runtime as jobqueue;
+    /// use jobqueue::DataNeed;
+    ///
+    /// const NEED: DataNeed = DataNeed::of::<std::sync::Arc<String>>().named("Arc<String>");
+    /// assert_eq!(NEED.type_name(), "Arc<String>");
+    /// ```
+    pub const fn named(self, name: &'static str) -> Self {
+        DataNeed {
+            written: Some(name),
+            ..self
+        }
+    }
+
+    /// The type's name, for messages: as [`DataNeed::named`] gave it, or else the type's
+    /// [`std::any::type_name`] without the module paths (`Arc<Greeting>`, not
+    /// `alloc::sync::Arc<app::Greeting>`).
     pub fn type_name(&self) -> &'static str {
-        (self.type_name)()
+        match self.written {
+            Some(name) => name,
+            None => short_type_name((self.type_name)()),
+        }
     }
 
     pub(crate) fn type_id(&self) -> TypeId {
@@ -98,6 +122,42 @@ impl fmt::Debug for DataNeed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("DataNeed").field(&self.type_name()).finish()
     }
+}
+
+/// `full` (a [`std::any::type_name`]) with every path cut down to its last segment:
+/// `alloc::sync::Arc<app::Greeting>` becomes `Arc<Greeting>`. Each distinct name is
+/// shortened once and kept for the life of the process (there are as many as types named
+/// in messages).
+pub(crate) fn short_type_name(full: &'static str) -> &'static str {
+    static NAMES: Mutex<BTreeMap<&'static str, &'static str>> = Mutex::new(BTreeMap::new());
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    names.entry(full).or_insert_with(|| {
+        let short = strip_paths(full);
+        if short == full {
+            full
+        } else {
+            Box::leak(short.into_boxed_str())
+        }
+    })
+}
+
+fn strip_paths(full: &str) -> String {
+    let mut out = String::with_capacity(full.len());
+    let mut path = String::new();
+    let flush = |path: &mut String, out: &mut String| {
+        out.push_str(path.rsplit("::").next().unwrap_or(""));
+        path.clear();
+    };
+    for c in full.chars() {
+        if c.is_alphanumeric() || c == '_' || c == ':' {
+            path.push(c);
+        } else {
+            flush(&mut path, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut path, &mut out);
+    out
 }
 
 /// One value a worker holds, with its type's name for messages.
@@ -137,5 +197,27 @@ impl fmt::Debug for DataMap {
         let mut names: Vec<_> = self.values.values().map(|(name, _)| *name).collect();
         names.sort_unstable();
         f.debug_set().entries(names).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_names_lose_their_paths_but_keep_their_shape() {
+        assert_eq!(
+            strip_paths("alloc::sync::Arc<app::Greeting>"),
+            "Arc<Greeting>"
+        );
+        assert_eq!(
+            strip_paths("(u64, &str, [core::option::Option<a::B>; 2])"),
+            "(u64, &str, [Option<B>; 2])"
+        );
+        assert_eq!(
+            DataNeed::of::<std::sync::Arc<String>>().type_name(),
+            "Arc<String>"
+        );
+        assert_eq!(DataNeed::of::<u8>().named("Byte").type_name(), "Byte");
     }
 }

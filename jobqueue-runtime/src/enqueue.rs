@@ -8,7 +8,7 @@ use sqlx::mysql::MySqlConnection;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::key::{validate_key, validate_queue};
-use crate::model::{Enqueued, JobLimits, NewJob, Uniqueness};
+use crate::model::{Enqueued, JobLimits, JobStatus, NewJob, Uniqueness};
 use crate::queue::Queue;
 use crate::store;
 
@@ -400,15 +400,34 @@ impl Queue {
                 m.enqueued(&job.queue, &job.kind);
                 tracing::debug!(job.id = id, job.kind = %job.kind, task_key = %job.key, queue = %job.queue, "job enqueued");
             }
-            Enqueued::Duplicate(id) => {
+            Enqueued::Duplicate { id, status } => {
                 m.duplicates(&job.queue, &job.kind);
-                tracing::info!(
-                    job.kind = %job.kind,
-                    task_key = %job.key,
-                    existing_id = id,
-                    "duplicate enqueue ignored: job {id} already has task key {:?}",
-                    job.key
-                );
+                match status {
+                    // The key still blocks after its job ended: nothing will run, which is
+                    // rarely what an enqueue meant.
+                    Some(status)
+                        if matches!(
+                            status,
+                            JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled
+                        ) =>
+                    {
+                        tracing::warn!(
+                            job.kind = %job.kind,
+                            task_key = %job.key,
+                            existing_id = id,
+                            existing_status = %status,
+                            "duplicate enqueue ignored: job {id} with task key {:?} is {status} and still holds the key, so nothing will run; to run a key again once its job ends, give the kind `unique = \"while_active\"` (or `unique_for`), or put the period in the key (e.g. `key = \"report:{{day}}\"`)",
+                            job.key
+                        )
+                    }
+                    _ => tracing::info!(
+                        job.kind = %job.kind,
+                        task_key = %job.key,
+                        existing_id = id,
+                        "duplicate enqueue ignored: job {id} already has task key {:?}",
+                        job.key
+                    ),
+                }
             }
         }
     }

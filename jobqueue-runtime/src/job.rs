@@ -753,7 +753,7 @@ impl<T: Clone + Send + Sync + 'static> FromJobContext for Data<T> {
             None => Err(JobError::retryable(format!(
                 "job `{}` needs `Data<{}>`, which this worker was not given; call `.data(value)` on its `Worker::builder`",
                 ctx.kind(),
-                std::any::type_name::<T>()
+                Self::NEED.type_name()
             ))),
         }
     }

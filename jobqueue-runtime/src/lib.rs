@@ -39,7 +39,7 @@ pub use model::{
 };
 pub use model::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use progress::MAX_PROGRESS_BYTES;
-pub use queue::{redact_url, Queue, QueueConfig};
+pub use queue::{pool_options, redact_url, Queue, QueueConfig};
 pub use retry::Backoff;
 pub use store::DbErrorKind;
 pub use store::ServerInfo;

@@ -289,16 +289,29 @@ pub const MAX_ATTEMPT_ERROR_BYTES: usize = 2048;
 pub enum Enqueued {
     /// A new job was inserted with this id.
     New(u64),
-    /// A job with the same task key exists already (this id); nothing was inserted and the
-    /// job will not run twice.
-    Duplicate(u64),
+    /// A job with the same task key exists already; nothing was inserted and the job will
+    /// not run twice.
+    ///
+    /// A holder that has finished (`done`, `failed`, `cancelled`) still blocks its key under
+    /// the default [`Uniqueness`], so such an enqueue runs nothing: it is logged at WARN.
+    /// To run a key again after its job ends, give the kind `unique = "while_active"`, or
+    /// put the period in the key (`key = "report:{day}"`).
+    #[non_exhaustive]
+    Duplicate {
+        /// The id of the job holding the key.
+        id: u64,
+        /// Its status as the enqueue read it; `None` when the enqueue could not read it:
+        /// the caller's transaction's snapshot hides the row, or it was inserted by the
+        /// same [`Queue::enqueue_many`](crate::Queue::enqueue_many) call.
+        status: Option<JobStatus>,
+    },
 }
 
 impl Enqueued {
     /// The id of the job: the new one, or the existing one a duplicate refers to.
     pub fn id(self) -> u64 {
         match self {
-            Enqueued::New(id) | Enqueued::Duplicate(id) => id,
+            Enqueued::New(id) | Enqueued::Duplicate { id, .. } => id,
         }
     }
 
@@ -309,7 +322,27 @@ impl Enqueued {
 
     /// Whether the task key existed already.
     pub fn is_duplicate(self) -> bool {
-        matches!(self, Enqueued::Duplicate(_))
+        matches!(self, Enqueued::Duplicate { .. })
+    }
+
+    /// The id of the job holding the key, when this enqueue was a duplicate.
+    pub fn duplicate_of(self) -> Option<u64> {
+        match self {
+            Enqueued::Duplicate { id, .. } => Some(id),
+            Enqueued::New(_) => None,
+        }
+    }
+
+    /// The holder's status, when this enqueue was a duplicate and could read it.
+    pub fn holder_status(self) -> Option<JobStatus> {
+        match self {
+            Enqueued::Duplicate { status, .. } => status,
+            Enqueued::New(_) => None,
+        }
+    }
+
+    pub(crate) fn duplicate(id: u64, status: Option<JobStatus>) -> Enqueued {
+        Enqueued::Duplicate { id, status }
     }
 }
 

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
@@ -108,6 +108,61 @@ impl QueueConfig {
     }
 }
 
+/// Pool options for an application pool that a [`Queue`] shares, through
+/// [`Queue::from_pool`], with the application's own queries: the session safety
+/// [`Queue::connect`] gives its own pool, less what would change the application's
+/// transactions.
+///
+/// What it sets, and why:
+///
+/// - a `ROLLBACK` before each connection is handed out, in place of sqlx's ping
+///   (`test_before_acquire(false)`): a connection can come back to the pool inside a
+///   transaction the driver does not know about (a future dropped between `BEGIN` and the
+///   driver's bookkeeping), and the next user's autocommit statements, an enqueue among them,
+///   would silently join it and be lost with it. The `ROLLBACK` costs the one round trip the
+///   ping did, and fails as the ping would on a dead connection;
+/// - a bound on how long a session may sit idle inside a transaction, 30 s (the default of
+///   [`QueueConfig::idle_transaction_timeout`]): on MariaDB `idle_transaction_timeout`; on
+///   MySQL, which has none, `wait_timeout` of 5 min (which ends any idle session), with the
+///   pool closing its idle connections after 4 min, before the server does. Without it a
+///   client that dies between a claim's locking read and its commit keeps those jobs locked
+///   and out of every worker's reach until the server notices, which can take hours. It
+///   binds the application's transactions too: one that waits longer than that between two
+///   statements loses its session, and its next statement fails;
+///
+/// It does **not** set READ COMMITTED: the application's transactions keep the server's
+/// level (REPEATABLE READ by default), and a queue made with [`Queue::from_pool`] sets READ
+/// COMMITTED on each transaction of its own instead (one statement more per claim). Nor can
+/// it bound the statement cache, which belongs to the connect options: set
+/// [`MySqlConnectOptions::statement_cache_capacity`] there (sqlx keeps 100 prepared
+/// statements per connection by default; the server caps them across all clients, see
+/// [`QueueConfig::statement_cache_capacity`]).
+///
+/// Set the pool's size and timeouts on the result as usual. Its `after_connect` and
+/// `before_acquire` hooks carry the settings above: replacing them drops those settings.
+///
+/// ```no_run
+/// # extern crate jobqueue_runtime as jobqueue;
+/// use jobqueue::Queue;
+/// use sqlx::mysql::MySqlConnectOptions;
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let options: MySqlConnectOptions = "mysql://app:secret@127.0.0.1/shop".parse()?;
+/// let pool = jobqueue::pool_options()
+///     .max_connections(20)
+///     .connect_with(options.statement_cache_capacity(24))
+///     .await?;
+/// let queue = Queue::from_pool(pool.clone()).await?;
+/// // `pool` serves the application's own queries and transactions as before.
+/// # Ok(()) }
+/// ```
+pub fn pool_options() -> MySqlPoolOptions {
+    let idle = QueueConfig::default()
+        .idle_transaction_timeout
+        .map(|d| d.as_secs().max(1));
+    crate::store::connect::app_pool_options(idle)
+}
+
 /// The job table of one database, and everything done with it.
 ///
 /// Cheap to clone: clones share the pool, the metrics and the in-process wake-up that lets
@@ -143,6 +198,13 @@ impl fmt::Debug for Queue {
 impl Queue {
     /// Connects to `url` (`mysql://user:password@host:port/database`) with the default
     /// [`QueueConfig`], and checks that the server is safe to run a queue on.
+    ///
+    /// The queue opens a pool of its own, set up for the queue: every session runs at READ
+    /// COMMITTED, each connection gets a `ROLLBACK` before use, a bound on idle transactions
+    /// ([`QueueConfig::idle_transaction_timeout`]) and a small statement cache. [`Queue::pool`]
+    /// is that pool: an application that runs its own transactions on it runs them at READ
+    /// COMMITTED too. To share one pool with the application and keep its isolation level,
+    /// build it with [`pool_options`] and pass it to [`Queue::from_pool`].
     pub async fn connect(url: &str) -> Result<Queue> {
         Self::connect_with(url, QueueConfig::default()).await
     }
@@ -174,16 +236,18 @@ impl Queue {
         Self::build(pool, config, false).await
     }
 
-    /// Wraps a pool the application already has. Its sessions keep their own isolation
-    /// level; the queue sets READ COMMITTED on each of its own transactions (one statement
-    /// more per claim than with [`Queue::connect`]).
+    /// Wraps a pool the application already has, to share it between the application's
+    /// queries and the queue. Build it with [`pool_options`] to get the session safety
+    /// [`Queue::connect`] gives its own pool: a `ROLLBACK` before each use, so that no
+    /// connection is handed out inside a transaction left open by a dropped future, and a
+    /// bound on transactions left idle (see [`QueueConfig::idle_transaction_timeout`]).
     ///
-    /// The pool keeps its own settings, so what [`Queue::connect`] sets up is the
-    /// application's to choose: a statement cache per connection (sqlx's default is 100; see
-    /// [`QueueConfig::statement_cache_capacity`]), an idle-transaction timeout (see
-    /// [`QueueConfig::idle_transaction_timeout`]), and a `ROLLBACK` in `before_acquire` (with
-    /// `test_before_acquire(false)`) so that no connection is handed out inside a
-    /// transaction left open by a dropped future.
+    /// The pool's sessions keep their own isolation level (REPEATABLE READ, the server's
+    /// default, unless the application sets another): the queue sets READ COMMITTED on each
+    /// transaction of its own (one statement more per claim than with [`Queue::connect`]),
+    /// and the application's transactions are left as they are. Its statement cache is the
+    /// pool's (sqlx's default is 100 per connection; see
+    /// [`QueueConfig::statement_cache_capacity`]).
     pub async fn from_pool(pool: MySqlPool) -> Result<Queue> {
         Self::build(pool, QueueConfig::default(), true).await
     }
@@ -242,6 +306,11 @@ impl Queue {
     /// migrated by jobqueue 0.1 (history in `_sqlx_migrations`) is adopted without running
     /// its DDL again. Any number of processes may call this at once: they take turns on a
     /// named lock, and each migration is applied once.
+    ///
+    /// On a schema that is already up to date it only reads `job_queue_migrations` (no lock,
+    /// no DDL), so every replica may call it at start-up as a user with DML rights and
+    /// `SELECT` on that table; with a migration pending, such a user gets
+    /// [`Error::MigratePermission`].
     pub async fn migrate(&self) -> Result<()> {
         crate::store::migrate::run(&self.inner.pool).await
     }
@@ -323,7 +392,8 @@ impl Queue {
         crate::store::migrate::pending(&self.inner.pool).await
     }
 
-    /// The pool the queue uses.
+    /// The pool the queue uses: the application's, with [`Queue::from_pool`]; with
+    /// [`Queue::connect`], the queue's own, whose sessions run at READ COMMITTED.
     pub fn pool(&self) -> &MySqlPool {
         &self.inner.pool
     }

@@ -112,6 +112,8 @@ pub use jobqueue_runtime::{
 };
 // Enqueueing.
 #[doc(inline)]
+pub use jobqueue_runtime::pool_options;
+#[doc(inline)]
 pub use jobqueue_runtime::{redact_url, EnqueueOptions, Enqueued, Queue, QueueConfig, ServerInfo};
 // How long a task key blocks another enqueue; how much metadata a job carries.
 #[doc(inline)]
@@ -195,8 +197,10 @@ pub mod cron {
 ///
 /// [`TestServer`](testing::TestServer) is the server underneath:
 /// `JOBQUEUE_TEST_DATABASE_URL`, or one started from the `mariadbd` or `mysqld` binary on
-/// this machine. Its errors are [`testing::Error`], not the queue's [`Error`]: a test
-/// returning `Result<(), Box<dyn std::error::Error>>` takes both with `?`.
+/// this machine. Its errors are [`testing::Error`], which converts into the queue's [`Error`]:
+/// a test returning [`Result`] (or `Result<(), Box<dyn std::error::Error>>`) takes both with
+/// `?`. [`TestDatabase::migrate_with`](testing::TestDatabase::migrate_with) runs the
+/// application's own `sqlx::migrate!` migrations on the test's database.
 #[cfg(feature = "testing")]
 pub mod testing {
     #[doc(inline)]

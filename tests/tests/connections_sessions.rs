@@ -333,7 +333,7 @@ async fn a_duplicate_under_snapshot_isolation_keeps_the_callers_transaction() {
         .unwrap();
     let seen = queue.enqueue_in(&mut tx, Noop { n: 1 }).await;
     match seen {
-        Ok(e) => assert_eq!(e, Enqueued::Duplicate(late.id())),
+        Ok(e) => assert_eq!(e.duplicate_of(), Some(late.id())),
         Err(e) => panic!("a duplicate under snapshot isolation failed: {e}"),
     }
     let fresh = queue.enqueue_in(&mut tx, Noop { n: 2 }).await.unwrap();

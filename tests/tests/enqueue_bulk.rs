@@ -123,7 +123,7 @@ async fn bulk_enqueue_with_taken_keys_in_a_later_chunk() {
         .expect("second enqueue");
     for (n, e) in keys.iter().zip(&out) {
         match holders.get(n) {
-            Some(holder) => assert_eq!(*e, Enqueued::Duplicate(*holder), "job {n}"),
+            Some(holder) => assert_eq!(e.duplicate_of(), Some(*holder), "job {n}"),
             None => assert!(e.is_new(), "job {n}: {e:?}"),
         }
     }

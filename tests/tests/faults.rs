@@ -693,8 +693,12 @@ async fn duplicate_enqueues_leave_one_job_and_one_side_effect() {
     assert!(seq.is_new());
     for _ in 0..5 {
         assert_eq!(
-            queue.enqueue(effect("dup-seq", 0)).await.unwrap(),
-            Enqueued::Duplicate(seq.id())
+            queue
+                .enqueue(effect("dup-seq", 0))
+                .await
+                .unwrap()
+                .duplicate_of(),
+            Some(seq.id())
         );
     }
 
@@ -781,12 +785,12 @@ async fn duplicate_enqueues_leave_one_job_and_one_side_effect() {
         .enqueue_in(&mut tx, effect("dup-tx", 0))
         .await
         .unwrap();
-    assert_eq!(again, Enqueued::Duplicate(tx_id.id()));
+    assert_eq!(again.duplicate_of(), Some(tx_id.id()));
     let seq_again = queue
         .enqueue_in(&mut tx, effect("dup-seq", 0))
         .await
         .unwrap();
-    assert_eq!(seq_again, Enqueued::Duplicate(seq.id()));
+    assert_eq!(seq_again.duplicate_of(), Some(seq.id()));
     // A duplicate does not spoil the transaction: what follows commits with it.
     let other = queue
         .enqueue_in(&mut tx, effect("dup-tx-other", 0))
@@ -800,7 +804,7 @@ async fn duplicate_enqueues_leave_one_job_and_one_side_effect() {
         .enqueue_in(&mut tx, effect("dup-tx", 0))
         .await
         .unwrap();
-    assert_eq!(dup, Enqueued::Duplicate(tx_id.id()));
+    assert_eq!(dup.duplicate_of(), Some(tx_id.id()));
     tx.rollback().await.unwrap();
     assert!(queue.job(tx_id.id()).await.unwrap().is_some());
 
@@ -815,7 +819,7 @@ async fn duplicate_enqueues_leave_one_job_and_one_side_effect() {
         .enqueue_in(&mut tx, effect("dup-snapshot", 0))
         .await
         .unwrap();
-    assert_eq!(seen, Enqueued::Duplicate(late.id()));
+    assert_eq!(seen.duplicate_of(), Some(late.id()));
     tx.commit().await.unwrap();
     assert_eq!(queue.metrics().duplicates, 5 + 2 + 1 + 1);
 
@@ -1191,7 +1195,7 @@ async fn bad_input_gets_a_clear_error_and_harms_nothing_else() {
         let first = queue.enqueue(effect(key, 0)).await.unwrap();
         assert!(first.is_new(), "{key:?}");
         let again = queue.enqueue(effect(key, 0)).await.unwrap();
-        assert_eq!(again, Enqueued::Duplicate(first.id()), "{key:?}");
+        assert_eq!(again.duplicate_of(), Some(first.id()), "{key:?}");
         let found = queue.job_by_key(key).await.unwrap().expect("found by key");
         assert_eq!((found.id, found.task_key.as_str()), (first.id(), key));
         odd_ids.push(first.id());

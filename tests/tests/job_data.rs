@@ -148,8 +148,8 @@ async fn a_worker_without_the_state_its_kinds_need_is_refused_at_build() {
     let message = e.to_string();
     assert!(message.contains("job `note_greeting`"), "{message}");
     assert!(
-        message.contains("Data<alloc::sync::Arc<job_data::Greeting>>"),
-        "names the type: {message}"
+        message.contains("needs `Data<Arc<Greeting>>`"),
+        "names the type as the job's code writes it: {message}"
     );
     assert!(message.contains(".data("), "says the fix: {message}");
     // A worker of other queues does not need it.
@@ -182,9 +182,5 @@ async fn a_job_function_with_state_is_callable_outside_a_worker() {
     )
     .await
     .unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("needs `Data<jobqueue_runtime::queue::Queue>`"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("needs `Data<Queue>`"), "{e}");
 }

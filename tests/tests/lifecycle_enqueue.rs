@@ -101,10 +101,65 @@ async fn by_default_a_finished_job_still_blocks_its_key() {
         .enqueue_with(Plain { n: 2 }, keyed("k"))
         .await
         .unwrap();
-    assert_eq!(again, Enqueued::Duplicate(first.id()));
+    assert_eq!(again.duplicate_of(), Some(first.id()));
     let record = row(&queue, first.id()).await;
     assert_eq!(record.unique, Uniqueness::UntilPruned);
     assert!(!record.key_released);
+}
+
+/// A duplicate says what its holder is doing; one of a finished job runs nothing, and is
+/// logged at WARN with the key and how to run the key again.
+// One thread: the log capture is the thread's default subscriber.
+#[tokio::test(flavor = "current_thread")]
+async fn a_duplicate_of_a_finished_job_carries_its_status_and_warns() {
+    let (logs, _guard) = tests::LogCapture::install("jobqueue_runtime=info");
+    let queue = migrated_queue(&fresh_database("life_dup_status").await).await;
+    let first = queue
+        .enqueue_with(Plain { n: 1 }, keyed("nightly-report"))
+        .await
+        .unwrap();
+    let waiting = queue
+        .enqueue_with(Plain { n: 2 }, keyed("nightly-report"))
+        .await
+        .unwrap();
+    assert_eq!(waiting.duplicate_of(), Some(first.id()));
+    assert_eq!(waiting.holder_status(), Some(JobStatus::Ready));
+    assert!(
+        logs.lines_with(&["WARN", "nightly-report"]).is_empty(),
+        "a duplicate of a waiting job is expected, not a warning: {}",
+        logs.text()
+    );
+
+    queue.cancel(first.id()).await.unwrap();
+    let finished = queue
+        .enqueue_with(Plain { n: 3 }, keyed("nightly-report"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            finished,
+            Enqueued::Duplicate { id, status: Some(JobStatus::Cancelled), .. } if id == first.id()
+        ),
+        "{finished:?}"
+    );
+    let warned = logs.lines_with(&[
+        "WARN",
+        "task key \"nightly-report\" is cancelled and still holds the key",
+        "unique = \"while_active\"",
+        "put the period in the key",
+    ]);
+    assert_eq!(warned.len(), 1, "{}", logs.text());
+
+    // In a batch too, read with the keys the batch looks up.
+    let derived = queue.enqueue(Plain { n: 4 }).await.unwrap();
+    queue.cancel(derived.id()).await.unwrap();
+    let batch = queue
+        .enqueue_many([Plain { n: 5 }, Plain { n: 4 }])
+        .await
+        .unwrap();
+    assert!(batch[0].is_new(), "{batch:?}");
+    assert_eq!(batch[1].duplicate_of(), Some(derived.id()));
+    assert_eq!(batch[1].holder_status(), Some(JobStatus::Cancelled));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -115,12 +170,12 @@ async fn while_active_frees_the_key_when_the_job_ends_and_keeps_the_old_row() {
     assert!(first.is_new());
     // Waiting: a duplicate, whatever the new enqueue asks for.
     let dup = queue.enqueue_with(Plain { n: 2 }, opts()).await.unwrap();
-    assert_eq!(dup, Enqueued::Duplicate(first.id()));
+    assert_eq!(dup.duplicate_of(), Some(first.id()));
     let dup = queue
         .enqueue_with(Plain { n: 2 }, keyed("report:7"))
         .await
         .unwrap();
-    assert_eq!(dup, Enqueued::Duplicate(first.id()));
+    assert_eq!(dup.duplicate_of(), Some(first.id()));
 
     queue.cancel(first.id()).await.unwrap();
     let second = queue.enqueue_with(Plain { n: 3 }, opts()).await.unwrap();
@@ -172,8 +227,12 @@ async fn the_kinds_policy_applies_and_an_enqueue_can_override_it() {
         .unwrap();
     queue.cancel(held.id()).await.unwrap();
     assert_eq!(
-        queue.enqueue(Sync { account: 2 }).await.unwrap(),
-        Enqueued::Duplicate(held.id())
+        queue
+            .enqueue(Sync { account: 2 })
+            .await
+            .unwrap()
+            .duplicate_of(),
+        Some(held.id())
     );
 }
 
@@ -206,7 +265,7 @@ async fn unique_for_a_period_frees_the_key_once_it_has_passed_even_if_the_job_wa
         );
         id
     } else {
-        assert_eq!(dup, Enqueued::Duplicate(first.id()));
+        assert_eq!(dup.duplicate_of(), Some(first.id()));
         first.id()
     };
     wait_for("the period to pass", Duration::from_secs(10), || async {
@@ -261,8 +320,12 @@ async fn a_key_freed_by_a_failed_job_blocks_again_if_the_job_is_retried_first() 
     assert!(queue.retry(first.id()).await.unwrap());
     // Back to ready before anyone enqueued again: it still holds the key and blocks.
     assert_eq!(
-        queue.enqueue(Sync { account: 3 }).await.unwrap(),
-        Enqueued::Duplicate(first.id())
+        queue
+            .enqueue(Sync { account: 3 })
+            .await
+            .unwrap()
+            .duplicate_of(),
+        Some(first.id())
     );
 }
 
@@ -517,9 +580,9 @@ async fn a_bulk_enqueue_frees_keys_whose_jobs_ended_and_keeps_the_others() {
         .await
         .unwrap();
     assert!(out[0].is_new(), "{out:?}");
-    assert_eq!(out[1], Enqueued::Duplicate(waiting.id()));
+    assert_eq!(out[1].duplicate_of(), Some(waiting.id()));
     assert!(out[2].is_new());
-    assert_eq!(out[3], Enqueued::Duplicate(out[0].id()));
+    assert_eq!(out[3].duplicate_of(), Some(out[0].id()));
     assert!(row(&queue, ended.id()).await.key_released);
     assert_eq!(live(queue.pool(), "sync:1").await, (1, 1));
 }
@@ -891,7 +954,7 @@ async fn while_active_inside_a_repeatable_read_snapshot_sees_the_holder_as_it_wa
         if expect_new {
             assert!(again.is_new(), "{level}: {again:?}");
         } else {
-            assert_eq!(again, Enqueued::Duplicate(first.id()), "{level}");
+            assert_eq!(again.duplicate_of(), Some(first.id()), "{level}");
             assert_eq!(row(&queue, first.id()).await.status, JobStatus::Cancelled);
         }
         // Put a live holder back for the next round.
@@ -944,8 +1007,12 @@ async fn a_key_held_by_another_kind_is_an_error_not_a_duplicate() {
 
     // A second invoice of the order is still a duplicate of the first, as before.
     assert_eq!(
-        queue.enqueue(Invoice { order_id: 7 }).await.unwrap(),
-        Enqueued::Duplicate(first.id())
+        queue
+            .enqueue(Invoice { order_id: 7 })
+            .await
+            .unwrap()
+            .duplicate_of(),
+        Some(first.id())
     );
     // Nothing else was enqueued: not the receipt, nor the batch.
     refute_enqueued::<Receipt>(&queue).await;

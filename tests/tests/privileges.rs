@@ -1,5 +1,6 @@
-//! Least privilege: a worker needs only DML on the queue's tables; migrations need DDL. The
-//! deployment guide's grants (`docs/guide/deployment.md`) are exactly the ones used here.
+//! Least privilege: a worker needs only DML on the queue's tables (and `SELECT` on the
+//! migration history, to see that nothing is pending); migrations need DDL. The deployment
+//! guide's grants (`docs/guide/deployment.md`) are exactly the ones used here.
 
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ async fn create_worker_user(root: &Queue, db: &str, user: &str, password: &str) 
                 "GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.job_queue TO '{user}'@'{host}'"
             ),
             format!("GRANT SELECT, INSERT, DELETE ON `{db}`.job_queue_pause TO '{user}'@'{host}'"),
+            format!("GRANT SELECT ON `{db}`.job_queue_migrations TO '{user}'@'{host}'"),
             format!("GRANT SELECT, INSERT, UPDATE ON `{db}`.job_queue_cron TO '{user}'@'{host}'"),
             format!("GRANT SELECT, INSERT, DELETE ON `{db}`.job_queue_gauges TO '{user}'@'{host}'"),
             format!("GRANT SELECT, UPDATE ON `{db}`.job_queue_gauge_refresh TO '{user}'@'{host}'"),
@@ -40,7 +42,7 @@ fn url_as(url: &str, user: &str, password: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_dml_only_user_runs_jobs_but_cannot_migrate() {
+async fn a_dml_only_user_runs_jobs_and_migrates_only_an_up_to_date_schema() {
     init_tracing();
     let url = fresh_database("privileges").await;
     let db = url.rsplit('/').next().unwrap().to_owned();
@@ -77,7 +79,19 @@ async fn a_dml_only_user_runs_jobs_but_cannot_migrate() {
     run.await.unwrap().unwrap();
     assert_eq!(handle.metrics().database_errors, 0);
 
-    // ...but cannot migrate, and is told why and what to do.
+    // Every replica may call `migrate` at start-up: on an up-to-date schema it only reads.
+    queue.migrate().await.unwrap();
+
+    // ...but it cannot apply a pending migration, and is told why and what to do.
+    let newest: i64 = sqlx::query_scalar("SELECT MAX(version) FROM job_queue_migrations")
+        .fetch_one(root.pool())
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM job_queue_migrations WHERE version = ?")
+        .bind(newest)
+        .execute(root.pool())
+        .await
+        .unwrap();
     let err = queue.migrate().await.unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, Error::MigratePermission { .. }), "{err:?}");

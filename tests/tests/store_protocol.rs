@@ -568,7 +568,7 @@ async fn the_same_key_twice_is_one_job_and_logged() {
         .enqueue_with(Task { n: 2 }, keyed(key))
         .await
         .expect("enqueue");
-    assert_eq!(second, Enqueued::Duplicate(id));
+    assert_eq!(second.duplicate_of(), Some(id));
     assert_eq!(
         count(queue.pool(), "SELECT COUNT(*) FROM job_queue").await,
         1
@@ -583,7 +583,7 @@ async fn the_same_key_twice_is_one_job_and_logged() {
     let a = queue.enqueue(Task { n: 7 }).await.expect("enqueue");
     let b = queue.enqueue(Task { n: 7 }).await.expect("enqueue");
     assert!(a.is_new());
-    assert_eq!(b, Enqueued::Duplicate(a.id()));
+    assert_eq!(b.duplicate_of(), Some(a.id()));
 
     let lines = logs.lines_with(&["duplicate", key, &format!("existing_id={id}")]);
     assert_eq!(
@@ -681,7 +681,7 @@ async fn a_duplicate_does_not_abort_the_callers_transaction() {
         .enqueue_in_with(&mut tx, Task { n: 2 }, keyed("order:7412"))
         .await
         .expect("enqueue");
-    assert_eq!(dup, Enqueued::Duplicate(existing));
+    assert_eq!(dup.duplicate_of(), Some(existing));
     // A key another connection commits after this transaction's snapshot was taken: the
     // duplicate still names its row.
     let late = queue
@@ -693,7 +693,7 @@ async fn a_duplicate_does_not_abort_the_callers_transaction() {
         .enqueue_in_with(&mut tx, Task { n: 4 }, keyed("order:7413"))
         .await
         .expect("enqueue of a key committed after the snapshot");
-    assert_eq!(dup_late, Enqueued::Duplicate(late));
+    assert_eq!(dup_late.duplicate_of(), Some(late));
     sqlx::query("INSERT INTO orders VALUES (7413, 'after')")
         .execute(&mut *tx)
         .await
@@ -767,7 +767,7 @@ async fn enqueue_many_reports_every_job() {
     assert_eq!(outcomes.len(), batch.len());
     for (&n, outcome) in batch.iter().zip(&outcomes) {
         match ids.get(&n) {
-            Some(&id) => assert_eq!(*outcome, Enqueued::Duplicate(id), "job n={n}"),
+            Some(&id) => assert_eq!(outcome.duplicate_of(), Some(id), "job n={n}"),
             None => {
                 let Enqueued::New(id) = *outcome else {
                     panic!("job n={n}: {outcome:?}, expected New")
@@ -1073,8 +1073,8 @@ async fn unusual_keys_are_kept_byte_for_byte() {
             .await
             .expect(key);
         assert_eq!(
-            again,
-            Enqueued::Duplicate(id),
+            again.duplicate_of(),
+            Some(id),
             "{key:?} deduplicates against itself"
         );
     }
@@ -1085,7 +1085,7 @@ async fn unusual_keys_are_kept_byte_for_byte() {
             .enqueue_in_with(&mut tx, Task { n: 1000 }, keyed(key))
             .await
             .expect(key);
-        assert_eq!(outcome, Enqueued::Duplicate(id), "{key:?}");
+        assert_eq!(outcome.duplicate_of(), Some(id), "{key:?}");
     }
     tx.commit().await.expect("commit");
 

@@ -363,10 +363,7 @@ async fn perform_cancels_before_the_start_or_on_a_signal() {
 async fn perform_names_what_is_missing() {
     assert_eq!(
         panic_of(perform(Charge { order_id: 7 }).into_future()).await,
-        format!(
-            "perform: job `charge` needs `Data<{}>`; give it with `.data(value)`",
-            std::any::type_name::<Seen>()
-        )
+        "perform: job `charge` needs `Data<Seen>`; give it with `.data(value)`"
     );
     let (tx, _rx) = mpsc::unbounded_channel::<Sight>();
     assert_eq!(
@@ -843,4 +840,39 @@ async fn drain_counts_snoozes_apart_and_keeps_outputs() {
             rows: 3
         })
     );
+}
+
+/// The application's own migrations, as a `sqlx::migrate!` of its `migrations/` folder.
+static APP_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./fixtures/app_migrations");
+
+/// A test that returns the queue's `Result` takes the test server's errors with `?` too, and
+/// has the application's tables beside the queue's.
+#[tokio::test]
+async fn a_test_database_runs_the_applications_migrations() -> jobqueue::Result<()> {
+    let db = TestDatabase::new("testing_app_migrations").await?;
+    db.migrate_with(&APP_MIGRATOR).await?;
+    // Again: nothing is pending, nothing is run twice.
+    db.migrate_with(&APP_MIGRATOR).await?;
+    sqlx::query("INSERT INTO orders (id, total) VALUES (1, 1250)")
+        .execute(db.queue().pool())
+        .await?;
+    let total: i64 = sqlx::query_scalar("SELECT total FROM orders WHERE id = 1")
+        .fetch_one(db.queue().pool())
+        .await?;
+    assert_eq!(total, 1250);
+    db.queue().check_schema().await?;
+    let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
+        .fetch_all(db.queue().pool())
+        .await?;
+    assert_eq!(versions, [20260101000000]);
+
+    // A test server's error becomes the queue's `Error::Testing`, with its message.
+    let unreachable = jobqueue::testing::Error::Server("the server has gone".into());
+    let converted: Error = unreachable.into();
+    assert!(matches!(converted, Error::Testing(_)), "{converted:?}");
+    assert!(
+        converted.to_string().contains("the server has gone"),
+        "{converted}"
+    );
+    Ok(())
 }

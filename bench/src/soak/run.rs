@@ -102,7 +102,7 @@ impl Produced {
                 for e in all {
                     match e {
                         Enqueued::New(_) => counts.new += 1,
-                        Enqueued::Duplicate(_) => counts.duplicates += 1,
+                        Enqueued::Duplicate { .. } => counts.duplicates += 1,
                     }
                     self.acknowledged.push((kind, e.id()));
                 }

@@ -44,18 +44,39 @@ pub(crate) async fn connect_pool(
     max_lifetime: Duration,
     idle_secs: Option<u64>,
 ) -> crate::Result<MySqlPool> {
-    let pool = MySqlPoolOptions::new()
+    let pool = session_safety(MySqlPoolOptions::new(), idle_secs, true)
         .max_connections(max_connections)
         .acquire_timeout(acquire_timeout)
         .max_lifetime(max_lifetime)
+        .connect_with(options)
+        .await?;
+    Ok(pool)
+}
+
+/// The session settings of [`crate::pool_options`]: those of a queue's own pool but READ
+/// COMMITTED, which a queue on a pool of the caller's sets on each of its transactions.
+pub(crate) fn app_pool_options(idle_secs: Option<u64>) -> MySqlPoolOptions {
+    session_safety(MySqlPoolOptions::new(), idle_secs, false)
+}
+
+/// `options` with a `ROLLBACK` before each use, the idle-transaction bound of `idle_secs`,
+/// and, with `read_committed`, every session at READ COMMITTED.
+fn session_safety(
+    options: MySqlPoolOptions,
+    idle_secs: Option<u64>,
+    read_committed: bool,
+) -> MySqlPoolOptions {
+    options
         .idle_timeout(POOL_IDLE_TIMEOUT)
         .after_connect(move |conn, _meta| {
             Box::pin(async move {
                 // Claims and maintenance must run at READ COMMITTED: under REPEATABLE
                 // READ their range scans take gap locks that deadlock with concurrent
                 // inserts.
-                conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                    .await?;
+                if read_committed {
+                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                        .await?;
+                }
                 if let Some(secs) = idle_secs {
                     set_idle_transaction_timeout(conn, secs).await?;
                 }
@@ -75,9 +96,6 @@ pub(crate) async fn connect_pool(
                 Ok(true)
             })
         })
-        .connect_with(options)
-        .await?;
-    Ok(pool)
 }
 
 /// Bounds how long a session may sit idle inside a transaction: MariaDB's

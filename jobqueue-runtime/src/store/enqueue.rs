@@ -5,7 +5,7 @@ use sqlx::Row;
 
 use super::*;
 use crate::error::JobRef;
-use crate::model::{Enqueued, NewJob};
+use crate::model::{Enqueued, JobStatus, NewJob};
 
 const INSERT_ONE: &str = "INSERT INTO job_queue \
      (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, traceparent, created_at, updated_at, unique_policy, unique_until, metadata, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_window_ms) \
@@ -131,8 +131,11 @@ pub(crate) async fn insert(conn: &mut MySqlConnection, job: &NewJob) -> Result<E
                     }
                     // A kind hidden by the caller's snapshot cannot be compared: the key is
                     // taken either way, and the job holding it is most likely this kind's.
-                    let kind = holder.map(|h| h.kind);
-                    return duplicate_of(job, id, kind.as_deref().unwrap_or(&job.kind));
+                    let (kind, status) = match holder {
+                        Some(h) => (h.kind, h.status),
+                        None => (job.kind.clone(), None),
+                    };
+                    return duplicate_of(job, id, &kind, status);
                 }
             }
             Err(e) => return Err(e.into()),
@@ -147,6 +150,8 @@ pub(crate) async fn insert(conn: &mut MySqlConnection, job: &NewJob) -> Result<E
 /// What a plain read tells of the job holding a key.
 struct Holder {
     kind: String,
+    /// `None` for a status this release does not know.
+    status: Option<JobStatus>,
     /// Whether its policy no longer blocks the key (a hint: the release re-checks it).
     releasable: bool,
 }
@@ -171,7 +176,7 @@ async fn existing_id(
     // A plain read never fails that way; inside such a snapshot it may not see the row, and
     // then the kind is unknown (and the key is not released).
     let row = sqlx::query(&format!(
-        "SELECT CAST(kind AS CHAR), {RELEASABLE} FROM job_queue WHERE id = ?"
+        "SELECT CAST(kind AS CHAR), {RELEASABLE}, CAST(status AS CHAR) FROM job_queue WHERE id = ?"
     ))
     .bind(id)
     .fetch_optional(&mut *conn)
@@ -180,17 +185,19 @@ async fn existing_id(
         Some(r) => Some(Holder {
             kind: text(&r, 0)?,
             releasable: r.try_get::<Option<bool>, _>(1)?.unwrap_or(false),
+            status: text(&r, 2)?.parse().ok(),
         }),
         None => None,
     };
     Ok(Some((id, holder)))
 }
 
-/// `Duplicate(id)` when job `id`, which holds `job`'s key, is of `job`'s kind. A job of
-/// another kind is an error: its `Duplicate` would say that this job exists, and it does not.
-fn duplicate_of(job: &NewJob, id: u64, kind: &str) -> Result<Enqueued> {
+/// A duplicate of job `id` (in `status`) when that job, which holds `job`'s key, is of
+/// `job`'s kind. A job of another kind is an error: its `Duplicate` would say that this job
+/// exists, and it does not.
+fn duplicate_of(job: &NewJob, id: u64, kind: &str, status: Option<JobStatus>) -> Result<Enqueued> {
     if kind == job.kind {
-        Ok(Enqueued::Duplicate(id))
+        Ok(Enqueued::duplicate(id, status))
     } else {
         Err(Error::KeyTaken {
             key: job.key.chars().take(80).collect(),
@@ -318,7 +325,7 @@ async fn insert_rows(conn: &mut MySqlConnection, fresh: &[&NewJob]) -> Result<Op
         .map(|k| {
             by_key
                 .get(k)
-                .map(|(id, _, _)| *id)
+                .map(|(id, _, _, _)| *id)
                 .ok_or_else(|| Error::JobNotFound(JobRef::Key((*k).to_owned())))
         })
         .collect::<Result<Vec<u64>>>()
@@ -385,8 +392,8 @@ async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec
     jobs.iter()
         .map(|j| {
             let k = j.key.as_str();
-            if let Some((id, kind, _)) = existing.get(k) {
-                duplicate_of(j, *id, kind)
+            if let Some((id, kind, _, status)) = existing.get(k) {
+                duplicate_of(j, *id, kind, *status)
             } else {
                 let (id, kind) = inserted
                     .get(k)
@@ -394,26 +401,26 @@ async fn insert_chunk(conn: &mut MySqlConnection, jobs: &[NewJob]) -> Result<Vec
                 if first.insert(k) {
                     Ok(Enqueued::New(*id))
                 } else {
-                    duplicate_of(j, *id, kind)
+                    duplicate_of(j, *id, kind, None)
                 }
             }
         })
         .collect()
 }
 
-/// The id and kind of the job holding each of `keys` that is taken, and whether its policy
-/// no longer blocks the key.
+/// The id and kind of the job holding each of `keys` that is taken, whether its policy no
+/// longer blocks the key, and its status.
 async fn ids_by_key<'k>(
     conn: &mut MySqlConnection,
     keys: &[&'k str],
     locking: bool,
-) -> Result<std::collections::HashMap<&'k str, (u64, String, bool)>> {
+) -> Result<std::collections::HashMap<&'k str, (u64, String, bool, Option<JobStatus>)>> {
     let mut map = std::collections::HashMap::new();
     if keys.is_empty() {
         return Ok(map);
     }
     let sql = format!(
-        "SELECT id, task_key, kind, {RELEASABLE} FROM job_queue WHERE task_key IN ({}){}",
+        "SELECT id, task_key, kind, {RELEASABLE}, CAST(status AS CHAR) FROM job_queue WHERE task_key IN ({}){}",
         placeholders(padded_len(keys.len())),
         if locking { " LOCK IN SHARE MODE" } else { "" }
     );
@@ -426,7 +433,8 @@ async fn ids_by_key<'k>(
         let key = text(&row, 1)?;
         if let Some(k) = keys.iter().find(|k| **k == key) {
             let releasable = row.try_get::<Option<bool>, _>(3)?.unwrap_or(false);
-            map.insert(*k, (id, text(&row, 2)?, releasable));
+            let status = text(&row, 4)?.parse().ok();
+            map.insert(*k, (id, text(&row, 2)?, releasable, status));
         }
     }
     Ok(map)

@@ -334,7 +334,7 @@ impl Store {
                         last_job = Some(id);
                     }
                     // Enqueued by hand, or by a node of an older release.
-                    Ok(Enqueued::Duplicate(id)) => last_job = Some(id),
+                    Ok(Enqueued::Duplicate { id, .. }) => last_job = Some(id),
                     Err(Error::Database(e)) => return Err(e),
                     Err(other) => return Ok((Err(other), false)),
                 }

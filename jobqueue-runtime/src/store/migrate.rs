@@ -174,8 +174,15 @@ pub(crate) async fn wait_for_migration(pool: &MySqlPool) -> Result<()> {
 }
 
 /// Applies the pending migrations under a named lock, adopting a 0.1 history first.
+///
+/// A schema that is already up to date is only read: no lock, no DDL, so that every replica
+/// may call `migrate` at start-up with a user that has DML rights and `SELECT` on
+/// `job_queue_migrations`.
 pub(crate) async fn run(pool: &MySqlPool) -> Result<()> {
     let mut conn = pool.acquire().await?;
+    if up_to_date(&mut conn).await.map_err(denied_hint)? {
+        return Ok(());
+    }
     // Lock names are server-wide and at most 64 characters: one per database, hashed.
     let locked: Option<i64> =
         sqlx::query_scalar("SELECT GET_LOCK(CONCAT('jobqueue:migrate:', SHA1(DATABASE())), ?)")
@@ -195,6 +202,19 @@ pub(crate) async fn run(pool: &MySqlPool) -> Result<()> {
         .execute(&mut *conn)
         .await;
     outcome.map_err(denied_hint)
+}
+
+/// Whether the history table records every embedded migration, each with the checksum this
+/// library embeds. Rows only in a 0.1 `_sqlx_migrations` (to adopt) or a checksum that
+/// differs leave the answer to the locked path, which says what to do. A concurrent
+/// `migrate` records a version only after its DDL, so every version recorded is applied.
+async fn up_to_date(conn: &mut MySqlConnection) -> Result<bool> {
+    let applied = applied(conn).await?;
+    Ok(MIGRATOR.iter().all(|m| {
+        applied
+            .iter()
+            .any(|a| !a.adopted && a.version == m.version && *a.checksum == *m.checksum)
+    }))
 }
 
 async fn run_locked(conn: &mut MySqlConnection) -> Result<()> {

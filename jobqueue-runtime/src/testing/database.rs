@@ -71,6 +71,39 @@ impl TestDatabase {
         })
     }
 
+    /// Runs the application's own migrations (a [`sqlx::migrate!`] migrator, or one built
+    /// with [`Migrator::new`](sqlx::migrate::Migrator::new)) on this database, so that a test
+    /// has the application's tables beside the queue's. jobqueue keeps its history in a table
+    /// of its own, so the two migrators share the database in either order.
+    ///
+    /// ```no_run
+    /// # extern crate jobqueue_runtime as jobqueue;
+    /// use jobqueue::testing::TestDatabase;
+    ///
+    /// // The application's `migrations/` folder, embedded at build time.
+    /// static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+    ///
+    /// # async fn demo() -> jobqueue::Result<()> {
+    /// let db = TestDatabase::new("checkout").await?;
+    /// db.migrate_with(&MIGRATOR).await?;
+    /// sqlx::query("INSERT INTO orders (id) VALUES (1)")
+    ///     .execute(db.queue().pool())
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Migrate`](crate::Error::Migrate) when a migration fails, or a database error
+    /// when the database cannot be reached.
+    pub async fn migrate_with(&self, migrator: &sqlx::migrate::Migrator) -> crate::Result<()> {
+        let mut conn = <sqlx::MySqlConnection as sqlx::Connection>::connect(&self.url).await?;
+        let outcome = migrator.run(&mut conn).await;
+        let _ = sqlx::Connection::close(conn).await;
+        outcome?;
+        Ok(())
+    }
+
     /// The queue on this database.
     ///
     /// # Panics

@@ -35,8 +35,11 @@
 //!
 //! [`TestServer`] is the server underneath: the one `JOBQUEUE_TEST_DATABASE_URL` names, or a
 //! throwaway one started from the `mariadbd` or `mysqld` binary on this machine. Its errors
-//! are [`Error`], not the queue's: a test returning `Result<(), Box<dyn std::error::Error>>`
-//! takes both with `?`.
+//! are [`Error`], which converts into the queue's: a test returning [`crate::Result`] (or
+//! `Result<(), Box<dyn std::error::Error>>`) takes both with `?`.
+//!
+//! [`TestDatabase::migrate_with`] runs the application's own `sqlx::migrate!` migrations on a
+//! test's database, beside the queue's.
 
 mod database;
 mod drain;
@@ -47,4 +50,12 @@ pub use database::TestDatabase;
 pub use drain::{drain, Drain, DrainCounts, DrainSummary, DEFAULT_MAX_RUNS};
 pub use enqueued::{assert_enqueued, enqueued, refute_enqueued, EnqueuedJob, ExpectEnqueued};
 pub use jobqueue_testserver::{Error, TestServer};
+
+/// The test server's errors as the queue's, so that a test returning [`crate::Result`] takes
+/// both with `?`: as [`crate::Error::Testing`], with the test server's message.
+impl From<Error> for crate::Error {
+    fn from(e: Error) -> Self {
+        crate::Error::Testing(e.to_string())
+    }
+}
 pub use perform::{perform, Perform, Performed};

@@ -156,7 +156,7 @@ async fn enqueue(queue: &Queue, key: &str, count: u32, wait_for_go: bool) -> any
                 new += 1;
                 ids.push(id);
             }
-            Enqueued::Duplicate(id) => {
+            Enqueued::Duplicate { id, .. } => {
                 duplicates += 1;
                 ids.push(id);
             }

@@ -17,6 +17,7 @@ use jobqueue::{
     WorkerInfo, HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER, JobStatus, MetricsSnapshot, Queue, QueueConfig,
     QueueStats, RateLimit, Result, Retention, RunningJob, ServerInfo, Worker, WorkerBuilder, WorkerHandle,
 };
+use jobqueue::pool_options;
 use jobqueue::{Uniqueness, MAX_METADATA_BYTES, MAX_PROGRESS_BYTES};
 use jobqueue::{
     Attempt, AttemptOutcome, JobOutput, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY,
