@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use jobqueue::{CancelOutcome, JobFilter, JobStatus, Queue};
+use jobqueue::admin::{CancelOutcome, JobFilter};
+use jobqueue::{JobStatus, Queue};
 
 use crate::cli::Age;
 use crate::failure::Failure;

@@ -1,10 +1,9 @@
 //! `jobqueue list` and `jobqueue show`: jobs as rows, and one job in full.
 
 use chrono::NaiveDateTime;
-use jobqueue::{
-    AttemptOutcome, Error, JobFilter, JobRecord, JobRef, JobStatus, Queue, Uniqueness,
-    MAX_ATTEMPT_HISTORY,
-};
+use jobqueue::admin::{AttemptOutcome, JobFilter, JobRecord, JobRef};
+use jobqueue::limits::MAX_ATTEMPT_HISTORY;
+use jobqueue::{Error, JobStatus, Queue, Uniqueness};
 use serde_json::{json, Value};
 
 use crate::failure::Failure;

@@ -32,7 +32,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use jobqueue::JobFilter;
+use jobqueue::admin::JobFilter;
 
 mod actions;
 mod cli;

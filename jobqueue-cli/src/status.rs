@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use chrono::NaiveDateTime;
-use jobqueue::{Queue, QueueStats, RunningJob};
+use jobqueue::admin::{QueueStats, RunningJob};
+use jobqueue::Queue;
 use serde_json::json;
 
 use crate::failure::Failure;

@@ -132,7 +132,7 @@ fn generate(
         let needs = data_types
             .iter()
             .map(|ty| quote_spanned!(ty.span()=> <#ty as #root::__private::FromJobContext>::NEED));
-        quote!(const DATA: &'static [#root::DataNeed] = &[#(#needs),*];)
+        quote!(const DATA: &'static [#root::__private::DataNeed] = &[#(#needs),*];)
     });
     let mut next_data = data_locals.iter();
     let call_args: Vec<TokenStream> = sig
@@ -204,7 +204,7 @@ fn generate(
             }
         }
 
-        impl #root::JobOutput for #ty {
+        impl #root::__private::JobOutput for #ty {
             type Output = #output_type;
         }
 

@@ -89,7 +89,8 @@ pub mod __store {
 /// What `#[job]` expands to uses these paths. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::job::{FromJobContext, IntoJobResult, OutputSlot};
+    pub use crate::data::DataNeed;
+    pub use crate::job::{FromJobContext, IntoJobResult, JobOutput, OutputSlot};
     pub use crate::key::{derived_task_key, fit_key};
     pub use crate::registry::{JobDescriptor, RunFuture};
     pub use ::inventory;

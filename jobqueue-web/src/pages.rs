@@ -8,7 +8,8 @@ use axum::extract::{Form, OriginalUri, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use chrono::NaiveDateTime;
-use jobqueue::{CancelOutcome, JobQuery, JobStatus, QueueStats, ThroughputMinute};
+use jobqueue::admin::{CancelOutcome, JobQuery, QueueStats, ThroughputMinute};
+use jobqueue::JobStatus;
 use serde::Deserialize;
 
 use crate::html::{action, age, badge, esc, page, time, url};
@@ -642,7 +643,7 @@ pub(crate) async fn job(
     };
     let history = format!(
         "<section class=\"card\"><h2>Attempts <small>the last {}, newest first</small></h2>{history}</section>",
-        jobqueue::MAX_ATTEMPT_HISTORY
+        jobqueue::limits::MAX_ATTEMPT_HISTORY
     );
     let output = match s.queue.output_json(id).await? {
         Some(_) if s.hide_payloads => {
@@ -702,7 +703,7 @@ pub(crate) async fn workers(State(s): St, orig: OriginalUri, uri: Uri) -> Page {
     let base = base(&orig, &uri);
     let workers = s.queue.workers().await?;
     let running = s.queue.running(None, 500).await?;
-    let mut by_owner: BTreeMap<&str, Vec<&jobqueue::RunningJob>> = BTreeMap::new();
+    let mut by_owner: BTreeMap<&str, Vec<&jobqueue::admin::RunningJob>> = BTreeMap::new();
     for r in &running {
         by_owner.entry(r.lease_owner.as_str()).or_default().push(r);
     }
@@ -757,8 +758,8 @@ pub(crate) async fn workers(State(s): St, orig: OriginalUri, uri: Uri) -> Page {
         "<section class=\"card\"><table><thead><tr><th>State</th><th>Owner</th><th>Host</th><th class=\"n\">Pid</th>\
          <th>Version</th><th>Queues</th><th class=\"n\">Running</th><th>Last heartbeat</th><th>Started (UTC)</th><th>Jobs and leases</th></tr></thead>\
          <tbody>{rows}</tbody></table><p class=\"muted\">Workers write a heartbeat every {}s; one silent for {}s is shown as gone.</p></section>",
-        jobqueue::HEARTBEAT_INTERVAL.as_secs(),
-        jobqueue::WORKER_GONE_AFTER.as_secs()
+        jobqueue::admin::HEARTBEAT_INTERVAL.as_secs(),
+        jobqueue::admin::WORKER_GONE_AFTER.as_secs()
     );
     Ok(Html(page(&base, "Workers", "Workers", None, &body)).into_response())
 }

@@ -48,9 +48,9 @@
 //! default), while it waits or runs, or for a period after its enqueue. Once it stops
 //! blocking, the next enqueue of the key makes a new job and the old one stays as history
 //! ([`Queue::jobs_by_key`]). A job may carry a small JSON object of metadata
-//! ([`EnqueueOptions::meta`], filtered with [`JobFilter::meta`]) and, while it runs, report
-//! its progress ([`JobContext::set_progress`]), which operators read in its
-//! [`JobRecord`].
+//! ([`EnqueueOptions::meta`], filtered with [`JobFilter::meta`](admin::JobFilter::meta)) and,
+//! while it runs, report its progress ([`JobContext::set_progress`]), which operators read in
+//! its [`JobRecord`](admin::JobRecord).
 //!
 //! # Running jobs
 //!
@@ -100,37 +100,69 @@ pub use jobqueue_macros::job;
 
 // The public API, item by item: nothing of the runtime becomes API by being `pub` there.
 // `tests/ui/api` checks both directions (what users name resolves; the insides do not).
+// The root holds what most programs name; the modules below hold the rest, by role.
 
 // Defining jobs.
 #[doc(inline)]
-pub use jobqueue_runtime::{
-    Backoff, BoxError, CancelReason, Data, DataNeed, FromJobContext, IntoJobResult, Job,
-    JobCanceller, JobContext, JobContextBuilder, JobError, JobOptions, JobOutput, RateLimit,
-    MAX_OUTPUT_BYTES,
-};
+pub use jobqueue_runtime::{Backoff, Data, Job, JobContext, JobError, JobOptions};
 // Enqueueing.
 #[doc(inline)]
-pub use jobqueue_runtime::{redact_url, EnqueueOptions, Enqueued, Queue, QueueConfig, ServerInfo};
-// How long a task key blocks another enqueue; how much metadata a job carries.
-#[doc(inline)]
-pub use jobqueue_runtime::{Uniqueness, MAX_METADATA_BYTES, MAX_PROGRESS_BYTES};
+pub use jobqueue_runtime::{EnqueueOptions, Enqueued, Queue, QueueConfig, Uniqueness};
 // Running jobs.
 #[doc(inline)]
 pub use jobqueue_runtime::{shutdown_signal, Retention, Worker, WorkerBuilder, WorkerHandle};
-// Looking at and acting on jobs.
+// A job's state; errors.
 #[doc(inline)]
-pub use jobqueue_runtime::{Attempt, AttemptOutcome, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY};
-#[doc(inline)]
-pub use jobqueue_runtime::{
-    CancelOutcome, JobFilter, JobPage, JobQuery, JobRecord, JobStatus, MetricsSnapshot,
-    PeriodicJob, QueueStats, RunningJob, ThroughputMinute, WorkerInfo,
-};
-// Live workers: how often each writes its heartbeat, and when it counts as gone.
-#[doc(inline)]
-pub use jobqueue_runtime::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
-// Errors.
-#[doc(inline)]
-pub use jobqueue_runtime::{Error, JobRef, Result};
+pub use jobqueue_runtime::{Error, JobStatus, Result};
+
+/// What job code uses beyond the root: its cancellation, the arguments a job function may
+/// take besides its own ([`FromJobContext`](context::FromJobContext),
+/// [`DataNeed`](context::DataNeed)), what it may return
+/// ([`IntoJobResult`](context::IntoJobResult), [`JobOutput`](context::JobOutput)), and a
+/// context built by hand for a test ([`JobContextBuilder`](context::JobContextBuilder)).
+pub mod context {
+    #[doc(inline)]
+    pub use jobqueue_runtime::{
+        BoxError, CancelReason, DataNeed, FromJobContext, IntoJobResult, JobCanceller,
+        JobContextBuilder, JobOutput,
+    };
+}
+
+/// Bounds on what jobs may do and carry: the [`RateLimit`](limits::RateLimit) of a kind,
+/// and every size limit of a job's row.
+pub mod limits {
+    #[doc(inline)]
+    pub use jobqueue_runtime::{
+        RateLimit, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY, MAX_METADATA_BYTES,
+        MAX_OUTPUT_BYTES, MAX_PROGRESS_BYTES,
+    };
+}
+
+/// What operators read and act on, through [`Queue`]'s operator methods (`job`, `list`,
+/// `count`, `cancel_matching`, `retry_matching`, `stats`, `workers`...): jobs and their
+/// attempts, the one filter over jobs, queue figures, live workers and periodic schedules.
+pub mod admin {
+    // Jobs and their history.
+    #[doc(inline)]
+    pub use jobqueue_runtime::{
+        Attempt, AttemptOutcome, CancelOutcome, JobFilter, JobPage, JobQuery, JobRecord, JobRef,
+    };
+    // Queues, workers and schedules.
+    #[doc(inline)]
+    pub use jobqueue_runtime::{PeriodicJob, QueueStats, RunningJob, ThroughputMinute, WorkerInfo};
+    // Live workers: how often each writes its heartbeat, and when it counts as gone.
+    #[doc(inline)]
+    pub use jobqueue_runtime::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
+    // The server the queue talks to, and its URL fit for a log.
+    #[doc(inline)]
+    pub use jobqueue_runtime::{redact_url, ServerInfo};
+}
+
+/// The figures a worker sends to the `metrics` facade, read in-process.
+pub mod metrics {
+    #[doc(inline)]
+    pub use jobqueue_runtime::MetricsSnapshot;
+}
 
 /// The job kinds this binary registered (with `#[job]` or [`register!`]): find a kind by
 /// name, list them, or check them all as a worker does at start-up.

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use jobqueue::admin::JobFilter;
 use jobqueue::{
-    EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobFilter, JobOptions, JobStatus,
-    Queue, Uniqueness,
+    EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobOptions, JobStatus, Queue,
+    Uniqueness,
 };
 use serde::{Deserialize, Serialize};
 use sqlx::MySqlPool;

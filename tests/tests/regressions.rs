@@ -15,10 +15,9 @@
 
 use std::time::{Duration, Instant};
 
-use jobqueue::{
-    job, CancelOutcome, CancelReason, Data, JobContext, JobError, JobStatus, Queue, QueueConfig,
-    Worker,
-};
+use jobqueue::admin::CancelOutcome;
+use jobqueue::context::CancelReason;
+use jobqueue::{job, Data, JobContext, JobError, JobStatus, Queue, QueueConfig, Worker};
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::types::chrono::NaiveDateTime;
 use tests::{

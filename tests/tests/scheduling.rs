@@ -12,10 +12,9 @@
 
 use std::time::Duration;
 
-use jobqueue::{
-    job, CancelOutcome, CancelReason, Data, EnqueueOptions, Job, JobContext, JobError, JobStatus,
-    Worker,
-};
+use jobqueue::admin::CancelOutcome;
+use jobqueue::context::CancelReason;
+use jobqueue::{job, Data, EnqueueOptions, Job, JobContext, JobError, JobStatus, Worker};
 use sqlx::mysql::MySqlPool;
 use tests::{
     count_status, effects_of, fresh_queue_with_effects, quick_worker, receive, record_effect_in,

@@ -9,10 +9,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use jobqueue::admin::CancelOutcome;
 use jobqueue::testing::TestServer;
 use jobqueue::{
-    CancelOutcome, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobOptions,
-    JobStatus, Queue, QueueConfig,
+    EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobOptions, JobStatus, Queue,
+    QueueConfig,
 };
 use jobqueue_runtime::__store::{Finish, Reclaimed};
 use serde::{Deserialize, Serialize, Serializer};

@@ -7,7 +7,8 @@ mod web_support;
 use std::time::Instant;
 
 use axum::http::StatusCode;
-use jobqueue::{JobQuery, JobStatus, Queue};
+use jobqueue::admin::JobQuery;
+use jobqueue::{JobStatus, Queue};
 use jobqueue_runtime::__store::statements::dashboard_statements;
 use jobqueue_web::Dashboard;
 use tests::fresh_queue;
