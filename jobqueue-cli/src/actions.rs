@@ -111,7 +111,7 @@ pub(crate) async fn retry_failed(
         progress::track(
             "retrying failed jobs",
             matching,
-            queue.retry_failed(&filter),
+            queue.retry_matching(&filter),
             || queue.count(&filter),
         )
         .await?

@@ -68,7 +68,7 @@ pub(crate) async fn list(
     limit: u32,
     json: bool,
 ) -> Result<(), Failure> {
-    let jobs = queue.list(filter, limit).await?;
+    let jobs = queue.list(filter, None, limit).await?.jobs;
     let total = if (jobs.len() as u64) < u64::from(limit) {
         jobs.len() as u64
     } else {

@@ -37,7 +37,7 @@ pub use model::{
     Attempt, AttemptOutcome, CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats,
     Retention, RunningJob, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY, MAX_OUTPUT_BYTES,
 };
-pub use model::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};
+pub use model::{JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use progress::MAX_PROGRESS_BYTES;
 pub use queue::{redact_url, Queue, QueueConfig};
 pub use retry::Backoff;

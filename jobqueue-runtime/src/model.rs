@@ -7,12 +7,12 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use chrono::NaiveDateTime;
+use chrono::{DateTime, NaiveDateTime, Utc};
 
 use crate::error::{Error, Result};
 
 mod dashboard;
-pub use dashboard::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};
+pub use dashboard::{JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
 
 /// A job's state. See the README's state diagram.
 /// Serialised as the lowercase name stored in the `status` column (`"ready"`).
@@ -326,8 +326,24 @@ pub enum CancelOutcome {
     AlreadyFinished(JobStatus),
 }
 
-/// A filter for [`Queue::list`](crate::Queue::list) and the bulk actions.
-#[derive(Debug, Clone, Default)]
+/// A filter over jobs, for [`Queue::list`](crate::Queue::list),
+/// [`Queue::count`](crate::Queue::count) and the bulk actions
+/// ([`Queue::cancel_matching`](crate::Queue::cancel_matching),
+/// [`Queue::retry_matching`](crate::Queue::retry_matching)). Every field is optional; the
+/// set ones must all match, and the default matches every job.
+///
+/// ```
+/// # mod jobqueue { pub use jobqueue_runtime::JobStatus; pub mod admin { pub use jobqueue_runtime::JobFilter; } }
+/// use jobqueue::admin::JobFilter;
+/// use jobqueue::JobStatus;
+///
+/// let filter = JobFilter::default()
+///     .queue("exports")
+///     .status(JobStatus::Failed)
+///     .meta("tenant", "acme");
+/// assert_eq!(filter.queue.as_deref(), Some("exports"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct JobFilter {
     /// Only this status.
@@ -336,23 +352,18 @@ pub struct JobFilter {
     pub queue: Option<String>,
     /// Only this kind.
     pub kind: Option<String>,
+    /// Only task keys starting with this text.
+    pub key_prefix: Option<String>,
+    /// Only jobs enqueued at or after this time (the server's clock).
+    pub created_from: Option<DateTime<Utc>>,
+    /// Only jobs enqueued before this time (the server's clock).
+    pub created_to: Option<DateTime<Utc>>,
     /// Only jobs whose metadata has this key with this value (a JSON string equal to it, or
     /// a number or boolean that prints as it: `42`, `true`).
     pub meta: Option<(String, String)>,
 }
 
 impl JobFilter {
-    /// Only jobs whose metadata holds `key` with `value` (see [`JobFilter::meta`]). A key of
-    /// other characters than ASCII letters, digits, `_`, `-` and `.` matches no job.
-    ///
-    /// The metadata is not indexed: the list and count read the jobs the other filters
-    /// select (newest first for a list, until it has its `limit`), and test each. Combine
-    /// it with a status, queue or kind on a large table.
-    pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.meta = Some((key.into(), value.into()));
-        self
-    }
-
     /// Only jobs with this status.
     pub fn status(mut self, status: JobStatus) -> Self {
         self.status = Some(status);
@@ -368,6 +379,30 @@ impl JobFilter {
     /// Only jobs of this kind.
     pub fn kind(mut self, kind: impl Into<String>) -> Self {
         self.kind = Some(kind.into());
+        self
+    }
+
+    /// Only jobs whose task key starts with `prefix` (an empty prefix matches every job).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Only jobs enqueued in `[from, to)`; either end may be open.
+    pub fn created(mut self, from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Self {
+        self.created_from = from;
+        self.created_to = to;
+        self
+    }
+
+    /// Only jobs whose metadata holds `key` with `value` (see [`JobFilter::meta`]). A key of
+    /// other characters than ASCII letters, digits, `_`, `-` and `.` matches no job.
+    ///
+    /// The metadata is not indexed: the list and count read the jobs the other filters
+    /// select (newest first for a list, until it has its `limit`), and test each. Combine
+    /// it with a status, queue or kind on a large table.
+    pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.meta = Some((key.into(), value.into()));
         self
     }
 }

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use axum::extract::{Form, OriginalUri, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use chrono::NaiveDateTime;
-use jobqueue::admin::{CancelOutcome, JobQuery, QueueStats, ThroughputMinute};
+use chrono::{DateTime, NaiveDateTime, Utc};
+use jobqueue::admin::{CancelOutcome, JobFilter, QueueStats, ThroughputMinute};
 use jobqueue::JobStatus;
 use serde::Deserialize;
 
@@ -309,8 +309,8 @@ pub(crate) struct Filter {
 }
 
 impl Filter {
-    fn query(&self) -> Result<JobQuery, Failure> {
-        let mut q = JobQuery::default();
+    fn query(&self) -> Result<JobFilter, Failure> {
+        let mut q = JobFilter::default();
         if !self.queue.is_empty() {
             q = q.queue(self.queue.clone());
         }
@@ -375,7 +375,7 @@ impl Filter {
     }
 }
 
-fn parse_time(s: &str) -> Result<Option<NaiveDateTime>, Failure> {
+fn parse_time(s: &str) -> Result<Option<DateTime<Utc>>, Failure> {
     if s.is_empty() {
         return Ok(None);
     }
@@ -386,7 +386,7 @@ fn parse_time(s: &str) -> Result<Option<NaiveDateTime>, Failure> {
         "%Y-%m-%d %H:%M",
     ] {
         if let Ok(t) = NaiveDateTime::parse_from_str(s, f) {
-            return Ok(Some(t));
+            return Ok(Some(t.and_utc()));
         }
     }
     Err(Failure(
@@ -403,7 +403,7 @@ pub(crate) async fn jobs(
 ) -> Page {
     let base = base(&orig, &uri);
     let query = f.query()?;
-    let page_ = s.queue.list_page(&query, f.before, PAGE_SIZE).await?;
+    let page_ = s.queue.list(&query, f.before, PAGE_SIZE).await?;
     let b = esc(&base);
     let mut rows = String::new();
     for j in &page_.jobs {
@@ -1025,7 +1025,7 @@ pub(crate) async fn bulk_confirm(
         if query.status.is_none() || query.status == Some(st) {
             let mut q = query.clone();
             q.status = Some(st);
-            n += s.queue.count_matching(&q).await?;
+            n += s.queue.count(&q).await?;
         }
     }
     let mut fields = f.hidden_fields();

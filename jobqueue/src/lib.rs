@@ -145,7 +145,7 @@ pub mod admin {
     // Jobs and their history.
     #[doc(inline)]
     pub use jobqueue_runtime::{
-        Attempt, AttemptOutcome, CancelOutcome, JobFilter, JobPage, JobQuery, JobRecord, JobRef,
+        Attempt, AttemptOutcome, CancelOutcome, JobFilter, JobPage, JobRecord, JobRef,
     };
     // Queues, workers and schedules.
     #[doc(inline)]

@@ -553,9 +553,10 @@ async fn metadata_is_stored_returned_and_filtered_on() {
         let queue = queue.clone();
         async move {
             queue
-                .list(&f, 100)
+                .list(&f, None, 100)
                 .await
                 .unwrap()
+                .jobs
                 .iter()
                 .map(|j| j.id)
                 .collect::<Vec<_>>()
