@@ -474,6 +474,53 @@ impl QueueStats {
     }
 }
 
+/// One queue at a glance, as [`Queue::queue_overview`](crate::Queue::queue_overview) reads
+/// every queue's with one statement: its counts by status, whether it is paused, how far
+/// behind it is and its expired leases. [`QueueStats`] has more figures, at the cost of
+/// more statements.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct QueueOverview {
+    /// The queue's name.
+    pub queue: String,
+    /// Whether it is paused.
+    pub paused: bool,
+    /// Scheduled jobs (delayed, or waiting out a retry's backoff).
+    pub scheduled: u64,
+    /// Ready jobs.
+    pub ready: u64,
+    /// Jobs waiting for a slot of their concurrency or rate limit key.
+    pub blocked: u64,
+    /// Running jobs.
+    pub running: u64,
+    /// Done jobs (not yet pruned).
+    pub done: u64,
+    /// Failed jobs.
+    pub failed: u64,
+    /// Cancelled jobs.
+    pub cancelled: u64,
+    /// Age of the oldest ready job, in seconds (how far behind the queue is).
+    pub oldest_ready_secs: Option<f64>,
+    /// Running jobs whose lease has expired: they wait for a reclaim.
+    pub expired_leases: u64,
+}
+
+impl QueueOverview {
+    /// Sets the count of jobs in `status`.
+    pub(crate) fn set_count(&mut self, status: JobStatus, n: u64) {
+        let count = match status {
+            JobStatus::Scheduled => &mut self.scheduled,
+            JobStatus::Ready => &mut self.ready,
+            JobStatus::Blocked => &mut self.blocked,
+            JobStatus::Running => &mut self.running,
+            JobStatus::Done => &mut self.done,
+            JobStatus::Failed => &mut self.failed,
+            JobStatus::Cancelled => &mut self.cancelled,
+        };
+        *count = n;
+    }
+}
+
 /// A running job and its lease, as `jobqueue status` shows them.
 #[derive(Debug, Clone, serde::Serialize)]
 #[non_exhaustive]

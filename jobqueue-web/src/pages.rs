@@ -8,7 +8,7 @@ use axum::extract::{Form, OriginalUri, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use chrono::{DateTime, NaiveDateTime, Utc};
-use jobqueue::admin::{CancelOutcome, JobFilter, QueueStats, ThroughputMinute};
+use jobqueue::admin::{CancelOutcome, JobFilter, QueueOverview, ThroughputMinute};
 use jobqueue::JobStatus;
 use serde::Deserialize;
 
@@ -150,13 +150,15 @@ pub(crate) const OVERVIEW_MAX_AGE: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(crate) struct OverviewFigures {
     read_at: Instant,
-    stats: Vec<QueueStats>,
+    stats: Vec<QueueOverview>,
     minutes: Vec<ThroughputMinute>,
 }
 
 /// The overview's figures: fresh ones, or those another viewer read less than
 /// [`OVERVIEW_MAX_AGE`] ago. Viewers that come while they are read wait for that read.
-async fn overview_figures(s: &Shared) -> Result<(Vec<QueueStats>, Vec<ThroughputMinute>), Failure> {
+async fn overview_figures(
+    s: &Shared,
+) -> Result<(Vec<QueueOverview>, Vec<ThroughputMinute>), Failure> {
     let mut cached = s.overview.lock().await;
     if let Some(f) = cached
         .as_ref()
@@ -174,7 +176,7 @@ async fn overview_figures(s: &Shared) -> Result<(Vec<QueueStats>, Vec<Throughput
     Ok((stats, minutes))
 }
 
-fn queue_row(s: &Shared, base: &str, q: &QueueStats, (done_h, failed_h): (u64, u64)) -> String {
+fn queue_row(s: &Shared, base: &str, q: &QueueOverview, (done_h, failed_h): (u64, u64)) -> String {
     let name = url(&q.queue);
     let link = |status: &str, n: u64| {
         if n == 0 {

@@ -149,7 +149,9 @@ pub mod admin {
     };
     // Queues, workers and schedules.
     #[doc(inline)]
-    pub use jobqueue_runtime::{PeriodicJob, QueueStats, RunningJob, ThroughputMinute, WorkerInfo};
+    pub use jobqueue_runtime::{
+        PeriodicJob, QueueOverview, QueueStats, RunningJob, ThroughputMinute, WorkerInfo,
+    };
     // Live workers: how often each writes its heartbeat, and when it counts as gone.
     #[doc(inline)]
     pub use jobqueue_runtime::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};

@@ -11,7 +11,7 @@ use sqlx::Row;
 
 use super::*;
 use crate::model::{
-    JobFilter, JobPage, JobStatus, PeriodicJob, QueueStats, ThroughputMinute, WorkerInfo,
+    JobFilter, JobPage, JobStatus, PeriodicJob, QueueOverview, ThroughputMinute, WorkerInfo,
 };
 
 /// An argument of a dashboard statement (for the EXPLAIN test of [`dashboard_statements`]).
@@ -208,9 +208,9 @@ impl Store {
     }
 
     /// Every queue's counts by status, pause, oldest ready job and expired leases.
-    pub(crate) async fn queue_overview(&self) -> Result<Vec<QueueStats>> {
+    pub(crate) async fn queue_overview(&self) -> Result<Vec<QueueOverview>> {
         let rows = sqlx::query(OVERVIEW_SQL).fetch_all(&self.pool).await?;
-        let mut out: Vec<QueueStats> = Vec::new();
+        let mut out: Vec<QueueOverview> = Vec::new();
         for r in &rows {
             let q = text(r, 0)?;
             let what = text(r, 1)?;
@@ -218,7 +218,7 @@ impl Store {
             let i = match out.iter().position(|s| s.queue == q) {
                 Some(i) => i,
                 None => {
-                    out.push(QueueStats {
+                    out.push(QueueOverview {
                         queue: q,
                         ..Default::default()
                     });
