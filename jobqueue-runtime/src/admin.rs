@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use chrono::NaiveDateTime;
+use chrono::{DateTime, Utc};
 
 use crate::error::{Error, JobRef, Result};
 use crate::key::validate_queue;
@@ -100,9 +100,9 @@ impl Queue {
         self.store().running(queue, limit).await
     }
 
-    /// The database's clock now (UTC).
-    pub async fn now(&self) -> Result<NaiveDateTime> {
-        self.store().now().await
+    /// The database's clock now: the time every job's times are read on.
+    pub async fn now(&self) -> Result<DateTime<Utc>> {
+        Ok(self.store().now().await?.and_utc())
     }
 
     /// Cancels a job: at once if it has not started, by request if it is running.

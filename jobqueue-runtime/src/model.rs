@@ -98,31 +98,31 @@ pub struct JobRecord {
     pub status: JobStatus,
     /// Lower runs first.
     pub priority: i16,
-    /// When it may run (UTC, server clock).
-    pub run_at: NaiveDateTime,
+    /// When it may run (server clock).
+    pub run_at: DateTime<Utc>,
     /// Claims so far.
     pub attempts: u32,
     /// Claims it may have.
     pub max_attempts: u32,
     /// The worker holding it, while running.
     pub lease_owner: Option<String>,
-    /// Until when the lease holds (UTC, server clock).
-    pub lease_until: Option<NaiveDateTime>,
+    /// Until when the lease holds (server clock).
+    pub lease_until: Option<DateTime<Utc>>,
     /// Whether an operator asked for it to be cancelled.
     pub cancel_requested: bool,
     /// The error of the last failed attempt.
     pub last_error: Option<String>,
     /// When it was enqueued.
-    pub created_at: NaiveDateTime,
+    pub created_at: DateTime<Utc>,
     /// When the row last changed.
-    pub updated_at: NaiveDateTime,
+    pub updated_at: DateTime<Utc>,
     /// When it reached done, failed or cancelled.
-    pub finished_at: Option<NaiveDateTime>,
+    pub finished_at: Option<DateTime<Utc>>,
     /// How many times a lease of it expired (its worker crashed, was killed or stalled).
     pub lease_expiries: u32,
     /// Since when it waits for a worker that can run it (a worker found its kind unknown or
     /// its payload unfit), if it does; `last_error` says why.
-    pub unrunnable_since: Option<NaiveDateTime>,
+    pub unrunnable_since: Option<DateTime<Utc>>,
     /// How long its task key blocks another enqueue of the key.
     pub unique: Uniqueness,
     /// Whether a newer job of the same task key holds the key now (this one gave it up when
@@ -133,8 +133,8 @@ pub struct JobRecord {
     /// The latest value the job reported with
     /// [`JobContext::set_progress`](crate::JobContext::set_progress).
     pub progress: Option<serde_json::Value>,
-    /// When that value was written (UTC, server clock).
-    pub progress_at: Option<NaiveDateTime>,
+    /// When that value was written (server clock).
+    pub progress_at: Option<DateTime<Utc>>,
     /// How many times it snoozed ([`JobError::snooze`](crate::JobError::snooze)); each
     /// snooze raised `max_attempts` by one.
     pub snoozes: u32,
@@ -255,11 +255,11 @@ impl fmt::Display for AttemptOutcome {
 pub struct Attempt {
     /// The attempt's number (`attempts` after its claim).
     pub attempt: u32,
-    /// When it was claimed (UTC, server clock); `None` if the claim was made by a worker
+    /// When it was claimed (server clock); `None` if the claim was made by a worker
     /// older than the history.
-    pub started_at: Option<NaiveDateTime>,
-    /// When its end was recorded (UTC, server clock).
-    pub ended_at: NaiveDateTime,
+    pub started_at: Option<DateTime<Utc>>,
+    /// When its end was recorded (server clock).
+    pub ended_at: DateTime<Utc>,
     /// The worker that ran it (its `lease_owner`).
     pub worker: Option<String>,
     /// How it ended.

@@ -512,7 +512,7 @@ pub(crate) async fn job(
         ));
     };
     let now = s.queue.now().await?;
-    let opt_time = |t: &Option<NaiveDateTime>| t.as_ref().map(time).unwrap_or_else(|| "–".into());
+    let opt_time = |t: &Option<DateTime<Utc>>| t.as_ref().map(time).unwrap_or_else(|| "–".into());
     let lease = match (&j.lease_owner, &j.lease_until) {
         (Some(owner), Some(until)) => {
             let left = (*until - now).num_milliseconds() as f64 / 1000.0;

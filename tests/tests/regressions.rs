@@ -146,7 +146,12 @@ async fn dropping_the_run_future_stops_renewals_and_another_worker_takes_over() 
             r.lease_owner.as_deref(),
             r.lease_until
         ),
-        (JobStatus::Running, 1, Some("dropped-a"), Some(lease_until)),
+        (
+            JobStatus::Running,
+            1,
+            Some("dropped-a"),
+            Some(lease_until.and_utc())
+        ),
         "nothing touched the row since its lease ran out"
     );
 

@@ -1749,7 +1749,7 @@ async fn delays_start_times_and_priorities_are_stored() {
         JobStatus::Ready,
         "a start time in the past is ready now"
     );
-    assert_eq!(row.run_at, past);
+    assert_eq!(row.run_at, past.and_utc());
 
     let future = db_time(pool, "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR").await;
     let late = queue
@@ -1762,7 +1762,7 @@ async fn delays_start_times_and_priorities_are_stored() {
         .id();
     let row = job(&queue, late).await;
     assert_eq!(row.status, JobStatus::Scheduled);
-    assert_eq!(row.run_at, future);
+    assert_eq!(row.run_at, future.and_utc());
 
     let now = queue
         .enqueue_with(

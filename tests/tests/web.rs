@@ -426,7 +426,7 @@ async fn the_job_list_filters_and_pages_newest_first() {
     // LIKE's own characters in a prefix are literal.
     check(JobFilter::default().key_prefix("%"), Vec::new()).await;
     // A time range: all jobs were enqueued within the last minutes, none in the future.
-    let now = queue.now().await.unwrap().and_utc();
+    let now = queue.now().await.unwrap();
     check(
         JobFilter::default().created(Some(now + chrono::Duration::minutes(1)), None),
         Vec::new(),

@@ -49,7 +49,7 @@ async fn seed(queue: &Queue) {
 async fn dashboard_queries_use_indexes_on_a_million_jobs() {
     let queue = fresh_queue("web_cost").await;
     seed(&queue).await;
-    let now = queue.now().await.unwrap().and_utc();
+    let now = queue.now().await.unwrap();
     let filters = [
         JobFilter::default(),
         JobFilter::default().status(JobStatus::Failed),

@@ -1,7 +1,7 @@
 //! What an operator's dashboard reads: a page of jobs, throughput per minute, live workers
 //! and periodic schedules. The statements behind them are in the store (`store/dashboard.rs`).
 
-use chrono::NaiveDateTime;
+use chrono::{DateTime, Utc};
 
 use super::{JobRecord, JobStatus};
 
@@ -47,10 +47,10 @@ pub struct WorkerInfo {
     pub concurrency: u32,
     /// How many it ran at its last heartbeat.
     pub running: u32,
-    /// When it started (UTC, the server's clock).
-    pub started_at: NaiveDateTime,
-    /// Its last heartbeat (UTC, the server's clock).
-    pub last_seen: NaiveDateTime,
+    /// When it started (the server's clock).
+    pub started_at: DateTime<Utc>,
+    /// Its last heartbeat (the server's clock).
+    pub last_seen: DateTime<Utc>,
     /// Seconds since its last heartbeat.
     pub seen_secs_ago: f64,
     /// True when it missed heartbeats for [`WORKER_GONE_AFTER`](crate::WORKER_GONE_AFTER):
@@ -68,10 +68,10 @@ pub struct PeriodicJob {
     /// Its cron expression, as the workers that schedule it last wrote it (`None` until a
     /// worker of this release ran it).
     pub schedule: Option<String>,
-    /// The latest tick dealt with (enqueued or skipped), UTC.
-    pub last_tick: NaiveDateTime,
-    /// The next tick after `last_tick`, UTC, if the schedule is known and parses.
-    pub next_tick: Option<NaiveDateTime>,
+    /// The latest tick dealt with (enqueued or skipped).
+    pub last_tick: DateTime<Utc>,
+    /// The next tick after `last_tick`, if the schedule is known and parses.
+    pub next_tick: Option<DateTime<Utc>>,
     /// The job of the latest tick enqueued, if any.
     pub last_job_id: Option<u64>,
     /// That job's status, if it is still in the table.

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::NaiveDateTime;
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
@@ -276,8 +276,8 @@ impl Store {
                         .collect(),
                     concurrency: r.try_get(5)?,
                     running: r.try_get(6)?,
-                    started_at: r.try_get(7)?,
-                    last_seen: r.try_get(8)?,
+                    started_at: utc(r, 7)?,
+                    last_seen: utc(r, 8)?,
                     seen_secs_ago: ago,
                     gone: ago > gone_after.as_secs_f64(),
                 })
@@ -384,11 +384,11 @@ fn list_statement(query: &JobFilter, before: Option<u64>, limit: u32) -> (String
 
 fn periodic_from_row(r: &MySqlRow) -> Result<PeriodicJob> {
     let schedule = opt_text_lossy(r, 1)?;
-    let last_tick: NaiveDateTime = r.try_get(2)?;
+    let last_tick = utc(r, 2)?;
     let next_tick = schedule.as_deref().and_then(|expr| {
-        let s = crate::cron::Schedule::parse(expr).ok()?;
-        let t = s.next_after(DateTime::<Utc>::from_naive_utc_and_offset(last_tick, Utc))?;
-        Some(t.naive_utc())
+        crate::cron::Schedule::parse(expr)
+            .ok()?
+            .next_after(last_tick)
     });
     let status = opt_text_lossy(r, 4)?;
     Ok(PeriodicJob {
