@@ -48,7 +48,8 @@ impl Paint {
             JobStatus::Running => Paint::Cyan,
             JobStatus::Done => Paint::Green,
             JobStatus::Failed => Paint::Red,
-            JobStatus::Cancelled => Paint::Dim,
+            // Cancelled, and any status of a later release.
+            _ => Paint::Dim,
         }
     }
 }

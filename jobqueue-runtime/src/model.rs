@@ -15,14 +15,21 @@ mod dashboard;
 pub use dashboard::{JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
 
 /// A job's state. See the README's state diagram.
-/// Serialised as the lowercase name stored in the `status` column (`"ready"`).
+/// Serialised as the lowercase name stored in the `status` column (`"ready"`). Ordered as
+/// [`JobStatus::ALL`], the lifecycle: scheduled, ready, blocked, running, done, failed,
+/// cancelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum JobStatus {
     /// Waiting for `run_at`: a delayed job, or a retry waiting out its backoff.
     Scheduled,
     /// May be claimed now.
     Ready,
+    /// Ready, but its concurrency or rate limit key was at its limit when a worker tried to
+    /// claim it: it waits, out of the claim's way, until a slot of its key frees (see the
+    /// README's "Limits").
+    Blocked,
     /// Claimed: `lease_owner` holds it until `lease_until`.
     Running,
     /// Finished successfully.
@@ -31,10 +38,6 @@ pub enum JobStatus {
     Failed,
     /// Cancelled before it ran, or stopped on request while running.
     Cancelled,
-    /// Ready, but its concurrency or rate limit key was at its limit when a worker tried to
-    /// claim it: it waits, out of the claim's way, until a slot of its key frees (see the
-    /// README's "Limits").
-    Blocked,
 }
 
 impl JobStatus {
@@ -51,7 +54,7 @@ impl JobStatus {
         }
     }
 
-    /// Every status, in lifecycle order.
+    /// Every status, in lifecycle order (the order of `Ord`).
     pub const ALL: [JobStatus; 7] = [
         JobStatus::Scheduled,
         JobStatus::Ready,
@@ -768,6 +771,11 @@ impl Retention {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statuses_are_ordered_as_their_lifecycle() {
+        assert!(JobStatus::ALL.windows(2).all(|w| w[0] < w[1]));
+    }
 
     #[test]
     fn statuses_serialise_as_stored_and_parse_back() {
