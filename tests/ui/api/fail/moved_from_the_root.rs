@@ -9,5 +9,7 @@ use jobqueue::RateLimit;
 use jobqueue::MAX_OUTPUT_BYTES;
 use jobqueue::MetricsSnapshot;
 use jobqueue::redact_url;
+// One filter over jobs: the dashboard's former query type is gone.
+use jobqueue::admin::JobQuery;
 
 fn main() {}

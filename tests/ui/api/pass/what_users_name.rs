@@ -11,7 +11,7 @@ use jobqueue::{
 
 // The modules, by role.
 use jobqueue::admin::{
-    redact_url, Attempt, AttemptOutcome, CancelOutcome, JobFilter, JobPage, JobQuery, JobRecord,
+    redact_url, Attempt, AttemptOutcome, CancelOutcome, JobFilter, JobPage, JobRecord,
     JobRef, PeriodicJob, QueueOverview, QueueStats, RunningJob, ServerInfo, ThroughputMinute, WorkerInfo,
     HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER,
 };
