@@ -116,7 +116,7 @@ fn conditions(query: &JobFilter) -> (Vec<&'static str>, Vec<Arg>) {
         // JSON_EXTRACT and JSON_UNQUOTE behave alike on MySQL's JSON type and MariaDB's
         // (LONGTEXT checked by JSON_VALID): the member's text, unquoted for a string.
         // MariaDB has no `->>` operator, hence the functions.
-        if crate::enqueue::valid_meta_key(key) {
+        if crate::model::valid_meta_key(key) {
             conds.push("JSON_UNQUOTE(JSON_EXTRACT(metadata, ?)) = ?");
             args.push(Arg::Text(format!("$.\"{key}\"")));
             args.push(Arg::Text(value.clone()));
