@@ -92,7 +92,7 @@ pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
 }
 
 /// A time column: the server's UTC time, stored without a zone.
-pub(crate) fn utc<'r, I>(r: &'r MySqlRow, column: I) -> sqlx::Result<DateTime<Utc>>
+pub(crate) fn utc<I>(r: &MySqlRow, column: I) -> sqlx::Result<DateTime<Utc>>
 where
     I: sqlx::ColumnIndex<MySqlRow>,
 {
@@ -100,7 +100,7 @@ where
 }
 
 /// A nullable time column (see [`utc`]).
-pub(crate) fn opt_utc<'r, I>(r: &'r MySqlRow, column: I) -> sqlx::Result<Option<DateTime<Utc>>>
+pub(crate) fn opt_utc<I>(r: &MySqlRow, column: I) -> sqlx::Result<Option<DateTime<Utc>>>
 where
     I: sqlx::ColumnIndex<MySqlRow>,
 {
