@@ -26,9 +26,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
-use jobqueue::{
-    job, JobContext, JobError, JobRunInfo, Middleware, Next, Queue, RunOutcome, RunResult, Worker,
-};
+use jobqueue::middleware::{JobRunInfo, Next, RunOutcome, RunResult};
+use jobqueue::{job, JobContext, JobError, Middleware, Queue, Worker};
 use serde::Deserialize;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

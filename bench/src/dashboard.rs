@@ -7,7 +7,8 @@ use anyhow::{bail, ensure, Context as _};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use jobqueue::{JobQuery, JobStatus, Queue};
+use jobqueue::admin::JobFilter;
+use jobqueue::{JobStatus, Queue};
 use jobqueue_web::Dashboard;
 use sqlx::MySqlPool;
 use tower::ServiceExt as _;
@@ -131,7 +132,7 @@ pub(crate) async fn run(
     let queue = Queue::connect(url).await?;
     let router = Dashboard::new(queue.clone()).router();
     let failed = queue
-        .list_page(&JobQuery::default().status(JobStatus::Failed), None, 1)
+        .list(&JobFilter::default().status(JobStatus::Failed), None, 1)
         .await?;
     let id = failed
         .jobs

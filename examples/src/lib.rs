@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use jobqueue::admin::JobRecord;
 use jobqueue::testing::TestDatabase;
-use jobqueue::{JobRecord, JobStatus, Queue};
+use jobqueue::{JobStatus, Queue};
 
 /// Logs to standard error at the level `RUST_LOG` asks for, else at `default_filter` (an
 /// `EnvFilter` directive such as `"warn"` or `"warn,jobqueue_runtime=info"`).

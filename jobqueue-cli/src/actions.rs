@@ -10,7 +10,8 @@ use std::io::{self, BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use jobqueue::{CancelOutcome, JobRecord, JobStatus, Queue};
+use jobqueue::admin::{CancelOutcome, JobRecord};
+use jobqueue::{JobStatus, Queue};
 use serde_json::{json, Map, Value};
 
 use crate::cli::Age;
@@ -435,7 +436,7 @@ async fn known_queue(queue: &Queue, name: &str) -> Result<bool, Failure> {
         ..Scope::default()
     };
     if !queue
-        .list_page(&scope.query(None), None, 1)
+        .list(&scope.query(None), None, 1)
         .await?
         .jobs
         .is_empty()

@@ -1,14 +1,13 @@
 //! `jobqueue list` and `jobqueue show`: jobs as rows, and one job in full.
 
-use chrono::NaiveDateTime;
-use jobqueue::{
-    AttemptOutcome, Error, JobQuery, JobRecord, JobRef, JobStatus, Queue, Uniqueness,
-    MAX_ATTEMPT_HISTORY,
-};
+use chrono::{DateTime, Utc};
+use jobqueue::admin::{AttemptOutcome, JobFilter, JobRecord, JobRef};
+use jobqueue::limits::MAX_ATTEMPT_HISTORY;
+use jobqueue::{Error, JobStatus, Queue, Uniqueness};
 use serde_json::{json, Value};
 
 use crate::failure::Failure;
-use crate::render::{cut, plural, relative, timestamp, utc, Align, Out, Paint, Table};
+use crate::render::{cut, plural, relative, timestamp, Align, Out, Paint, Table};
 
 /// A job as the JSON output spells it: every column, times in RFC 3339 UTC; with `hide`,
 /// the payload is null and `payload_hidden` true.
@@ -22,15 +21,15 @@ pub(crate) fn job_json(job: &JobRecord, hide: bool) -> Value {
         "priority": job.priority,
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,
-        "run_at": utc(job.run_at),
-        "created_at": utc(job.created_at),
-        "updated_at": utc(job.updated_at),
-        "finished_at": job.finished_at.map(utc),
+        "run_at": job.run_at,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
+        "finished_at": job.finished_at,
         "lease_owner": job.lease_owner,
-        "lease_until": job.lease_until.map(utc),
+        "lease_until": job.lease_until,
         "cancel_requested": job.cancel_requested,
         "lease_expiries": job.lease_expiries,
-        "unrunnable_since": job.unrunnable_since.map(utc),
+        "unrunnable_since": job.unrunnable_since,
         "snoozes": job.snoozes,
         "concurrency_key": job.concurrency_key,
         "concurrency_limit": job.concurrency_limit,
@@ -44,7 +43,7 @@ pub(crate) fn job_json(job: &JobRecord, hide: bool) -> Value {
         "key_released": job.key_released,
         "metadata": job.metadata,
         "progress": job.progress,
-        "progress_at": job.progress_at.map(utc),
+        "progress_at": job.progress_at,
     })
 }
 
@@ -68,16 +67,16 @@ pub(crate) async fn list_key(
 /// Prints the jobs matching `query`, newest first, at most `limit`.
 pub(crate) async fn list(
     queue: &Queue,
-    query: &JobQuery,
+    query: &JobFilter,
     limit: u32,
     json: bool,
     hide: bool,
 ) -> Result<(), Failure> {
-    let jobs = queue.list_page(query, None, limit).await?.jobs;
+    let jobs = queue.list(query, None, limit).await?.jobs;
     let total = if (jobs.len() as u64) < u64::from(limit) {
         jobs.len() as u64
     } else {
-        queue.count_matching(query).await?
+        queue.count(query).await?
     };
     print_jobs(
         queue,
@@ -195,8 +194,8 @@ pub(crate) async fn show(
             .map(|a| {
                 json!({
                     "attempt": a.attempt,
-                    "started_at": a.started_at.map(utc),
-                    "ended_at": utc(a.ended_at),
+                    "started_at": a.started_at,
+                    "ended_at": a.ended_at,
                     "worker": a.worker,
                     "outcome": a.outcome.as_str(),
                     "error": a.error,
@@ -209,7 +208,7 @@ pub(crate) async fn show(
     }
     let now = queue.now().await?;
     let p = out.palette;
-    let when = |t: NaiveDateTime| format!("{} ({})", timestamp(t), relative(t, now));
+    let when = |t: DateTime<Utc>| format!("{} ({})", timestamp(t), relative(t, now));
     let mut fields: Vec<(&str, String)> = vec![
         ("queue", job.queue.clone()),
         ("kind", job.kind.clone()),

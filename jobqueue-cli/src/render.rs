@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::io::{self, IsTerminal, Write};
 
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::{DateTime, Utc};
 use jobqueue::JobStatus;
 
 /// A colour or weight for a piece of text.
@@ -48,7 +48,8 @@ impl Paint {
             JobStatus::Running => Paint::Cyan,
             JobStatus::Done => Paint::Green,
             JobStatus::Failed => Paint::Red,
-            JobStatus::Cancelled => Paint::Dim,
+            // Cancelled, and any status of a later release.
+            _ => Paint::Dim,
         }
     }
 }
@@ -254,18 +255,13 @@ pub(crate) fn span(secs: f64) -> String {
     }
 }
 
-/// A database time (UTC) in RFC 3339, for JSON.
-pub(crate) fn utc(t: NaiveDateTime) -> DateTime<Utc> {
-    t.and_utc()
-}
-
 /// A database time for people: `2026-11-30 12:00:01 UTC`.
-pub(crate) fn timestamp(t: NaiveDateTime) -> String {
+pub(crate) fn timestamp(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
 /// How long before or after `now` (the database's clock) `t` is: `5m 02s ago`, `in 30s`.
-pub(crate) fn relative(t: NaiveDateTime, now: NaiveDateTime) -> String {
+pub(crate) fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
     let secs = (now - t).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
     if secs >= 0.0 {
         format!("{} ago", span(secs))

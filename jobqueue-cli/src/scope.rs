@@ -1,7 +1,8 @@
 //! Which jobs a command works on, and the one place where the command line's filters become
 //! the runtime's filter.
 
-use jobqueue::{JobQuery, JobStatus, Queue};
+use jobqueue::admin::JobFilter;
+use jobqueue::{JobStatus, Queue};
 use serde_json::{json, Value};
 
 use crate::render::plural;
@@ -25,8 +26,8 @@ pub(crate) struct Scope {
 impl Scope {
     /// The runtime's filter for this scope, narrowed to `status` if given. Every filter the
     /// command line hands to the runtime is built here.
-    pub(crate) fn query(&self, status: Option<JobStatus>) -> JobQuery {
-        let mut query = JobQuery::default();
+    pub(crate) fn query(&self, status: Option<JobStatus>) -> JobFilter {
+        let mut query = JobFilter::default();
         if let Some(s) = status {
             query = query.status(s);
         }
@@ -47,7 +48,7 @@ impl Scope {
 
     /// The filter for the change itself: one status if the scope has one, else none (the
     /// runtime's bulk action then takes every status it can change).
-    pub(crate) fn change_query(&self) -> JobQuery {
+    pub(crate) fn change_query(&self) -> JobFilter {
         match self.statuses.as_slice() {
             [one] => self.query(Some(*one)),
             _ => self.query(None),
@@ -58,7 +59,7 @@ impl Scope {
     pub(crate) async fn count(&self, queue: &Queue) -> jobqueue::Result<u64> {
         let mut total = 0;
         for status in &self.statuses {
-            total += queue.count_matching(&self.query(Some(*status))).await?;
+            total += queue.count(&self.query(Some(*status))).await?;
         }
         Ok(total)
     }

@@ -2,12 +2,13 @@
 
 use std::time::Duration;
 
-use chrono::NaiveDateTime;
-use jobqueue::{Queue, QueueStats, RunningJob};
+use chrono::{DateTime, Utc};
+use jobqueue::admin::{QueueStats, RunningJob};
+use jobqueue::Queue;
 use serde_json::json;
 
 use crate::failure::Failure;
-use crate::render::{count, span, timestamp, utc, Align, Out, Paint, Table};
+use crate::render::{count, span, timestamp, Align, Out, Paint, Table};
 use crate::target::Target;
 
 /// Running jobs listed in the table.
@@ -18,7 +19,7 @@ const RUNNING_IN_JSON: u32 = 1000;
 /// What `status` shows, read in one go.
 struct Snapshot {
     /// The database's clock when the figures were read.
-    now: NaiveDateTime,
+    now: DateTime<Utc>,
     /// Figures per queue.
     queues: Vec<QueueStats>,
     /// Running jobs, oldest lease first.
@@ -132,7 +133,7 @@ pub(crate) async fn run(
 fn to_json(target: &Target, snap: &Snapshot) -> serde_json::Value {
     json!({
         "database": target.database(),
-        "server_time": utc(snap.now),
+        "server_time": snap.now,
         "queues": snap.queues,
         "running": snap.running,
     })

@@ -45,7 +45,7 @@ impl Target {
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         secrets.retain(|s| !s.is_empty());
         Target {
-            redacted: jobqueue::redact_url(&url),
+            redacted: jobqueue::admin::redact_url(&url),
             url,
             secrets,
             database,

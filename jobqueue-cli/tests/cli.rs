@@ -1435,16 +1435,16 @@ async fn retry_by_kind_and_by_key() {
     assert_eq!(
         some["matched"],
         queue
-            .count_matching(
-                &jobqueue::JobQuery::default()
+            .count(
+                &jobqueue::admin::JobFilter::default()
                     .key_prefix(prefix.clone())
                     .status(JobStatus::Failed)
             )
             .await
             .unwrap()
             + queue
-                .count_matching(
-                    &jobqueue::JobQuery::default()
+                .count(
+                    &jobqueue::admin::JobFilter::default()
                         .key_prefix(prefix.clone())
                         .status(JobStatus::Cancelled)
                 )

@@ -136,7 +136,7 @@ fn generate(
                 None => need,
             }
         });
-        quote!(const DATA: &'static [#root::DataNeed] = &[#(#needs),*];)
+        quote!(const DATA: &'static [#root::__private::DataNeed] = &[#(#needs),*];)
     });
     let mut next_data = data_locals.iter();
     let call_args: Vec<TokenStream> = sig
@@ -208,7 +208,7 @@ fn generate(
             }
         }
 
-        impl #root::JobOutput for #ty {
+        impl #root::__private::JobOutput for #ty {
             type Output = #output_type;
         }
 

@@ -68,7 +68,7 @@ use proc_macro::TokenStream;
 ///   `DeserializeOwned`, stored as JSON with the job when it is done (at most 64 KiB; a
 ///   larger output fails the job) and read back typed with `queue.output::<ExportOrder>(id)`
 ///   or `queue.wait_output::<ExportOrder>(id, timeout)`: the struct implements
-///   `jobqueue::JobOutput` with `type Output = T`.
+///   `jobqueue::context::JobOutput` with `type Output = T`.
 ///
 /// Every mistake in the function or the options is reported in one build, at the offending
 /// token, and the function is still compiled so the rest of the crate keeps working.
@@ -393,7 +393,8 @@ use proc_macro::TokenStream;
 /// hand where the macro does not fit, for instance to implement `run` differently:
 ///
 /// ```
-/// use jobqueue::{IntoJobResult, Job, JobContext, JobError, JobOptions, JobOutput};
+/// use jobqueue::{Job, JobContext, JobError, JobOptions};
+/// use jobqueue::context::{IntoJobResult, JobOutput};
 ///
 /// /// Export one order as a file.
 /// async fn export_order(ctx: JobContext, order_id: u64, format: String) -> Result<(), JobError> {

@@ -1,16 +1,17 @@
 //! The operator API: read jobs and figures, cancel, retry, pause, resume and prune. The
 //! `jobqueue` command-line tool is built on it, and a dashboard can be: every record it
-//! returns is serialisable; the dashboard's pages, figures and bulk actions are here too. The
-//! SQL behind it lives in the store (`store/admin.rs`, `store/dashboard.rs`).
+//! returns is serialisable; the dashboard's figures are here too. Lists, counts and bulk
+//! actions take one filter, [`JobFilter`]. The SQL behind it lives in the store
+//! (`store/admin.rs`, `store/dashboard.rs`).
 
 use std::time::Duration;
 
-use chrono::NaiveDateTime;
+use chrono::{DateTime, Utc};
 
 use crate::error::{Error, JobRef, Result};
 use crate::key::validate_queue;
 use crate::model::{
-    Attempt, CancelOutcome, JobFilter, JobPage, JobQuery, JobRecord, JobStatus, PeriodicJob,
+    Attempt, CancelOutcome, JobFilter, JobPage, JobRecord, JobStatus, PeriodicJob, QueueOverview,
     QueueStats, RunningJob, ThroughputMinute, WorkerInfo,
 };
 use crate::queue::Queue;
@@ -66,12 +67,20 @@ impl Queue {
         }
     }
 
-    /// Jobs matching `filter`, newest first, at most `limit`.
-    pub async fn list(&self, filter: &JobFilter, limit: u32) -> Result<Vec<JobRecord>> {
-        self.store().list(filter, limit).await
+    /// A page of jobs matching `filter`, newest first: those with an id below `before` (all,
+    /// if `None`), at most `limit`; [`JobPage::next_before`] is the `before` of the next
+    /// (older) page. Keyset pagination: each page costs the same however deep it is (no
+    /// OFFSET), and a job enqueued meanwhile does not shift the pages.
+    pub async fn list(
+        &self,
+        filter: &JobFilter,
+        before: Option<u64>,
+        limit: u32,
+    ) -> Result<JobPage> {
+        self.store().list(filter, before, limit).await
     }
 
-    /// How many jobs match `filter`.
+    /// How many jobs match `filter` (what a bulk action would consider).
     pub async fn count(&self, filter: &JobFilter) -> Result<u64> {
         self.store().count(filter).await
     }
@@ -91,9 +100,9 @@ impl Queue {
         self.store().running(queue, limit).await
     }
 
-    /// The database's clock now (UTC).
-    pub async fn now(&self) -> Result<NaiveDateTime> {
-        self.store().now().await
+    /// The database's clock now: the time every job's times are read on.
+    pub async fn now(&self) -> Result<DateTime<Utc>> {
+        Ok(self.store().now().await?.and_utc())
     }
 
     /// Cancels a job: at once if it has not started, by request if it is running.
@@ -121,18 +130,25 @@ impl Queue {
         Ok(matched == 1)
     }
 
-    /// [`Queue::retry`] for every job matching `filter` whose status is `failed` (the
-    /// filter's status is ignored). Returns how many jobs changed.
-    pub async fn retry_failed(&self, filter: &JobFilter) -> Result<u64> {
-        let filter = JobFilter {
-            status: Some(JobStatus::Failed),
-            ..filter.clone()
-        };
-        let total = self.store().retry_matching(&filter).await?;
-        if total > 0 {
+    /// [`Queue::retry`] for every `failed` or `cancelled` job matching `filter` (jobs in
+    /// other statuses are left alone; a filter on `failed` retries only the failed ones).
+    /// Returns how many jobs changed.
+    pub async fn retry_matching(&self, filter: &JobFilter) -> Result<u64> {
+        let n = self.store().retry_matching(filter).await?;
+        if n > 0 {
             self.wake_workers();
         }
-        Ok(total)
+        tracing::info!(rows = n, filter = ?filter, "retried matching jobs");
+        Ok(n)
+    }
+
+    /// Cancels every `scheduled`, `ready` or `blocked` job matching `filter`: they will never
+    /// run. Running jobs are left alone (cancel them one by one with [`Queue::cancel`]).
+    /// Returns how many jobs changed.
+    pub async fn cancel_matching(&self, filter: &JobFilter) -> Result<u64> {
+        let n = self.store().cancel_matching(filter).await?;
+        tracing::info!(rows = n, filter = ?filter, "cancelled matching jobs");
+        Ok(n)
     }
 
     /// Pauses a queue: no worker claims from it until [`Queue::resume`]. Jobs can still be
@@ -182,61 +198,24 @@ impl Queue {
     }
 }
 
-// The dashboard's reads and bulk actions.
+// The dashboard's figures.
 impl Queue {
-    /// A page of jobs matching `query`, newest first: those with an id below `before` (all,
-    /// if `None`), at most `limit`. Keyset pagination: each page costs the same however deep
-    /// it is (no OFFSET), and a job enqueued meanwhile does not shift the pages.
-    pub async fn list_page(
-        &self,
-        query: &JobQuery,
-        before: Option<u64>,
-        limit: u32,
-    ) -> Result<JobPage> {
-        self.store().list_page(query, before, limit).await
-    }
-
-    /// How many jobs match `query` (what a bulk action would consider).
-    pub async fn count_matching(&self, query: &JobQuery) -> Result<u64> {
-        self.store().count_matching(query).await
-    }
-
-    /// [`Queue::retry`] for every `failed` or `cancelled` job matching `query` (jobs in other
-    /// statuses are left alone). Returns how many jobs changed.
-    pub async fn retry_matching(&self, query: &JobQuery) -> Result<u64> {
-        let n = self.store().retry_query(query).await?;
-        if n > 0 {
-            self.wake_workers();
-        }
-        tracing::info!(rows = n, filter = ?query, "retried matching jobs");
-        Ok(n)
-    }
-
-    /// Cancels every `scheduled`, `ready` or `blocked` job matching `query`: they will never run.
-    /// Running jobs are left alone (cancel them one by one with [`Queue::cancel`]). Returns
-    /// how many jobs changed.
-    pub async fn cancel_matching(&self, query: &JobQuery) -> Result<u64> {
-        let n = self.store().cancel_matching(query).await?;
-        tracing::info!(rows = n, filter = ?query, "cancelled matching jobs");
-        Ok(n)
-    }
-
-    /// [`Queue::prune`] for the jobs matching `query`: deletes the jobs with the query's
+    /// [`Queue::prune`] for the jobs matching `filter`: deletes the jobs with the filter's
     /// status (done, failed or cancelled: it must be set to one of them) that finished more
-    /// than `older_than` ago and match the query's other fields (queue, kind, task key
+    /// than `older_than` ago and match the filter's other fields (queue, kind, task key
     /// prefix...). Oldest first, in batches of 500 locked with SKIP LOCKED, so it never
     /// blocks claims. Returns how many rows were deleted.
     ///
     /// The rows are found through the index on (status, finish time): a queue or kind is
     /// tested on each finished job of that status older than `older_than`, read once.
-    pub async fn prune_matching(&self, query: &JobQuery, older_than: Duration) -> Result<u64> {
-        check_prunable_query(query)?;
+    pub async fn prune_matching(&self, filter: &JobFilter, older_than: Duration) -> Result<u64> {
+        check_prunable_query(filter)?;
         let store = self.store();
         let mut total = 0;
         let mut from = None;
         loop {
             let (n, last) = store
-                .prune_matching_batch(query, micros(older_than), from, 500)
+                .prune_matching_batch(filter, micros(older_than), from, 500)
                 .await?;
             total += n;
             // A batch deletes every row it locked; one that deleted none found none left.
@@ -245,23 +224,23 @@ impl Queue {
             }
             from = last;
         }
-        tracing::info!(rows = total, filter = ?query, "pruned matching jobs");
+        tracing::info!(rows = total, filter = ?filter, "pruned matching jobs");
         Ok(total)
     }
 
     /// How many jobs [`Queue::prune_matching`] would delete now.
-    pub async fn prunable_matching(&self, query: &JobQuery, older_than: Duration) -> Result<u64> {
-        check_prunable_query(query)?;
+    pub async fn prunable_matching(&self, filter: &JobFilter, older_than: Duration) -> Result<u64> {
+        check_prunable_query(filter)?;
         self.store()
-            .prunable_matching(query, micros(older_than))
+            .prunable_matching(filter, micros(older_than))
             .await
     }
 
     /// Every queue's counts by status, whether it is paused, the age of its oldest ready job
-    /// and its expired leases, read with one statement. Fields of [`QueueStats`] this does
-    /// not fill (`failed_last_hour`, `done_last_minute`, `unrunnable`) are zero: take them
-    /// from [`Queue::throughput`] or [`Queue::stats`].
-    pub async fn queue_overview(&self) -> Result<Vec<QueueStats>> {
+    /// and its expired leases, read with one statement, by queue name. [`Queue::stats`] has
+    /// more figures per queue (failures in the last hour, unrunnable jobs...), at the cost
+    /// of a statement per queue; [`Queue::throughput`] has the finished jobs per minute.
+    pub async fn queue_overview(&self) -> Result<Vec<QueueOverview>> {
         self.store().queue_overview().await
     }
 
@@ -294,8 +273,8 @@ fn check_prunable(status: JobStatus) -> Result<()> {
     }
 }
 
-fn check_prunable_query(query: &JobQuery) -> Result<()> {
-    match query.status {
+fn check_prunable_query(filter: &JobFilter) -> Result<()> {
+    match filter.status {
         Some(status) => check_prunable(status),
         None => Err(Error::InvalidSetting {
             setting: "status",

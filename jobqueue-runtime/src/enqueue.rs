@@ -8,7 +8,7 @@ use sqlx::mysql::MySqlConnection;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::key::{validate_key, validate_queue};
-use crate::model::{Enqueued, JobLimits, JobStatus, NewJob, Uniqueness};
+use crate::model::{valid_meta_key, Enqueued, JobLimits, JobStatus, NewJob, Uniqueness};
 use crate::queue::Queue;
 use crate::store;
 
@@ -142,14 +142,6 @@ impl EnqueueOptions {
         self.rate_key = Some(key.into());
         self
     }
-}
-
-/// Whether `key` may name a metadata entry: 1 to 64 ASCII letters, digits, `_`, `-`, `.`.
-pub(crate) fn valid_meta_key(key: &str) -> bool {
-    (1..=64).contains(&key.len())
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 /// The metadata as JSON text, checked.

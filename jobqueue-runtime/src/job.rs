@@ -493,8 +493,12 @@ impl JobContext {
     /// controls.
     ///
     /// ```
-    /// # extern crate jobqueue_runtime as jobqueue;
-    /// use jobqueue::{CancelReason, JobContext};
+    /// # mod jobqueue {
+    /// #     pub use jobqueue_runtime::JobContext;
+    /// #     pub mod context { pub use jobqueue_runtime::CancelReason; }
+    /// # }
+    /// use jobqueue::JobContext;
+    /// use jobqueue::context::CancelReason;
     ///
     /// let builder = JobContext::builder(7, "export:7").attempt(3).max_attempts(5);
     /// let canceller = builder.canceller();

@@ -34,10 +34,11 @@ pub use job::{
 pub use metrics::MetricsSnapshot;
 pub use model::Uniqueness;
 pub use model::{
-    Attempt, AttemptOutcome, CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus, QueueStats,
-    Retention, RunningJob, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY, MAX_OUTPUT_BYTES,
+    Attempt, AttemptOutcome, CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus,
+    QueueOverview, QueueStats, Retention, RunningJob, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY,
+    MAX_OUTPUT_BYTES,
 };
-pub use model::{JobPage, JobQuery, PeriodicJob, ThroughputMinute, WorkerInfo};
+pub use model::{JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use progress::MAX_PROGRESS_BYTES;
 pub use queue::{pool_options, redact_url, Queue, QueueConfig};
 pub use retry::Backoff;
@@ -94,7 +95,8 @@ pub mod __store {
 /// What `#[job]` expands to uses these paths. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::job::{FromJobContext, IntoJobResult, OutputSlot};
+    pub use crate::data::DataNeed;
+    pub use crate::job::{FromJobContext, IntoJobResult, JobOutput, OutputSlot};
     pub use crate::key::{derived_task_key, fit_key};
     pub use crate::registry::{JobDescriptor, RunFuture};
     pub use ::inventory;

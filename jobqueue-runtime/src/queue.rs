@@ -485,16 +485,16 @@ const SQLX_DEFAULT_STATEMENT_CACHE: usize = 100;
 /// the password is hidden: the result can show less than it could, but never a password.
 ///
 /// ```
-/// # extern crate jobqueue_runtime as jobqueue;
+/// # mod jobqueue { pub mod admin { pub use jobqueue_runtime::redact_url; } }
 /// assert_eq!(
-///     jobqueue::redact_url("mysql://app:s3cr3t@db:3306/jobs"),
+///     jobqueue::admin::redact_url("mysql://app:s3cr3t@db:3306/jobs"),
 ///     "mysql://app:***@db:3306/jobs"
 /// );
 /// assert_eq!(
-///     jobqueue::redact_url("mysql://app:pa/ss@w?rd@db/jobs"),
+///     jobqueue::admin::redact_url("mysql://app:pa/ss@w?rd@db/jobs"),
 ///     "mysql://app:***@db/jobs"
 /// );
-/// assert_eq!(jobqueue::redact_url("mysql://root@db/jobs"), "mysql://root@db/jobs");
+/// assert_eq!(jobqueue::admin::redact_url("mysql://root@db/jobs"), "mysql://root@db/jobs");
 /// ```
 pub fn redact_url(url: &str) -> String {
     // The user information starts after the scheme, or at the start of a string that lacks

@@ -97,7 +97,7 @@ pub(crate) fn age(secs: f64) -> String {
 }
 
 /// A database time (UTC) for a table cell.
-pub(crate) fn time(t: &chrono::NaiveDateTime) -> String {
+pub(crate) fn time(t: &chrono::DateTime<chrono::Utc>) -> String {
     format!("<time>{}</time>", t.format("%Y-%m-%d %H:%M:%S"))
 }
 

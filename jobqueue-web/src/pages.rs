@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use axum::extract::{Form, OriginalUri, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use chrono::NaiveDateTime;
-use jobqueue::{CancelOutcome, JobQuery, JobStatus, QueueStats, ThroughputMinute};
+use chrono::{DateTime, NaiveDateTime, Utc};
+use jobqueue::admin::{CancelOutcome, JobFilter, QueueOverview, ThroughputMinute};
+use jobqueue::JobStatus;
 use serde::Deserialize;
 
 use crate::html::{action, age, badge, esc, page, time, url};
@@ -149,13 +150,15 @@ pub(crate) const OVERVIEW_MAX_AGE: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(crate) struct OverviewFigures {
     read_at: Instant,
-    stats: Vec<QueueStats>,
+    stats: Vec<QueueOverview>,
     minutes: Vec<ThroughputMinute>,
 }
 
 /// The overview's figures: fresh ones, or those another viewer read less than
 /// [`OVERVIEW_MAX_AGE`] ago. Viewers that come while they are read wait for that read.
-async fn overview_figures(s: &Shared) -> Result<(Vec<QueueStats>, Vec<ThroughputMinute>), Failure> {
+async fn overview_figures(
+    s: &Shared,
+) -> Result<(Vec<QueueOverview>, Vec<ThroughputMinute>), Failure> {
     let mut cached = s.overview.lock().await;
     if let Some(f) = cached
         .as_ref()
@@ -173,7 +176,7 @@ async fn overview_figures(s: &Shared) -> Result<(Vec<QueueStats>, Vec<Throughput
     Ok((stats, minutes))
 }
 
-fn queue_row(s: &Shared, base: &str, q: &QueueStats, (done_h, failed_h): (u64, u64)) -> String {
+fn queue_row(s: &Shared, base: &str, q: &QueueOverview, (done_h, failed_h): (u64, u64)) -> String {
     let name = url(&q.queue);
     let link = |status: &str, n: u64| {
         if n == 0 {
@@ -308,8 +311,8 @@ pub(crate) struct Filter {
 }
 
 impl Filter {
-    fn query(&self) -> Result<JobQuery, Failure> {
-        let mut q = JobQuery::default();
+    fn query(&self) -> Result<JobFilter, Failure> {
+        let mut q = JobFilter::default();
         if !self.queue.is_empty() {
             q = q.queue(self.queue.clone());
         }
@@ -374,7 +377,7 @@ impl Filter {
     }
 }
 
-fn parse_time(s: &str) -> Result<Option<NaiveDateTime>, Failure> {
+fn parse_time(s: &str) -> Result<Option<DateTime<Utc>>, Failure> {
     if s.is_empty() {
         return Ok(None);
     }
@@ -385,7 +388,7 @@ fn parse_time(s: &str) -> Result<Option<NaiveDateTime>, Failure> {
         "%Y-%m-%d %H:%M",
     ] {
         if let Ok(t) = NaiveDateTime::parse_from_str(s, f) {
-            return Ok(Some(t));
+            return Ok(Some(t.and_utc()));
         }
     }
     Err(Failure(
@@ -402,7 +405,7 @@ pub(crate) async fn jobs(
 ) -> Page {
     let base = base(&orig, &uri);
     let query = f.query()?;
-    let page_ = s.queue.list_page(&query, f.before, PAGE_SIZE).await?;
+    let page_ = s.queue.list(&query, f.before, PAGE_SIZE).await?;
     let b = esc(&base);
     let mut rows = String::new();
     for j in &page_.jobs {
@@ -509,7 +512,7 @@ pub(crate) async fn job(
         ));
     };
     let now = s.queue.now().await?;
-    let opt_time = |t: &Option<NaiveDateTime>| t.as_ref().map(time).unwrap_or_else(|| "–".into());
+    let opt_time = |t: &Option<DateTime<Utc>>| t.as_ref().map(time).unwrap_or_else(|| "–".into());
     let lease = match (&j.lease_owner, &j.lease_until) {
         (Some(owner), Some(until)) => {
             let left = (*until - now).num_milliseconds() as f64 / 1000.0;
@@ -642,7 +645,7 @@ pub(crate) async fn job(
     };
     let history = format!(
         "<section class=\"card\"><h2>Attempts <small>the last {}, newest first</small></h2>{history}</section>",
-        jobqueue::MAX_ATTEMPT_HISTORY
+        jobqueue::limits::MAX_ATTEMPT_HISTORY
     );
     let output = match s.queue.output_json(id).await? {
         Some(_) if s.hide_payloads => {
@@ -702,7 +705,7 @@ pub(crate) async fn workers(State(s): St, orig: OriginalUri, uri: Uri) -> Page {
     let base = base(&orig, &uri);
     let workers = s.queue.workers().await?;
     let running = s.queue.running(None, 500).await?;
-    let mut by_owner: BTreeMap<&str, Vec<&jobqueue::RunningJob>> = BTreeMap::new();
+    let mut by_owner: BTreeMap<&str, Vec<&jobqueue::admin::RunningJob>> = BTreeMap::new();
     for r in &running {
         by_owner.entry(r.lease_owner.as_str()).or_default().push(r);
     }
@@ -757,8 +760,8 @@ pub(crate) async fn workers(State(s): St, orig: OriginalUri, uri: Uri) -> Page {
         "<section class=\"card\"><table><thead><tr><th>State</th><th>Owner</th><th>Host</th><th class=\"n\">Pid</th>\
          <th>Version</th><th>Queues</th><th class=\"n\">Running</th><th>Last heartbeat</th><th>Started (UTC)</th><th>Jobs and leases</th></tr></thead>\
          <tbody>{rows}</tbody></table><p class=\"muted\">Workers write a heartbeat every {}s; one silent for {}s is shown as gone.</p></section>",
-        jobqueue::HEARTBEAT_INTERVAL.as_secs(),
-        jobqueue::WORKER_GONE_AFTER.as_secs()
+        jobqueue::admin::HEARTBEAT_INTERVAL.as_secs(),
+        jobqueue::admin::WORKER_GONE_AFTER.as_secs()
     );
     Ok(Html(page(&base, "Workers", "Workers", None, &body)).into_response())
 }
@@ -1024,7 +1027,7 @@ pub(crate) async fn bulk_confirm(
         if query.status.is_none() || query.status == Some(st) {
             let mut q = query.clone();
             q.status = Some(st);
-            n += s.queue.count_matching(&q).await?;
+            n += s.queue.count(&q).await?;
         }
     }
     let mut fields = f.hidden_fields();

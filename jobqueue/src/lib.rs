@@ -48,9 +48,9 @@
 //! default), while it waits or runs, or for a period after its enqueue. Once it stops
 //! blocking, the next enqueue of the key makes a new job and the old one stays as history
 //! ([`Queue::jobs_by_key`]). A job may carry a small JSON object of metadata
-//! ([`EnqueueOptions::meta`], filtered with [`JobFilter::meta`]) and, while it runs, report
-//! its progress ([`JobContext::set_progress`]), which operators read in its
-//! [`JobRecord`].
+//! ([`EnqueueOptions::meta`], filtered with [`JobFilter::meta`](admin::JobFilter::meta)) and,
+//! while it runs, report its progress ([`JobContext::set_progress`]), which operators read in
+//! its [`JobRecord`](admin::JobRecord).
 //!
 //! # Running jobs
 //!
@@ -102,53 +102,84 @@ pub mod guide;
 
 // The public API, item by item: nothing of the runtime becomes API by being `pub` there.
 // `tests/ui/api` checks both directions (what users name resolves; the insides do not).
+// The root holds what most programs name; the modules below hold the rest, by role.
 
 // Defining jobs.
 #[doc(inline)]
-pub use jobqueue_runtime::{
-    Backoff, BoxError, CancelReason, Data, DataNeed, FromJobContext, IntoJobResult, Job,
-    JobCanceller, JobContext, JobContextBuilder, JobError, JobOptions, JobOutput, RateLimit,
-    MAX_OUTPUT_BYTES,
-};
+pub use jobqueue_runtime::{Backoff, Data, Job, JobContext, JobError, JobOptions};
 // Enqueueing.
 #[doc(inline)]
-pub use jobqueue_runtime::pool_options;
-#[doc(inline)]
-pub use jobqueue_runtime::{redact_url, EnqueueOptions, Enqueued, Queue, QueueConfig, ServerInfo};
-// How long a task key blocks another enqueue; how much metadata a job carries.
-#[doc(inline)]
-pub use jobqueue_runtime::{Uniqueness, MAX_METADATA_BYTES, MAX_PROGRESS_BYTES};
+pub use jobqueue_runtime::{pool_options, EnqueueOptions, Enqueued, Queue, QueueConfig, Uniqueness};
 // Running jobs.
 #[doc(inline)]
-pub use jobqueue_runtime::{shutdown_signal, Retention, Worker, WorkerBuilder, WorkerHandle};
-// Looking at and acting on jobs.
-#[doc(inline)]
-pub use jobqueue_runtime::{Attempt, AttemptOutcome, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY};
-#[doc(inline)]
 pub use jobqueue_runtime::{
-    CancelOutcome, JobFilter, JobPage, JobQuery, JobRecord, JobStatus, MetricsSnapshot,
-    PeriodicJob, QueueStats, RunningJob, ThroughputMinute, WorkerInfo,
+    shutdown_signal, Middleware, Retention, Worker, WorkerBuilder, WorkerHandle,
 };
-// Live workers: how often each writes its heartbeat, and when it counts as gone.
+// A job's state; errors.
 #[doc(inline)]
-pub use jobqueue_runtime::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
-// Errors.
-pub use jobqueue_runtime::DbErrorKind;
-#[doc(inline)]
-pub use jobqueue_runtime::{Error, JobRef, Result};
+pub use jobqueue_runtime::{DbErrorKind, Error, JobStatus, Result};
 
-// ---- Middleware: code wrapping every run of a job on a worker ----------------------------
-// (`WorkerBuilder::middleware`). `Middleware` belongs at the root; its companions may as well
-// live beside it or in `jobqueue::context`.
-#[doc(inline)]
-pub use jobqueue_runtime::{JobRunInfo, Middleware, Next, RunOutcome, RunResult};
+/// What job code uses beyond the root: its cancellation, the arguments a job function may
+/// take besides its own ([`FromJobContext`](context::FromJobContext),
+/// [`DataNeed`](context::DataNeed)), what it may return
+/// ([`IntoJobResult`](context::IntoJobResult), [`JobOutput`](context::JobOutput)), and a
+/// context built by hand for a test ([`JobContextBuilder`](context::JobContextBuilder)).
+pub mod context {
+    #[doc(inline)]
+    pub use jobqueue_runtime::{
+        BoxError, CancelReason, DataNeed, FromJobContext, IntoJobResult, JobCanceller,
+        JobContextBuilder, JobOutput,
+    };
+}
 
-/// The middleware guide's Rust blocks, compiled as documentation tests (the guide belongs with
-/// the others in `jobqueue::guide`).
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/guide/middleware.md")]
-mod middleware_guide {}
-// ---- end of middleware --------------------------------------------------------------------
+/// Bounds on what jobs may do and carry: the [`RateLimit`](limits::RateLimit) of a kind,
+/// and every size limit of a job's row.
+pub mod limits {
+    #[doc(inline)]
+    pub use jobqueue_runtime::{
+        RateLimit, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY, MAX_METADATA_BYTES,
+        MAX_OUTPUT_BYTES, MAX_PROGRESS_BYTES,
+    };
+}
+
+/// What operators read and act on, through [`Queue`]'s operator methods (`job`, `list`,
+/// `count`, `cancel_matching`, `retry_matching`, `stats`, `workers`...): jobs and their
+/// attempts, the one filter over jobs, queue figures, live workers and periodic schedules.
+pub mod admin {
+    // Jobs and their history.
+    #[doc(inline)]
+    pub use jobqueue_runtime::{
+        Attempt, AttemptOutcome, CancelOutcome, JobFilter, JobPage, JobRecord, JobRef,
+    };
+    // Queues, workers and schedules.
+    #[doc(inline)]
+    pub use jobqueue_runtime::{
+        PeriodicJob, QueueOverview, QueueStats, RunningJob, ThroughputMinute, WorkerInfo,
+    };
+    // Live workers: how often each writes its heartbeat, and when it counts as gone.
+    #[doc(inline)]
+    pub use jobqueue_runtime::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
+    // The server the queue talks to, and its URL fit for a log.
+    #[doc(inline)]
+    pub use jobqueue_runtime::{redact_url, ServerInfo};
+}
+
+/// The figures a worker sends to the `metrics` facade, read in-process.
+pub mod metrics {
+    #[doc(inline)]
+    pub use jobqueue_runtime::MetricsSnapshot;
+}
+
+/// Code wrapping every run of a job on a worker, registered with
+/// [`WorkerBuilder::middleware`]: the [`Middleware`] trait at the root, and here what a
+/// middleware is given ([`JobRunInfo`](middleware::JobRunInfo), [`Next`](middleware::Next))
+/// and what it sees of the run ([`RunResult`](middleware::RunResult),
+/// [`RunOutcome`](middleware::RunOutcome)). The [middleware guide](guide::middleware) shows
+/// one in use.
+pub mod middleware {
+    #[doc(inline)]
+    pub use jobqueue_runtime::{JobRunInfo, Next, RunOutcome, RunResult};
+}
 
 /// The job kinds this binary registered (with `#[job]` or [`register!`]): find a kind by
 /// name, list them, or check them all as a worker does at start-up.

@@ -17,10 +17,9 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use jobqueue::admin::JobRecord;
 use jobqueue::testing::{TestDatabase, TestServer};
-use jobqueue::{
-    JobContext, JobError, JobRecord, JobStatus, Queue, Worker, WorkerBuilder, WorkerHandle,
-};
+use jobqueue::{JobContext, JobError, JobStatus, Queue, Worker, WorkerBuilder, WorkerHandle};
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions, MySqlRow};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;

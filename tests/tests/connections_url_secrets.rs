@@ -42,17 +42,17 @@ fn redact_url_never_shows_a_password() {
             "mysql://app:{}@db/jobs?ssl-ca=/etc/a@b",
         ] {
             let url = shape.replace("{}", &password);
-            let shown = jobqueue::redact_url(&url);
+            let shown = jobqueue::admin::redact_url(&url);
             assert_no_secret(&shown, &format!("redact_url({url:?})"));
         }
     }
     // What is not a secret stays readable.
     assert_eq!(
-        jobqueue::redact_url("mysql://app:pa/ss@db:3306/jobs"),
+        jobqueue::admin::redact_url("mysql://app:pa/ss@db:3306/jobs"),
         "mysql://app:***@db:3306/jobs"
     );
     assert_eq!(
-        jobqueue::redact_url("mysql://root@db/jobs"),
+        jobqueue::admin::redact_url("mysql://root@db/jobs"),
         "mysql://root@db/jobs"
     );
 }

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use jobqueue::{
-    job, AttemptOutcome, EnqueueOptions, Error, JobError, JobStatus, Queue, MAX_ATTEMPT_HISTORY,
-};
+use jobqueue::admin::AttemptOutcome;
+use jobqueue::limits::MAX_ATTEMPT_HISTORY;
+use jobqueue::{job, EnqueueOptions, Error, JobError, JobStatus, Queue};
 use jobqueue_runtime::__store::Finish;
 use serde::{Deserialize, Serialize};
 use tests::{fresh_database, fresh_queue, migrated_queue, quick_worker, row, start, stop};

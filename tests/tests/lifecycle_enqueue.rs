@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use jobqueue::admin::JobFilter;
 use jobqueue::testing::{enqueued, refute_enqueued};
 use jobqueue::{
-    job, DbErrorKind, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobFilter,
-    JobOptions,
+    job, DbErrorKind, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobOptions,
     JobStatus, Queue, Uniqueness,
 };
 use serde::{Deserialize, Serialize};
@@ -623,9 +623,10 @@ async fn metadata_is_stored_returned_and_filtered_on() {
         let queue = queue.clone();
         async move {
             queue
-                .list(&f, 100)
+                .list(&f, None, 100)
                 .await
                 .unwrap()
+                .jobs
                 .iter()
                 .map(|j| j.id)
                 .collect::<Vec<_>>()

@@ -353,11 +353,13 @@ async fn a_full_key_does_not_hold_up_the_jobs_behind_it() {
     // A blocked job lists as such.
     let blocked = queue
         .list(
-            &jobqueue::JobFilter::default().status(JobStatus::Blocked),
+            &jobqueue::admin::JobFilter::default().status(JobStatus::Blocked),
+            None,
             100,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .jobs;
     assert_eq!(blocked.len(), 49);
 }
 
@@ -422,7 +424,7 @@ async fn an_enqueue_overrides_the_key_and_a_cancelled_blocked_job_is_forgotten()
     assert_eq!(row(&queue, b).await.status, JobStatus::Blocked);
     assert_eq!(
         queue.cancel(b).await.unwrap(),
-        jobqueue::CancelOutcome::Cancelled
+        jobqueue::admin::CancelOutcome::Cancelled
     );
     assert!(store
         .complete("worker-a", &[(a, 1)])
@@ -473,13 +475,13 @@ async fn cancelled_blocked_jobs_do_not_keep_a_freed_slot_from_the_next() {
     for id in &ids[1..4] {
         assert_eq!(
             queue.cancel(*id).await.unwrap(),
-            jobqueue::CancelOutcome::Cancelled
+            jobqueue::admin::CancelOutcome::Cancelled
         );
     }
     assert_eq!(waiting().await, 8);
     // In bulk, and by an operator's SQL: the next wake deletes the rows they left on its way
     // to the first job still blocked.
-    let bulk = jobqueue::JobQuery::default().key_prefix("bulk-");
+    let bulk = jobqueue::admin::JobFilter::default().key_prefix("bulk-");
     assert_eq!(queue.cancel_matching(&bulk).await.unwrap(), 4);
     sqlx::query("UPDATE job_queue SET status = 'cancelled', finished_at = UTC_TIMESTAMP(6) WHERE id IN (?, ?)")
         .bind(ids[8])
@@ -1214,7 +1216,7 @@ async fn a_finished_job_wakes_the_next_one_behind_thousands_of_cancelled_ones() 
         .await
         .unwrap();
     claim_until_none_ready(&queue, &store).await;
-    let blocked = jobqueue::JobQuery::default().status(JobStatus::Blocked);
+    let blocked = jobqueue::admin::JobFilter::default().status(JobStatus::Blocked);
     assert_eq!(queue.cancel_matching(&blocked).await.unwrap(), 1000);
     queue
         .enqueue_many((1001..=2500).map(|n| LimitsExport { account: 1, n }))
@@ -1354,7 +1356,7 @@ async fn an_operator_cancel_of_a_blocked_job_does_not_deadlock_with_a_wake() {
         .await
         .expect("the cancel ends")
         .unwrap();
-    assert_eq!(outcome.unwrap(), jobqueue::CancelOutcome::Cancelled);
+    assert_eq!(outcome.unwrap(), jobqueue::admin::CancelOutcome::Cancelled);
     assert_eq!(row(&queue, blocked).await.status, JobStatus::Cancelled);
     let _ = holder;
 }

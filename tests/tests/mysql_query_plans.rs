@@ -20,7 +20,8 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use axum::http::StatusCode;
-use jobqueue::{EnqueueOptions, Job, JobContext, JobError, JobOptions, JobQuery, JobStatus, Queue};
+use jobqueue::admin::JobFilter;
+use jobqueue::{EnqueueOptions, Job, JobContext, JobError, JobOptions, JobStatus, Queue};
 use jobqueue_runtime::__store::statements::dashboard_statements;
 use jobqueue_web::Dashboard;
 use serde::{Deserialize, Serialize};
@@ -600,15 +601,15 @@ async fn dashboard_queries_use_indexes_on_a_million_jobs() {
     seed(&queue).await;
     let now = queue.now().await.unwrap();
     let filters = [
-        JobQuery::default(),
-        JobQuery::default().status(JobStatus::Failed),
-        JobQuery::default().status(JobStatus::Ready),
-        JobQuery::default().queue("q3"),
-        JobQuery::default().kind("kind_7"),
-        JobQuery::default().queue("q3").status(JobStatus::Failed),
-        JobQuery::default().kind("kind_7").status(JobStatus::Done),
-        JobQuery::default().key_prefix("done:12345"),
-        JobQuery::default()
+        JobFilter::default(),
+        JobFilter::default().status(JobStatus::Failed),
+        JobFilter::default().status(JobStatus::Ready),
+        JobFilter::default().queue("q3"),
+        JobFilter::default().kind("kind_7"),
+        JobFilter::default().queue("q3").status(JobStatus::Failed),
+        JobFilter::default().kind("kind_7").status(JobStatus::Done),
+        JobFilter::default().key_prefix("done:12345"),
+        JobFilter::default()
             .status(JobStatus::Failed)
             .created(Some(now - chrono::Duration::minutes(30)), Some(now)),
     ];
@@ -650,7 +651,7 @@ async fn dashboard_queries_use_indexes_on_a_million_jobs() {
     // Page times through the router, each page loaded once warm (the server's caches).
     let router = Dashboard::new(queue.clone()).router();
     let id = queue
-        .list_page(&JobQuery::default().status(JobStatus::Failed), None, 1)
+        .list(&JobFilter::default().status(JobStatus::Failed), None, 1)
         .await
         .unwrap()
         .jobs[0]

@@ -22,7 +22,7 @@ const PATIENCE: Duration = Duration::from_secs(40);
 /// either side. A test that asserts which ticks of a monthly or yearly kind exist cannot
 /// tell the ticks it means from one that falls during its own run; it does not run then.
 async fn a_tick_is_near(queue: &Queue, expr: &str) -> bool {
-    let now = queue.now().await.expect("the database's now").and_utc();
+    let now = queue.now().await.expect("the database's now");
     let margin = chrono::TimeDelta::minutes(10);
     let schedule = jobqueue::cron::Schedule::parse(expr).expect("a schedule");
     let near = schedule
@@ -383,16 +383,16 @@ async fn a_paused_queue_runs_at_most_one_missed_tick_when_resumed() {
     }
 
     queue.pause("hc_paused").await.unwrap();
-    let paused_at = queue.now().await.unwrap();
+    let paused_at = queue.now().await.unwrap().naive_utc();
     // Eight ticks of each kind fall due while the queue is paused: longer than the
     // catch-up window (5 s), so they count as missed.
     wait_for("eight seconds of pause", PATIENCE, || async {
-        let now = queue.now().await.unwrap();
+        let now = queue.now().await.unwrap().naive_utc();
         ((now - paused_at).num_milliseconds() >= 8_000).then_some(())
     })
     .await;
     queue.resume("hc_paused").await.unwrap();
-    let resumed_at = queue.now().await.unwrap();
+    let resumed_at = queue.now().await.unwrap().naive_utc();
     // The schedule goes on after the resume: a tick after it runs, for each kind.
     wait_for("a tick after the resume", PATIENCE, || async {
         for kind in kinds {

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use jobqueue::{JobQuery, JobStatus, Queue};
+use jobqueue::admin::JobFilter;
+use jobqueue::{JobStatus, Queue};
 use jobqueue_runtime::__store::statements::{prune_matching_count, prune_matching_select};
 use tests::fresh_queue;
 
@@ -36,7 +37,7 @@ async fn prune_matching_deletes_only_the_matching_old_jobs() {
     let week = Duration::from_secs(7 * 86_400);
     let total = count(&queue, "SELECT COUNT(*) FROM job_queue").await;
 
-    let in_a = JobQuery::default().status(JobStatus::Done).queue("a");
+    let in_a = JobFilter::default().status(JobStatus::Done).queue("a");
     let expected = count(
         &queue,
         "SELECT COUNT(*) FROM job_queue WHERE status = 'done' AND queue = 'a' \
@@ -66,7 +67,7 @@ async fn prune_matching_deletes_only_the_matching_old_jobs() {
     );
 
     // A kind, and a status other than done.
-    let failed_y = JobQuery::default().status(JobStatus::Failed).kind("y");
+    let failed_y = JobFilter::default().status(JobStatus::Failed).kind("y");
     let expected = count(
         &queue,
         "SELECT COUNT(*) FROM job_queue WHERE status = 'failed' AND kind = 'y' \
@@ -89,12 +90,12 @@ async fn prune_matching_deletes_only_the_matching_old_jobs() {
 
     // A status is required, and must be a finished one.
     let err = queue
-        .prune_matching(&JobQuery::default().queue("a"), week)
+        .prune_matching(&JobFilter::default().queue("a"), week)
         .await
         .unwrap_err();
     assert!(err.to_string().contains("needs a status"), "{err}");
     let err = queue
-        .prunable_matching(&JobQuery::default().status(JobStatus::Ready), week)
+        .prunable_matching(&JobFilter::default().status(JobStatus::Ready), week)
         .await
         .unwrap_err();
     assert!(
@@ -109,7 +110,7 @@ async fn prune_matching_statements_use_the_status_time_index() {
     seed(&queue).await;
     // A batch after the first starts at the finish time the previous one ended at.
     let from = chrono::Utc::now().naive_utc() - chrono::Duration::days(30);
-    let query = JobQuery::default()
+    let query = JobFilter::default()
         .status(JobStatus::Done)
         .queue("a")
         .kind("x");

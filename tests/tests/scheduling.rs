@@ -13,10 +13,9 @@
 
 use std::time::Duration;
 
-use jobqueue::{
-    job, CancelOutcome, CancelReason, Data, EnqueueOptions, Job, JobContext, JobError, JobStatus,
-    Worker,
-};
+use jobqueue::admin::CancelOutcome;
+use jobqueue::context::CancelReason;
+use jobqueue::{job, Data, EnqueueOptions, Job, JobContext, JobError, JobStatus, Worker};
 use sqlx::mysql::MySqlPool;
 use tests::{
     count_status, effects_of, fresh_queue_with_effects, quick_worker, receive, record_effect_in,
@@ -44,8 +43,8 @@ async fn start_lag_us(pool: &MySqlPool, id: u64) -> i64 {
 
 /// Microseconds from `a` to `b`.
 fn micros_between(
-    a: sqlx::types::chrono::NaiveDateTime,
-    b: sqlx::types::chrono::NaiveDateTime,
+    a: sqlx::types::chrono::DateTime<sqlx::types::chrono::Utc>,
+    b: sqlx::types::chrono::DateTime<sqlx::types::chrono::Utc>,
 ) -> i64 {
     (b - a).num_microseconds().expect("a small interval")
 }
@@ -126,7 +125,7 @@ async fn a_delayed_job_starts_at_its_time_within_one_maintenance_interval() {
     );
     let r = row(&queue, by_time).await;
     assert_eq!(r.status, JobStatus::Scheduled);
-    assert_eq!(r.run_at, at.naive_utc(), "run_at is stored as given (UTC)");
+    assert_eq!(r.run_at, at, "run_at is stored as given (UTC)");
 
     for id in [by_delay, by_time] {
         wait_status(&queue, id, JobStatus::Done, Duration::from_secs(15)).await;

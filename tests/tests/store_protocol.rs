@@ -11,9 +11,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use jobqueue::admin::CancelOutcome;
 use jobqueue::testing::TestServer;
 use jobqueue::{
-    job, CancelOutcome, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobOptions,
+    job, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobOptions,
     JobStatus, Queue, QueueConfig,
 };
 use jobqueue_runtime::__store::{Finish, Reclaimed};
@@ -1218,7 +1219,7 @@ async fn delays_start_times_and_priorities_are_stored() {
         JobStatus::Ready,
         "a start time in the past is ready now"
     );
-    assert_eq!(row.run_at, past);
+    assert_eq!(row.run_at, past.and_utc());
 
     let future = db_time(pool, "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR").await;
     let late = queue
@@ -1231,7 +1232,7 @@ async fn delays_start_times_and_priorities_are_stored() {
         .id();
     let row = job(&queue, late).await;
     assert_eq!(row.status, JobStatus::Scheduled);
-    assert_eq!(row.run_at, future);
+    assert_eq!(row.run_at, future.and_utc());
 
     let now = queue
         .enqueue_with(

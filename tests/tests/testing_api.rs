@@ -6,12 +6,11 @@ use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
+use jobqueue::context::CancelReason;
 use jobqueue::testing::{
     assert_enqueued, drain, enqueued, perform, refute_enqueued, Performed, TestDatabase,
 };
-use jobqueue::{
-    job, CancelReason, Data, EnqueueOptions, Error, JobContext, JobError, JobStatus, Queue,
-};
+use jobqueue::{job, Data, EnqueueOptions, Error, JobContext, JobError, JobStatus, Queue};
 use tokio::sync::{mpsc, oneshot};
 
 /// What a job saw of its context: id, task key, queue, attempt, max attempts, cancelled.

@@ -16,7 +16,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use jobqueue::{job, AttemptOutcome, CancelOutcome, Data, JobContext, JobError, JobStatus, Queue};
+use jobqueue::admin::{AttemptOutcome, CancelOutcome};
+use jobqueue::{job, Data, JobContext, JobError, JobStatus, Queue};
 use serde_json::Value;
 use sqlx::mysql::MySqlPool;
 use tests::{

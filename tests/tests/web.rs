@@ -9,7 +9,8 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use base64::Engine;
-use jobqueue::{job, JobError, JobQuery, JobStatus, Queue};
+use jobqueue::admin::JobFilter;
+use jobqueue::{job, JobError, JobStatus, Queue};
 use jobqueue_web::{Auth, Dashboard};
 use tests::{fresh_queue, quick_worker, row, start, stop, wait_for};
 use web_support::{csrf_of, get, insert_job, post, post_with_cookie, send};
@@ -54,10 +55,10 @@ async fn the_job_list_filters_on_metadata() {
             .await
             .expect("set metadata");
     }
-    let query = JobQuery::default().meta("tenant", "acme");
-    let page = queue.list_page(&query, None, 50).await.expect("page");
+    let query = JobFilter::default().meta("tenant", "acme");
+    let page = queue.list(&query, None, 50).await.expect("page");
     assert_eq!(page.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [acme]);
-    assert_eq!(queue.count_matching(&query).await.expect("count"), 1);
+    assert_eq!(queue.count(&query).await.expect("count"), 1);
 
     let router = Dashboard::new(queue.clone()).router();
     let list = get(&router, "/jobs?meta=tenant%3Dacme").await.body;
@@ -371,13 +372,13 @@ async fn the_job_list_filters_and_pages_newest_first() {
         ));
     }
     // Pages of 50, following next_before, give every matching job once, newest first.
-    let check = |query: JobQuery, expect: Vec<u64>| {
+    let check = |query: JobFilter, expect: Vec<u64>| {
         let queue = queue.clone();
         async move {
             let mut got = Vec::new();
             let mut before = None;
             loop {
-                let page = queue.list_page(&query, before, 50).await.unwrap();
+                let page = queue.list(&query, before, 50).await.unwrap();
                 assert!(page.jobs.len() <= 50);
                 got.extend(page.jobs.iter().map(|j| j.id));
                 match page.next_before {
@@ -393,29 +394,29 @@ async fn the_job_list_filters_and_pages_newest_first() {
         v.reverse();
         v
     };
-    check(JobQuery::default(), newest_first(&|_| true)).await;
+    check(JobFilter::default(), newest_first(&|_| true)).await;
     check(
-        JobQuery::default().queue("alpha"),
+        JobFilter::default().queue("alpha"),
         newest_first(&|j| j.1 == "alpha"),
     )
     .await;
     check(
-        JobQuery::default().kind("mail"),
+        JobFilter::default().kind("mail"),
         newest_first(&|j| j.2 == "mail"),
     )
     .await;
     check(
-        JobQuery::default().status(JobStatus::Failed),
+        JobFilter::default().status(JobStatus::Failed),
         newest_first(&|j| j.3 == "failed"),
     )
     .await;
     check(
-        JobQuery::default().key_prefix("odd:"),
+        JobFilter::default().key_prefix("odd:"),
         newest_first(&|j| j.4.starts_with("odd:")),
     )
     .await;
     check(
-        JobQuery::default()
+        JobFilter::default()
             .queue("alpha")
             .status(JobStatus::Ready)
             .key_prefix("even"),
@@ -423,16 +424,16 @@ async fn the_job_list_filters_and_pages_newest_first() {
     )
     .await;
     // LIKE's own characters in a prefix are literal.
-    check(JobQuery::default().key_prefix("%"), Vec::new()).await;
+    check(JobFilter::default().key_prefix("%"), Vec::new()).await;
     // A time range: all jobs were enqueued within the last minutes, none in the future.
     let now = queue.now().await.unwrap();
     check(
-        JobQuery::default().created(Some(now + chrono::Duration::minutes(1)), None),
+        JobFilter::default().created(Some(now + chrono::Duration::minutes(1)), None),
         Vec::new(),
     )
     .await;
     check(
-        JobQuery::default().created(
+        JobFilter::default().created(
             Some(now - chrono::Duration::hours(1)),
             Some(now + chrono::Duration::seconds(1)),
         ),
@@ -529,14 +530,14 @@ async fn bulk_actions_confirm_the_count_and_say_how_many_changed() {
     assert!(shown.contains("Retried 3 jobs."), "{shown}");
     assert_eq!(
         queue
-            .count_matching(&JobQuery::default().queue("one").status(JobStatus::Failed))
+            .count(&JobFilter::default().queue("one").status(JobStatus::Failed))
             .await
             .unwrap(),
         0
     );
     assert_eq!(
         queue
-            .count_matching(&JobQuery::default().queue("two").status(JobStatus::Failed))
+            .count(&JobFilter::default().queue("two").status(JobStatus::Failed))
             .await
             .unwrap(),
         2
@@ -555,8 +556,8 @@ async fn bulk_actions_confirm_the_count_and_say_how_many_changed() {
     assert!(shown.contains("Cancelled 7 jobs."), "{shown}");
     assert_eq!(
         queue
-            .count_matching(
-                &JobQuery::default()
+            .count(
+                &JobFilter::default()
                     .queue("one")
                     .status(JobStatus::Cancelled)
             )
@@ -698,7 +699,7 @@ async fn pause_resume_cancel_and_purge_say_what_changed() {
     assert!(shown.contains("Purged 2 jobs done"), "{shown}");
     assert_eq!(
         queue
-            .count_matching(&JobQuery::default().status(JobStatus::Done))
+            .count(&JobFilter::default().status(JobStatus::Done))
             .await
             .unwrap(),
         0

@@ -12,9 +12,9 @@
 
 use std::time::{Duration, Instant};
 
+use jobqueue::context::CancelReason;
 use jobqueue::{
-    job, CancelReason, Data, Job, JobContext, JobError, JobOptions, JobStatus, Queue, Worker,
-    WorkerHandle,
+    job, Data, Job, JobContext, JobError, JobOptions, JobStatus, Queue, Worker, WorkerHandle,
 };
 use sqlx::mysql::MySqlPool;
 use tests::{
@@ -614,7 +614,7 @@ async fn wait_metric(
     handle: &WorkerHandle,
     what: &str,
     n: u64,
-    counter: impl Fn(&jobqueue::MetricsSnapshot) -> u64,
+    counter: impl Fn(&jobqueue::metrics::MetricsSnapshot) -> u64,
 ) {
     wait_for(what, Duration::from_secs(10), || async {
         (counter(&handle.metrics()) >= n).then_some(())

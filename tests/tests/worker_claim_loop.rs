@@ -112,7 +112,7 @@ async fn an_idle_worker_finds_a_job_from_elsewhere_at_its_probe_and_skips_paused
         .await
         .expect("enqueue")
         .id();
-    let claims = |m: jobqueue::MetricsSnapshot| m.claimed + m.empty_idle + m.empty_paused;
+    let claims = |m: jobqueue::metrics::MetricsSnapshot| m.claimed + m.empty_idle + m.empty_paused;
     let before = handle.metrics();
     // Thirty probes look at the paused queue's ready job: none may lead to a claim.
     wait_for(

@@ -11,10 +11,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use jobqueue::{
-    job, AttemptOutcome, EnqueueOptions, JobContext, JobError, JobRunInfo, JobStatus, Middleware,
-    Next, RunOutcome, RunResult,
-};
+use jobqueue::admin::AttemptOutcome;
+use jobqueue::middleware::{JobRunInfo, Next, RunOutcome, RunResult};
+use jobqueue::{job, EnqueueOptions, JobContext, JobError, JobStatus, Middleware};
 use tests::{fresh_queue, quick_worker, start, stop, wait_status, LogCapture};
 
 const WAIT: Duration = Duration::from_secs(30);

@@ -634,7 +634,7 @@ async fn a_job_that_crashes_its_worker_again_and_again_ends_failed() {
             .iter()
             .map(|a| (a.attempt, a.outcome))
             .collect::<Vec<_>>(),
-        [1, 2, 3].map(|n| (n, jobqueue::AttemptOutcome::LeaseExpired)),
+        [1, 2, 3].map(|n| (n, jobqueue::admin::AttemptOutcome::LeaseExpired)),
         "{history:?}"
     );
     let put_back = |i: usize| {
@@ -765,8 +765,9 @@ async fn a_row_with_a_key_that_is_not_utf8_fails_alone_and_the_queue_goes_on() {
     let r = row(&queue, bad).await;
     assert_eq!(r.task_key, "bad-\u{fffd}\u{fffd}-key");
     let all = queue
-        .list(&jobqueue::JobFilter::default(), 10)
+        .list(&jobqueue::admin::JobFilter::default(), None, 10)
         .await
-        .expect("list every job");
+        .expect("list every job")
+        .jobs;
     assert_eq!(all.len(), 2);
 }

@@ -11,7 +11,11 @@
 
 use std::time::{Duration, Instant};
 
-use jobqueue::{job, CancelOutcome, CancelReason, JobContext, JobStatus, Worker};
+use jobqueue::admin::CancelOutcome;
+
+use jobqueue::context::CancelReason;
+
+use jobqueue::{job, JobContext, JobStatus, Worker};
 use sqlx::types::chrono::NaiveDateTime;
 use tests::{
     fresh_queue, init_tracing, quick_worker, receive, row, start, stop, wait_for, wait_status,
@@ -139,7 +143,12 @@ async fn dropping_the_run_future_stops_renewals_and_another_worker_takes_over() 
             r.lease_owner.as_deref(),
             r.lease_until
         ),
-        (JobStatus::Running, 1, Some("dropped-a"), Some(lease_until)),
+        (
+            JobStatus::Running,
+            1,
+            Some("dropped-a"),
+            Some(lease_until.and_utc())
+        ),
         "nothing touched the row since its lease ran out"
     );
 

@@ -1,75 +1,11 @@
-//! What an operator's dashboard reads and filters by: the filter over jobs, a page of jobs,
-//! throughput per minute, live workers and periodic schedules. The statements behind them
-//! are in the store (`store/dashboard.rs`).
+//! What an operator's dashboard reads: a page of jobs, throughput per minute, live workers
+//! and periodic schedules. The statements behind them are in the store (`store/dashboard.rs`).
 
-use chrono::NaiveDateTime;
+use chrono::{DateTime, Utc};
 
 use super::{JobRecord, JobStatus};
 
-/// A filter over jobs for [`Queue::list_page`](crate::Queue::list_page) and the bulk actions
-/// ([`Queue::count_matching`](crate::Queue::count_matching), [`Queue::retry_matching`](crate::Queue::retry_matching), [`Queue::cancel_matching`](crate::Queue::cancel_matching)).
-/// Every field is optional; set ones must all match.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct JobQuery {
-    /// Only this status.
-    pub status: Option<JobStatus>,
-    /// Only this queue.
-    pub queue: Option<String>,
-    /// Only this kind.
-    pub kind: Option<String>,
-    /// Only task keys starting with this text.
-    pub key_prefix: Option<String>,
-    /// Only jobs enqueued at or after this time (UTC, the server's clock).
-    pub created_from: Option<NaiveDateTime>,
-    /// Only jobs enqueued before this time (UTC, the server's clock).
-    pub created_to: Option<NaiveDateTime>,
-    /// Only jobs whose metadata holds this key with this value; see
-    /// [`JobFilter::meta`](crate::JobFilter::meta) (not indexed).
-    pub meta: Option<(String, String)>,
-}
-
-impl JobQuery {
-    /// Only jobs with this status.
-    pub fn status(mut self, status: JobStatus) -> Self {
-        self.status = Some(status);
-        self
-    }
-
-    /// Only jobs of this queue.
-    pub fn queue(mut self, queue: impl Into<String>) -> Self {
-        self.queue = Some(queue.into());
-        self
-    }
-
-    /// Only jobs of this kind.
-    pub fn kind(mut self, kind: impl Into<String>) -> Self {
-        self.kind = Some(kind.into());
-        self
-    }
-
-    /// Only jobs whose task key starts with `prefix`.
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = Some(prefix.into());
-        self
-    }
-
-    /// Only jobs whose metadata holds `key` with `value`; see
-    /// [`JobFilter::meta`](crate::JobFilter::meta).
-    pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.meta = Some((key.into(), value.into()));
-        self
-    }
-
-    /// Only jobs enqueued in `[from, to)`; either end may be open.
-    pub fn created(mut self, from: Option<NaiveDateTime>, to: Option<NaiveDateTime>) -> Self {
-        self.created_from = from;
-        self.created_to = to;
-        self
-    }
-}
-
-/// One page of [`Queue::list_page`](crate::Queue::list_page).
+/// One page of [`Queue::list`](crate::Queue::list).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct JobPage {
@@ -111,10 +47,10 @@ pub struct WorkerInfo {
     pub concurrency: u32,
     /// How many it ran at its last heartbeat.
     pub running: u32,
-    /// When it started (UTC, the server's clock).
-    pub started_at: NaiveDateTime,
-    /// Its last heartbeat (UTC, the server's clock).
-    pub last_seen: NaiveDateTime,
+    /// When it started (the server's clock).
+    pub started_at: DateTime<Utc>,
+    /// Its last heartbeat (the server's clock).
+    pub last_seen: DateTime<Utc>,
     /// Seconds since its last heartbeat.
     pub seen_secs_ago: f64,
     /// True when it missed heartbeats for [`WORKER_GONE_AFTER`](crate::WORKER_GONE_AFTER):
@@ -132,10 +68,10 @@ pub struct PeriodicJob {
     /// Its cron expression, as the workers that schedule it last wrote it (`None` until a
     /// worker of this release ran it).
     pub schedule: Option<String>,
-    /// The latest tick dealt with (enqueued or skipped), UTC.
-    pub last_tick: NaiveDateTime,
-    /// The next tick after `last_tick`, UTC, if the schedule is known and parses.
-    pub next_tick: Option<NaiveDateTime>,
+    /// The latest tick dealt with (enqueued or skipped).
+    pub last_tick: DateTime<Utc>,
+    /// The next tick after `last_tick`, if the schedule is known and parses.
+    pub next_tick: Option<DateTime<Utc>>,
     /// The job of the latest tick enqueued, if any.
     pub last_job_id: Option<u64>,
     /// That job's status, if it is still in the table.

@@ -8,9 +8,7 @@ use sqlx::Row;
 
 use super::dashboard::{bind_all, conditions, where_clause as dashboard_where, Arg};
 use super::*;
-use crate::model::{
-    CancelOutcome, JobFilter, JobQuery, JobRecord, JobStatus, QueueStats, RunningJob,
-};
+use crate::model::{CancelOutcome, JobFilter, JobRecord, JobStatus, QueueStats, RunningJob};
 
 // An operator's retry is a fresh start: one more attempt, and the bounds on expired leases,
 // on waiting for a worker that can run the job and on snoozes count again from zero.
@@ -25,9 +23,6 @@ pub const ATTEMPT_LOG_SELECT: &str = "SELECT attempt_log FROM job_queue WHERE id
 /// A job's kind, status and output, by primary key.
 pub const OUTPUT_SELECT: &str =
     "SELECT kind, CAST(status AS CHAR), output FROM job_queue WHERE id = ?";
-
-/// Rows a bulk retry changes per statement.
-const RETRY_BATCH: u64 = 1000;
 
 impl Store {
     /// Cancels job `id`: at once if it has not started, by request if it is running.
@@ -130,53 +125,11 @@ impl Store {
         .rows_affected())
     }
 
-    /// Puts every `failed` or `cancelled` job matching `query` back to `ready`, a batch at a
-    /// time (the dashboard's bulk retry). Returns how many.
-    pub(crate) async fn retry_query(&self, query: &JobQuery) -> Result<u64> {
-        self.bulk(RETRY_SET, query, "status IN ('failed', 'cancelled')")
-            .await
-    }
-
-    /// Puts every job matching `filter` back to `ready`, a batch at a time. Returns how many.
+    /// Puts every `failed` or `cancelled` job matching `filter` back to `ready`, a batch at a
+    /// time. Returns how many.
     pub(crate) async fn retry_matching(&self, filter: &JobFilter) -> Result<u64> {
-        let (cond, args) = where_clause(filter);
-        let sql = format!("{RETRY_SET} {cond} LIMIT {RETRY_BATCH}");
-        let mut total = 0;
-        loop {
-            let mut q = sqlx::query(&sql);
-            for a in &args {
-                q = q.bind(a);
-            }
-            let n = q.execute(&self.pool).await?.rows_affected();
-            total += n;
-            if n < RETRY_BATCH {
-                break;
-            }
-        }
-        Ok(total)
-    }
-
-    /// How many jobs match `filter`.
-    pub(crate) async fn count(&self, filter: &JobFilter) -> Result<u64> {
-        let (cond, args) = where_clause(filter);
-        let sql = format!("SELECT COUNT(*) FROM job_queue {cond}");
-        let mut q = sqlx::query_scalar::<_, i64>(&sql);
-        for a in &args {
-            q = q.bind(a);
-        }
-        Ok(q.fetch_one(&self.pool).await? as u64)
-    }
-
-    /// Jobs matching `filter`, newest first, at most `limit`.
-    pub(crate) async fn list(&self, filter: &JobFilter, limit: u32) -> Result<Vec<JobRecord>> {
-        let (cond, args) = where_clause(filter);
-        let sql = format!("SELECT {JOB_COLUMNS} FROM job_queue {cond} ORDER BY id DESC LIMIT ?");
-        let mut q = sqlx::query(&sql);
-        for a in &args {
-            q = q.bind(a);
-        }
-        let rows = q.bind(limit).fetch_all(&self.pool).await?;
-        rows.iter().map(record_from_row).collect()
+        self.bulk(RETRY_SET, filter, "status IN ('failed', 'cancelled')")
+            .await
     }
 
     /// One job, by id or by task key.
@@ -301,7 +254,7 @@ impl Store {
     /// `older_than_us` microseconds ago: the statement of [`prune_matching_count`].
     pub(crate) async fn prunable_matching(
         &self,
-        query: &JobQuery,
+        query: &JobFilter,
         older_than_us: i64,
     ) -> Result<u64> {
         let (sql, args) = prune_matching_count(query, older_than_us);
@@ -319,7 +272,7 @@ impl Store {
     /// batch reads again the rows of other queues or kinds an earlier one went past.
     pub(crate) async fn prune_matching_batch(
         &self,
-        query: &JobQuery,
+        query: &JobFilter,
         older_than_us: i64,
         from: Option<NaiveDateTime>,
         limit: u64,
@@ -448,56 +401,21 @@ pub fn key_history_sql() -> String {
     )
 }
 
-/// The `WHERE` clause of `filter` and the values it binds, in order.
-fn where_clause(filter: &JobFilter) -> (String, Vec<String>) {
-    let mut conds = Vec::new();
-    let mut args = Vec::new();
-    if let Some(s) = filter.status {
-        conds.push("status = ?");
-        args.push(s.as_str().to_owned());
-    }
-    if let Some(q) = &filter.queue {
-        conds.push("queue = ?");
-        args.push(q.clone());
-    }
-    if let Some(k) = &filter.kind {
-        conds.push("kind = ?");
-        args.push(k.clone());
-    }
-    if let Some((key, value)) = &filter.meta {
-        // JSON_EXTRACT and JSON_UNQUOTE behave alike on MySQL's JSON type and MariaDB's
-        // (LONGTEXT checked by JSON_VALID): the member's text, unquoted for a string.
-        // MariaDB has no `->>` operator, hence the functions.
-        if crate::enqueue::valid_meta_key(key) {
-            conds.push("JSON_UNQUOTE(JSON_EXTRACT(metadata, ?)) = ?");
-            args.push(format!("$.\"{key}\""));
-            args.push(value.clone());
-        } else {
-            conds.push("FALSE");
-        }
-    }
-    if conds.is_empty() {
-        (String::new(), args)
-    } else {
-        (format!("WHERE {}", conds.join(" AND ")), args)
-    }
-}
-
-/// The conditions of a prune over `query`: its own (the status among them), and the finish
+/// The conditions of a prune over `filter`: its own (the status among them), and the finish
 /// time before the retention. Every statement of the prune goes through
 /// `job_queue_status_at (status, status_at, id)`: a range of one status's finished jobs,
-/// oldest first; the query's other fields (queue, kind...) are tested on the rows of that
+/// oldest first; the filter's other fields (queue, kind...) are tested on the rows of that
 /// range.
-fn prune_conditions(query: &JobQuery, older_than_us: i64) -> (Vec<&'static str>, Vec<Arg>) {
-    let (mut conds, mut args) = conditions(query);
+fn prune_conditions(filter: &JobFilter, older_than_us: i64) -> (Vec<&'static str>, Vec<Arg>) {
+    let (mut conds, mut args) = conditions(filter);
     conds.push("status_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND");
     args.push(Arg::Int(older_than_us.max(0) as u64));
     (conds, args)
 }
 
 /// The count of `Queue::prunable_matching`, with its arguments.
-pub fn prune_matching_count(query: &JobQuery, older_than_us: i64) -> (String, Vec<Arg>) {
-    let (conds, args) = prune_conditions(query, older_than_us);
+pub fn prune_matching_count(filter: &JobFilter, older_than_us: i64) -> (String, Vec<Arg>) {
+    let (conds, args) = prune_conditions(filter, older_than_us);
     (
         format!(
             "SELECT COUNT(*) FROM job_queue FORCE INDEX (job_queue_status_at) {}",
@@ -509,12 +427,12 @@ pub fn prune_matching_count(query: &JobQuery, older_than_us: i64) -> (String, Ve
 
 /// The locking read of one batch of `Queue::prune_matching`, with its arguments.
 pub fn prune_matching_select(
-    query: &JobQuery,
+    filter: &JobFilter,
     older_than_us: i64,
     from: Option<NaiveDateTime>,
     limit: u64,
 ) -> (String, Vec<Arg>) {
-    let (mut conds, mut args) = prune_conditions(query, older_than_us);
+    let (mut conds, mut args) = prune_conditions(filter, older_than_us);
     if let Some(t) = from {
         conds.push("status_at >= ?");
         args.push(Arg::Time(t));

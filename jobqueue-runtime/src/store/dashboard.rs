@@ -1,16 +1,17 @@
-//! The operator dashboard's statements: pages of jobs with keyset pagination, the overview in
-//! one statement, throughput per minute, live workers and periodic schedules; and the bulk
-//! actions over a [`JobQuery`]. The bulk retry is with the other retries in `admin.rs`.
+//! The operator's statements over a [`JobFilter`]: pages of jobs with keyset pagination, the
+//! count and the bulk actions; and the dashboard's overview in one statement, throughput per
+//! minute, live workers and periodic schedules. The bulk retry's `SET` is with the other
+//! retries in `admin.rs`.
 
 use std::time::Duration;
 
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::NaiveDateTime;
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
 use super::*;
 use crate::model::{
-    JobPage, JobQuery, JobStatus, PeriodicJob, QueueStats, ThroughputMinute, WorkerInfo,
+    JobFilter, JobPage, JobStatus, PeriodicJob, QueueOverview, ThroughputMinute, WorkerInfo,
 };
 
 /// An argument of a dashboard statement (for the EXPLAIN test of [`dashboard_statements`]).
@@ -92,7 +93,7 @@ const PERIODIC_SQL: &str = "\
     FROM job_queue_cron c LEFT JOIN job_queue j ON j.id = c.last_job_id ORDER BY c.kind";
 
 /// The conditions of `query`, and their arguments in order, for a WHERE clause.
-pub(super) fn conditions(query: &JobQuery) -> (Vec<&'static str>, Vec<Arg>) {
+pub(super) fn conditions(query: &JobFilter) -> (Vec<&'static str>, Vec<Arg>) {
     let mut conds = Vec::new();
     let mut args = Vec::new();
     if let Some(s) = query.status {
@@ -112,8 +113,10 @@ pub(super) fn conditions(query: &JobQuery) -> (Vec<&'static str>, Vec<Arg>) {
         args.push(Arg::Bytes(like_prefix(p).into_bytes()));
     }
     if let Some((key, value)) = &query.meta {
-        // As for `JobFilter::meta` (store/admin.rs): the same functions on both servers.
-        if crate::enqueue::valid_meta_key(key) {
+        // JSON_EXTRACT and JSON_UNQUOTE behave alike on MySQL's JSON type and MariaDB's
+        // (LONGTEXT checked by JSON_VALID): the member's text, unquoted for a string.
+        // MariaDB has no `->>` operator, hence the functions.
+        if crate::model::valid_meta_key(key) {
             conds.push("JSON_UNQUOTE(JSON_EXTRACT(metadata, ?)) = ?");
             args.push(Arg::Text(format!("$.\"{key}\"")));
             args.push(Arg::Text(value.clone()));
@@ -121,22 +124,23 @@ pub(super) fn conditions(query: &JobQuery) -> (Vec<&'static str>, Vec<Arg>) {
             conds.push("FALSE");
         }
     }
+    // `created_at` holds the server's UTC time, without a zone.
     if let Some(t) = query.created_from {
         conds.push("created_at >= ?");
-        args.push(Arg::Time(t));
+        args.push(Arg::Time(t.naive_utc()));
     }
     if let Some(t) = query.created_to {
         conds.push("created_at < ?");
-        args.push(Arg::Time(t));
+        args.push(Arg::Time(t.naive_utc()));
     }
     (conds, args)
 }
 
 impl Store {
     /// A page of jobs matching `query`, newest first, below `before`, at most `limit`.
-    pub(crate) async fn list_page(
+    pub(crate) async fn list(
         &self,
-        query: &JobQuery,
+        query: &JobFilter,
         before: Option<u64>,
         limit: u32,
     ) -> Result<JobPage> {
@@ -158,7 +162,7 @@ impl Store {
     }
 
     /// How many jobs match `query`.
-    pub(crate) async fn count_matching(&self, query: &JobQuery) -> Result<u64> {
+    pub(crate) async fn count(&self, query: &JobFilter) -> Result<u64> {
         let (conds, args) = conditions(query);
         let sql = format!("SELECT COUNT(*) FROM job_queue {}", where_clause(&conds));
         let n: i64 = bind_all(sqlx::query(&sql), &args)
@@ -169,7 +173,7 @@ impl Store {
     }
 
     /// Cancels every `scheduled`, `ready` or `blocked` job matching `query`. Returns how many.
-    pub(crate) async fn cancel_matching(&self, query: &JobQuery) -> Result<u64> {
+    pub(crate) async fn cancel_matching(&self, query: &JobFilter) -> Result<u64> {
         self.bulk(
             "UPDATE job_queue SET status = 'cancelled', finished_at = UTC_TIMESTAMP(6), \
              updated_at = UTC_TIMESTAMP(6), last_error = 'cancelled by an operator before it ran'",
@@ -184,7 +188,7 @@ impl Store {
     pub(super) async fn bulk(
         &self,
         set: &str,
-        query: &JobQuery,
+        query: &JobFilter,
         guard: &'static str,
     ) -> Result<u64> {
         let (mut conds, args) = conditions(query);
@@ -204,9 +208,9 @@ impl Store {
     }
 
     /// Every queue's counts by status, pause, oldest ready job and expired leases.
-    pub(crate) async fn queue_overview(&self) -> Result<Vec<QueueStats>> {
+    pub(crate) async fn queue_overview(&self) -> Result<Vec<QueueOverview>> {
         let rows = sqlx::query(OVERVIEW_SQL).fetch_all(&self.pool).await?;
-        let mut out: Vec<QueueStats> = Vec::new();
+        let mut out: Vec<QueueOverview> = Vec::new();
         for r in &rows {
             let q = text(r, 0)?;
             let what = text(r, 1)?;
@@ -214,7 +218,7 @@ impl Store {
             let i = match out.iter().position(|s| s.queue == q) {
                 Some(i) => i,
                 None => {
-                    out.push(QueueStats {
+                    out.push(QueueOverview {
                         queue: q,
                         ..Default::default()
                     });
@@ -272,8 +276,8 @@ impl Store {
                         .collect(),
                     concurrency: r.try_get(5)?,
                     running: r.try_get(6)?,
-                    started_at: r.try_get(7)?,
-                    last_seen: r.try_get(8)?,
+                    started_at: utc(r, 7)?,
+                    last_seen: utc(r, 8)?,
                     seen_secs_ago: ago,
                     gone: ago > gone_after.as_secs_f64(),
                 })
@@ -328,9 +332,9 @@ impl Store {
 
 /// The statements of the dashboard's pages for `query`, with their arguments, for checking
 /// their plans with EXPLAIN.
-pub fn dashboard_statements(query: &JobQuery, before: Option<u64>) -> Vec<(String, Vec<Arg>)> {
+pub fn dashboard_statements(query: &JobFilter, before: Option<u64>) -> Vec<(String, Vec<Arg>)> {
     // The bulk actions' confirmation counts jobs of one status at a time.
-    let counted = JobQuery {
+    let counted = JobFilter {
         status: query.status.or(Some(JobStatus::Failed)),
         ..query.clone()
     };
@@ -348,7 +352,7 @@ pub fn dashboard_statements(query: &JobQuery, before: Option<u64>) -> Vec<(Strin
     ]
 }
 
-fn list_statement(query: &JobQuery, before: Option<u64>, limit: u32) -> (String, Vec<Arg>) {
+fn list_statement(query: &JobFilter, before: Option<u64>, limit: u32) -> (String, Vec<Arg>) {
     let (mut conds, mut args) = conditions(query);
     if let Some(b) = before {
         conds.push("id < ?");
@@ -380,11 +384,11 @@ fn list_statement(query: &JobQuery, before: Option<u64>, limit: u32) -> (String,
 
 fn periodic_from_row(r: &MySqlRow) -> Result<PeriodicJob> {
     let schedule = opt_text_lossy(r, 1)?;
-    let last_tick: NaiveDateTime = r.try_get(2)?;
+    let last_tick = utc(r, 2)?;
     let next_tick = schedule.as_deref().and_then(|expr| {
-        let s = crate::cron::Schedule::parse(expr).ok()?;
-        let t = s.next_after(DateTime::<Utc>::from_naive_utc_and_offset(last_tick, Utc))?;
-        Some(t.naive_utc())
+        crate::cron::Schedule::parse(expr)
+            .ok()?
+            .next_after(last_tick)
     });
     let status = opt_text_lossy(r, 4)?;
     Ok(PeriodicJob {

@@ -4,7 +4,7 @@ use sqlx::mysql::{MySqlPool, MySqlRow};
 use sqlx::Row;
 
 use crate::error::Result;
-use chrono::NaiveDateTime;
+use chrono::{DateTime, NaiveDateTime, Utc};
 
 use crate::model::{Attempt, AttemptOutcome, JobRecord, JobStatus, Uniqueness};
 
@@ -57,18 +57,18 @@ pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
             .map(|j| j.0)?,
         status: status.parse::<JobStatus>()?,
         priority: r.try_get("priority")?,
-        run_at: r.try_get("run_at")?,
+        run_at: utc(r, "run_at")?,
         attempts: r.try_get("attempts")?,
         max_attempts: r.try_get("max_attempts")?,
         lease_owner: opt_text(r, "lease_owner")?,
-        lease_until: r.try_get("lease_until")?,
+        lease_until: opt_utc(r, "lease_until")?,
         cancel_requested: r.try_get("cancel_requested")?,
         last_error: opt_text(r, "last_error")?,
-        created_at: r.try_get("created_at")?,
-        updated_at: r.try_get("updated_at")?,
-        finished_at: r.try_get("finished_at")?,
+        created_at: utc(r, "created_at")?,
+        updated_at: utc(r, "updated_at")?,
+        finished_at: opt_utc(r, "finished_at")?,
         lease_expiries: r.try_get("lease_expiries")?,
-        unrunnable_since: r.try_get("unrunnable_since")?,
+        unrunnable_since: opt_utc(r, "unrunnable_since")?,
         unique: match text(r, "unique_policy")?.as_str() {
             "while_active" => Uniqueness::WhileActive,
             "for_period" => Uniqueness::For(std::time::Duration::from_micros(
@@ -81,7 +81,7 @@ pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
         key_released: r.try_get("key_released")?,
         metadata: json(r, "metadata")?,
         progress: json(r, "progress")?,
-        progress_at: r.try_get("progress_at")?,
+        progress_at: opt_utc(r, "progress_at")?,
         snoozes: r.try_get("snoozes")?,
         concurrency_key: opt_key_text(r, "concurrency_key")?,
         concurrency_limit: r.try_get("concurrency_limit")?,
@@ -89,6 +89,23 @@ pub(crate) fn record_from_row(r: &MySqlRow) -> Result<JobRecord> {
         rate_limit: r.try_get("rate_limit")?,
         rate_window_ms: r.try_get("rate_window_ms")?,
     })
+}
+
+/// A time column: the server's UTC time, stored without a zone.
+pub(crate) fn utc<I>(r: &MySqlRow, column: I) -> sqlx::Result<DateTime<Utc>>
+where
+    I: sqlx::ColumnIndex<MySqlRow>,
+{
+    Ok(r.try_get::<NaiveDateTime, _>(column)?.and_utc())
+}
+
+/// A nullable time column (see [`utc`]).
+pub(crate) fn opt_utc<I>(r: &MySqlRow, column: I) -> sqlx::Result<Option<DateTime<Utc>>>
+where
+    I: sqlx::ColumnIndex<MySqlRow>,
+{
+    Ok(r.try_get::<Option<NaiveDateTime>, _>(column)?
+        .map(|t| t.and_utc()))
 }
 
 /// A nullable JSON column.
@@ -110,8 +127,9 @@ pub(crate) fn attempts_from_log(log: &str) -> std::result::Result<Vec<Attempt>, 
         outcome: AttemptOutcome,
         error: Option<String>,
     }
-    fn time(s: &str) -> std::result::Result<NaiveDateTime, String> {
+    fn time(s: &str) -> std::result::Result<DateTime<Utc>, String> {
         NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f")
+            .map(|t| t.and_utc())
             .map_err(|e| format!("bad time {s:?} in the attempt history: {e}"))
     }
     let entries: Vec<Entry> = serde_json::from_str(log)

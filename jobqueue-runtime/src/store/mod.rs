@@ -214,7 +214,7 @@ pub use complete_in::{
 pub(crate) use connect::LeaseConnect;
 pub use dashboard::{dashboard_statements, Arg};
 pub(crate) use decode::{
-    attempts_from_log, fetch_job, opt_text, record_from_row, text, JobLookup, JOB_COLUMNS,
+    attempts_from_log, fetch_job, opt_text, record_from_row, text, utc, JobLookup, JOB_COLUMNS,
 };
 use enqueue::is_key_conflict;
 pub use enqueue::release_sql;

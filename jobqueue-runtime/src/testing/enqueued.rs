@@ -283,8 +283,9 @@ impl<J> fmt::Debug for ExpectEnqueued<J> {
 /// The jobs `filter` selects, newest first.
 async fn read(queue: &Queue, filter: &JobFilter) -> Vec<JobRecord> {
     queue
-        .list(filter, READ_LIMIT)
+        .list(filter, None, READ_LIMIT)
         .await
+        .map(|page| page.jobs)
         .unwrap_or_else(|e| panic!("cannot read the enqueued jobs: {e}"))
 }
 

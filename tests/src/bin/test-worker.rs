@@ -24,7 +24,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use jobqueue::{Enqueued, MetricsSnapshot, Queue, QueueConfig, Worker};
+use jobqueue::metrics::MetricsSnapshot;
+use jobqueue::{Enqueued, Queue, QueueConfig, Worker};
 use sqlx::mysql::MySqlPoolOptions;
 
 #[path = "test-worker/jobs.rs"]

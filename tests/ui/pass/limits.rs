@@ -1,6 +1,7 @@
 use std::time::Duration;
 
-use jobqueue::{job, Job, RateLimit};
+use jobqueue::{job, Job};
+use jobqueue::limits::RateLimit;
 
 #[job(concurrency = 2, concurrency_key = "account:{account_id}")]
 async fn export(account_id: u64, format: String) {
