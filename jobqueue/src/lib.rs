@@ -109,7 +109,9 @@ pub mod guide;
 pub use jobqueue_runtime::{Backoff, Data, Job, JobContext, JobError, JobOptions};
 // Enqueueing.
 #[doc(inline)]
-pub use jobqueue_runtime::{pool_options, EnqueueOptions, Enqueued, Queue, QueueConfig, Uniqueness};
+pub use jobqueue_runtime::{
+    pool_options, EnqueueOptions, Enqueued, Queue, QueueConfig, Uniqueness,
+};
 // Running jobs.
 #[doc(inline)]
 pub use jobqueue_runtime::{

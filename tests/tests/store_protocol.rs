@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use jobqueue::admin::CancelOutcome;
 use jobqueue::testing::TestServer;
 use jobqueue::{
-    job, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobOptions,
-    JobStatus, Queue, QueueConfig,
+    job, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobOptions, JobStatus, Queue,
+    QueueConfig,
 };
 use jobqueue_runtime::__store::{Finish, Reclaimed};
 use serde::{Deserialize, Serialize, Serializer};
