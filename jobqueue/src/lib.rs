@@ -18,7 +18,7 @@
 //! use jobqueue::{job, JobContext, JobError, Queue, Worker};
 //!
 //! /// Export one order as a file.
-//! #[job(queue = "exports", max_attempts = 5, key = "export:{order_id}")]
+//! #[job(queue = "exports", max_attempts = 5, key = "export:{order_id}:{format}")]
 //! async fn export_order(ctx: JobContext, order_id: u64, format: String) -> Result<(), JobError> {
 //!     println!("exporting order {order_id} as {format} (attempt {})", ctx.attempt());
 //!     Ok(())
@@ -38,7 +38,8 @@
 //! [`Queue::enqueue`] inserts one row and is idempotent: every job has a task key (derived
 //! from its kind and arguments, or rendered from the kind's `key` template, or given in
 //! [`EnqueueOptions::key`]), and a second enqueue of an existing key returns
-//! [`Enqueued::Duplicate`] with the existing job's id and logs it; the job never runs twice.
+//! [`Enqueued::Duplicate`] with the existing job's id and status, and logs it (at WARN when
+//! that job has already finished, since nothing will run); the job never runs twice.
 //! [`Queue::enqueue_in`] enqueues inside your own transaction (the job exists if and only if
 //! it commits), [`Queue::enqueue_many`] inserts many with a few statements, and
 //! [`Queue::enqueue_with`] takes a delay, a start time, a priority or an explicit key.
@@ -88,12 +89,23 @@
 //!
 //! # Features
 //!
-//! - `testing`: [`jobqueue::testing`](crate::testing): a database per test on a throwaway
+//! - `testing`: `jobqueue::testing`: a database per test on a throwaway
 //!   MariaDB/MySQL server, one job run in-process, typed assertions on enqueued jobs, and
 //!   draining queues in a test.
 //! - `opentelemetry`: an enqueue stores the W3C `traceparent` of the current span with the
 //!   job, and the job's span continues it (the first attempt as a child, retries linked);
-//!   needs a `tracing-opentelemetry` layer. See the README's "Traces".
+//!   needs a `tracing-opentelemetry` layer. See the [operations guide](guide::operations).
+//!
+//! # Where things are
+//!
+//! The root holds what most programs name. The rest is grouped by role:
+//! [`context`] (what job code uses beyond [`JobContext`]), [`limits`] (rate limits and size
+//! bounds), [`admin`] (what operators read and act on: [`admin::JobFilter`],
+//! [`admin::JobRecord`]...), [`metrics`], [`middleware`], [`registry`], [`key`], [`cron`],
+//! and `testing` (with the `testing` feature). The [`guide`] module holds the guides: getting
+//! started in an existing service, jobs and options, scheduling, uniqueness, limits, the
+//! lifecycle, exactly-once effects, middleware, testing, operations, deployment, guarantees,
+//! performance and the FAQ.
 
 #[doc(inline)]
 pub use jobqueue_macros::job;
@@ -212,7 +224,8 @@ pub mod cron {
 /// ([`TestDatabase`](testing::TestDatabase)), one job run in-process
 /// ([`perform`](testing::perform)), typed assertions on enqueued jobs
 /// ([`assert_enqueued`](testing::assert_enqueued)), and draining queues in the test
-/// ([`drain`](testing::drain)). The README's "Testing your jobs" shows a complete test.
+/// ([`drain`](testing::drain)). The [testing guide](crate::guide::testing) shows a complete
+/// test.
 ///
 /// ```no_run
 /// use jobqueue::testing::{assert_enqueued, drain, TestDatabase};
