@@ -83,6 +83,12 @@ impl QueueConfig {
         self
     }
 
+    /// Sets [`QueueConfig::max_lifetime`].
+    pub fn max_lifetime(mut self, d: Duration) -> Self {
+        self.max_lifetime = d;
+        self
+    }
+
     /// Sets [`QueueConfig::max_payload_bytes`].
     pub fn max_payload_bytes(mut self, n: usize) -> Self {
         self.max_payload_bytes = n;
