@@ -30,7 +30,6 @@ use jobqueue::middleware::{JobRunInfo, Next, RunOutcome, RunResult};
 use jobqueue::{job, JobContext, JobError, Middleware, Queue, Worker};
 use serde::Deserialize;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Sends a new user the welcome e-mail (here: prints it).
 #[job(
@@ -182,7 +181,8 @@ async fn main() -> anyhow::Result<()> {
 /// process the way a deploy would: SIGTERM.
 async fn run_demo(addr: SocketAddr, queue: Queue) -> anyhow::Result<()> {
     let result = async {
-        let (status, body) = post_json(addr, "/signups", r#"{"email": "ada@example.com"}"#).await?;
+        let (status, body) =
+            examples::post_json(addr, "/signups", r#"{"email": "ada@example.com"}"#).await?;
         println!("POST /signups -> {status} {body}");
         let reply: serde_json::Value = serde_json::from_str(&body)?;
         let id = reply["welcome_job"]
@@ -203,28 +203,4 @@ async fn run_demo(addr: SocketAddr, queue: Queue) -> anyhow::Result<()> {
         .arg(std::process::id().to_string())
         .status()?;
     result
-}
-
-/// A minimal HTTP/1.1 POST, to keep the example free of an HTTP client crate.
-async fn post_json(addr: SocketAddr, path: &str, body: &str) -> anyhow::Result<(String, String)> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    let status = response
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .trim_start_matches("HTTP/1.1 ")
-        .to_owned();
-    let body = response
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_owned();
-    Ok((status, body))
 }

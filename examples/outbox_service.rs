@@ -21,7 +21,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use jobqueue::{job, Data, JobContext, JobError, Queue, Worker};
 use serde::Deserialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 /// Exports an order to the warehouse system (here: stamps it as exported).
@@ -222,26 +221,8 @@ async fn run_demo(addr: SocketAddr, queue: &Queue) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A minimal HTTP/1.1 POST, to keep the example free of an HTTP client crate.
+/// Posts an order to the service: its response's status and body, on one line.
 async fn send_order(addr: SocketAddr, body: &str) -> anyhow::Result<String> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let request = format!(
-        "POST /orders HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    let status = response
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .trim_start_matches("HTTP/1.1 ")
-        .to_owned();
-    let body = response
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_owned();
+    let (status, body) = examples::post_json(addr, "/orders", body).await?;
     Ok(format!("{status} {body}"))
 }

@@ -1,6 +1,6 @@
 //! Runnable examples of jobqueue (the `*.rs` files beside this crate; the README lists their
 //! commands), and the little they share: logging, connecting to `DATABASE_URL` or a
-//! throwaway server, and waiting for jobs to finish.
+//! throwaway server, waiting for jobs to finish, and a minimal HTTP request.
 
 use std::time::Duration;
 
@@ -97,4 +97,34 @@ async fn poll_job(
         }
         tokio::time::sleep(every).await;
     }
+}
+
+/// A minimal HTTP/1.1 POST of a JSON `body` to `path`, to keep the examples free of an HTTP
+/// client crate: the response's status line (`"201 Created"`) and its body.
+pub async fn post_json(
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: &str,
+) -> anyhow::Result<(String, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let status = response
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("HTTP/1.1 ")
+        .to_owned();
+    let body = response
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    Ok((status, body))
 }
