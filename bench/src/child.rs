@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::baseline;
 use crate::jobs::{self, QUEUE};
-use crate::util::{now_us, peak_rss_kib};
+use crate::measure::{now_us, peak_rss_kib};
 use crate::Mode;
 
 /// Environment variable that passes the database URL to a child (kept off its command line).
@@ -81,7 +81,7 @@ type Input = Lines<BufReader<tokio::io::Stdin>>;
 static CPU_AT_GO: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
 
 fn own_cpu_ms() -> u64 {
-    crate::util::cpu_ms(std::process::id()).unwrap_or(0)
+    crate::measure::cpu_ms(std::process::id()).unwrap_or(0)
 }
 
 async fn wait_for_go(input: &mut Input) -> anyhow::Result<()> {

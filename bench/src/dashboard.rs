@@ -14,8 +14,8 @@ use sqlx::MySqlPool;
 use tower::ServiceExt as _;
 
 use crate::env::numbers;
+use crate::measure::{percentile, thousands};
 use crate::report::{Figure, Row};
-use crate::util::{percentile, thousands};
 
 /// How much the scenario writes and requests.
 pub(crate) struct DashboardSizes {

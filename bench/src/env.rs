@@ -9,7 +9,7 @@ use jobqueue::Queue;
 use sqlx::{Connection as _, MySqlConnection, MySqlPool};
 
 use crate::jobs::{LEASE_MS, MAX_ATTEMPTS, NOOP_KIND, QUEUE};
-use crate::util::text;
+use crate::measure::text;
 
 /// Options the throwaway server gets from the benchmark, before any the user sets in
 /// `JOBQUEUE_TEST_SERVER_ARGS` (which come later and so win): the durable default of a

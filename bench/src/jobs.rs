@@ -4,7 +4,7 @@ use std::sync::Mutex;
 
 use jobqueue::{job, Job, JobError};
 
-use crate::util::now_us;
+use crate::measure::now_us;
 
 /// The queue every scenario uses.
 pub(crate) const QUEUE: &str = "bench";

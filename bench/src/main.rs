@@ -15,9 +15,9 @@ mod child;
 mod dashboard;
 mod env;
 mod jobs;
+mod measure;
 mod report;
 mod scenarios;
-mod util;
 
 use std::path::PathBuf;
 

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::util::{figure, median};
+use crate::measure::{figure, median};
 
 /// One measured figure and the runs it comes from.
 #[derive(Debug, Clone, Serialize)]

@@ -17,8 +17,8 @@ use crate::child::Group;
 use crate::dashboard::DashboardSizes;
 use crate::env::{self, Env, Rows};
 use crate::jobs::{self, Noop, Probe, QUEUE};
+use crate::measure::{median, now_us, percentile, server_counters, thousands};
 use crate::report::{Figure, Report, Row, TargetOn};
-use crate::util::{median, now_us, percentile, server_counters, thousands};
 use crate::{Mode, RunArgs, Scenario};
 
 /// How much each scenario does.
@@ -251,7 +251,7 @@ fn load_average() -> String {
 pub(crate) fn progress(row: &Row) {
     let f = |x: &Option<Figure>| {
         x.as_ref()
-            .map_or("-".into(), |f| crate::util::figure(f.value))
+            .map_or("-".into(), |f| crate::measure::figure(f.value))
     };
     eprintln!(
         "   {:<44} framework {:>10}  baseline {:>10}  {}{}",
@@ -266,7 +266,7 @@ pub(crate) fn progress(row: &Row) {
         eprintln!(
             "   {:<44} minimal table {}  fw/min {r:.2}",
             "",
-            crate::util::figure(m.value)
+            crate::measure::figure(m.value)
         );
     }
 }
@@ -356,7 +356,7 @@ async fn drain_limited(
     let server_cpu = || {
         env::SERVER_PID
             .get()
-            .and_then(|&pid| crate::util::cpu_ms(pid))
+            .and_then(|&pid| crate::measure::cpu_ms(pid))
     };
     let before = server_counters(&mut counters).await?;
     let cpu_before = server_cpu();
@@ -1230,7 +1230,7 @@ async fn claim_plan(pool: &MySqlPool) -> anyhow::Result<String> {
                     .try_get::<Option<i64>, _>(i)
                     .ok()
                     .flatten()
-                    .map_or_else(|| crate::util::text(&row, i), |n| n.to_string()),
+                    .map_or_else(|| crate::measure::text(&row, i), |n| n.to_string()),
             };
             parts.push(format!("{}={v}", col.name()));
         }

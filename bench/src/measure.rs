@@ -1,4 +1,5 @@
-//! Small helpers: clocks, statistics, process and server counters.
+//! What the scenarios measure with: clocks, statistics, process and server counters, and
+//! how figures are printed.
 
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
