@@ -187,8 +187,11 @@ pub(crate) async fn run(
         }
     }
     let stats = queue.queue_overview().await?;
-    let finished: u64 = stats.iter().map(|q| q.done + q.failed).sum();
-    let waiting: u64 = stats.iter().map(|q| q.ready + q.scheduled).sum();
+    let finished: u64 = stats.iter().map(|q| q.counts.done + q.counts.failed).sum();
+    let waiting: u64 = stats
+        .iter()
+        .map(|q| q.counts.ready + q.counts.scheduled)
+        .sum();
     ensure!(
         finished == s.finished && waiting == s.waiting,
         "the overview counts {finished} finished and {waiting} waiting jobs; {} and {} were seeded",

@@ -192,13 +192,13 @@ fn render(
             } else {
                 ("active".into(), Paint::Plain)
             },
-            count(s.scheduled, Paint::Plain),
-            count(s.ready, Paint::Yellow),
-            count(s.blocked, Paint::Yellow),
-            count(s.running, Paint::Cyan),
-            count(s.done, Paint::Green),
-            count(s.failed, Paint::Red),
-            count(s.cancelled, Paint::Plain),
+            count(s.counts.scheduled, Paint::Plain),
+            count(s.counts.ready, Paint::Yellow),
+            count(s.counts.blocked, Paint::Yellow),
+            count(s.counts.running, Paint::Cyan),
+            count(s.counts.done, Paint::Green),
+            count(s.counts.failed, Paint::Red),
+            count(s.counts.cancelled, Paint::Plain),
             match s.oldest_ready_secs {
                 Some(age) => (span(age), Paint::Yellow),
                 None => ("-".into(), Paint::Dim),
@@ -211,7 +211,7 @@ fn render(
     }
     text.push_str(&table.render(p));
 
-    let total_running: u64 = snap.queues.iter().map(|s| s.running).sum();
+    let total_running: u64 = snap.queues.iter().map(|s| s.counts.running).sum();
     if total_running == 0 {
         return text;
     }

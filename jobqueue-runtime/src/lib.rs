@@ -35,8 +35,8 @@ pub use metrics::MetricsSnapshot;
 pub use model::Uniqueness;
 pub use model::{
     Attempt, AttemptOutcome, CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus,
-    QueueOverview, QueueStats, Retention, RunningJob, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY,
-    MAX_OUTPUT_BYTES,
+    QueueOverview, QueueStats, Retention, RunningJob, StatusCounts, MAX_ATTEMPT_ERROR_BYTES,
+    MAX_ATTEMPT_HISTORY, MAX_OUTPUT_BYTES,
 };
 pub use model::{JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use progress::MAX_PROGRESS_BYTES;

@@ -15,8 +15,8 @@ pub use protocol::{Claimed, EmptyClaim, Finish, LeaseState, Reclaimed};
 pub(crate) use protocol::{JobLimits, NewJob, QueueGauges, TickPass};
 pub use record::{
     Attempt, AttemptOutcome, CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus,
-    QueueOverview, QueueStats, Retention, RunningJob, Uniqueness, MAX_ATTEMPT_ERROR_BYTES,
-    MAX_ATTEMPT_HISTORY, MAX_OUTPUT_BYTES,
+    QueueOverview, QueueStats, Retention, RunningJob, StatusCounts, Uniqueness,
+    MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY, MAX_OUTPUT_BYTES,
 };
 
 /// Whether `key` may name a metadata entry: 1 to 64 ASCII letters, digits, `_`, `-`, `.`.

@@ -168,7 +168,8 @@ pub mod admin {
     // Queues, workers and schedules.
     #[doc(inline)]
     pub use jobqueue_runtime::{
-        PeriodicJob, QueueOverview, QueueStats, RunningJob, ThroughputMinute, WorkerInfo,
+        PeriodicJob, QueueOverview, QueueStats, RunningJob, StatusCounts, ThroughputMinute,
+        WorkerInfo,
     };
     // Live workers: how often each writes its heartbeat, and when it counts as gone.
     #[doc(inline)]

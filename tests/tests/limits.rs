@@ -347,7 +347,11 @@ async fn a_full_key_does_not_hold_up_the_jobs_behind_it() {
     let stats = queue.stats().await.unwrap();
     // Six of accounts 1 to 6, and the rate-limited one.
     assert_eq!(
-        (stats[0].blocked, stats[0].ready, stats[0].running),
+        (
+            stats[0].counts.blocked,
+            stats[0].counts.ready,
+            stats[0].counts.running,
+        ),
         (49, 0, 7)
     );
     // A blocked job lists as such.

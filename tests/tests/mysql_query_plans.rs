@@ -680,11 +680,17 @@ async fn dashboard_queries_use_indexes_on_a_million_jobs() {
     }
     let stats = queue.queue_overview().await.unwrap();
     assert_eq!(
-        stats.iter().map(|s| s.done + s.failed).sum::<u64>(),
+        stats
+            .iter()
+            .map(|s| s.counts.done + s.counts.failed)
+            .sum::<u64>(),
         1_000_000
     );
     assert_eq!(
-        stats.iter().map(|s| s.ready + s.scheduled).sum::<u64>(),
+        stats
+            .iter()
+            .map(|s| s.counts.ready + s.counts.scheduled)
+            .sum::<u64>(),
         100_000
     );
 }

@@ -572,7 +572,7 @@ async fn a_paused_queue_keeps_its_jobs_ready_until_resumed() {
     );
     let stats = queue.stats().await.unwrap();
     let s = stats.iter().find(|s| s.queue == "sched_paused").unwrap();
-    assert!(s.paused && s.ready == 3, "{s:?}");
+    assert!(s.paused && s.counts.ready == 3, "{s:?}");
     let none: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM effects")
         .fetch_one(&effects)
         .await

@@ -733,14 +733,18 @@ async fn the_overview_shows_each_queue_in_one_statement() {
     let names: Vec<_> = stats.iter().map(|s| s.queue.as_str()).collect();
     assert_eq!(names, ["alpha", "beta", "gamma"]);
     assert_eq!(
-        (stats[0].ready, stats[0].failed, stats[0].paused),
+        (
+            stats[0].counts.ready,
+            stats[0].counts.failed,
+            stats[0].paused,
+        ),
         (3, 2, false)
     );
     assert!(stats[0].oldest_ready_secs.is_some());
     assert_eq!(
         (
-            stats[1].done,
-            stats[1].scheduled,
+            stats[1].counts.done,
+            stats[1].counts.scheduled,
             stats[1].oldest_ready_secs
         ),
         (4, 1, None)

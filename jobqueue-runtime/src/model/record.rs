@@ -440,69 +440,10 @@ impl JobFilter {
     }
 }
 
-/// One queue's figures, as `jobqueue status` shows them.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+/// How many jobs of one queue are in each status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
-pub struct QueueStats {
-    /// The queue's name.
-    pub queue: String,
-    /// Whether it is paused.
-    pub paused: bool,
-    /// Jobs per status.
-    pub scheduled: u64,
-    /// Ready jobs.
-    pub ready: u64,
-    /// Jobs waiting for a slot of their concurrency or rate limit key.
-    pub blocked: u64,
-    /// Running jobs.
-    pub running: u64,
-    /// Done jobs (not yet pruned).
-    pub done: u64,
-    /// Failed jobs.
-    pub failed: u64,
-    /// Cancelled jobs.
-    pub cancelled: u64,
-    /// Age of the oldest ready job, in seconds (how far behind the queue is).
-    pub oldest_ready_secs: Option<f64>,
-    /// Running jobs whose lease has expired: they wait for a reclaim.
-    pub expired_leases: u64,
-    /// Scheduled jobs that wait for a worker that can run them: a worker found their kind
-    /// unknown or their payload unfit (another release, during a rolling deploy). A count
-    /// that stays above zero means no deployed worker can run them.
-    pub unrunnable: u64,
-    /// Jobs that failed in the last hour.
-    pub failed_last_hour: u64,
-    /// Jobs done in the last minute.
-    pub done_last_minute: u64,
-}
-
-impl QueueStats {
-    /// Sets the count of jobs in `status`.
-    pub(crate) fn set_count(&mut self, status: JobStatus, n: u64) {
-        let count = match status {
-            JobStatus::Scheduled => &mut self.scheduled,
-            JobStatus::Ready => &mut self.ready,
-            JobStatus::Blocked => &mut self.blocked,
-            JobStatus::Running => &mut self.running,
-            JobStatus::Done => &mut self.done,
-            JobStatus::Failed => &mut self.failed,
-            JobStatus::Cancelled => &mut self.cancelled,
-        };
-        *count = n;
-    }
-}
-
-/// One queue at a glance, as [`Queue::queue_overview`](crate::Queue::queue_overview) reads
-/// every queue's with one statement: its counts by status, whether it is paused, how far
-/// behind it is and its expired leases. [`QueueStats`] has more figures, at the cost of
-/// more statements.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-#[non_exhaustive]
-pub struct QueueOverview {
-    /// The queue's name.
-    pub queue: String,
-    /// Whether it is paused.
-    pub paused: bool,
+pub struct StatusCounts {
     /// Scheduled jobs (delayed, or waiting out a retry's backoff).
     pub scheduled: u64,
     /// Ready jobs.
@@ -517,15 +458,29 @@ pub struct QueueOverview {
     pub failed: u64,
     /// Cancelled jobs.
     pub cancelled: u64,
-    /// Age of the oldest ready job, in seconds (how far behind the queue is).
-    pub oldest_ready_secs: Option<f64>,
-    /// Running jobs whose lease has expired: they wait for a reclaim.
-    pub expired_leases: u64,
 }
 
-impl QueueOverview {
+impl StatusCounts {
+    /// The count of jobs in `status`.
+    pub fn get(&self, status: JobStatus) -> u64 {
+        match status {
+            JobStatus::Scheduled => self.scheduled,
+            JobStatus::Ready => self.ready,
+            JobStatus::Blocked => self.blocked,
+            JobStatus::Running => self.running,
+            JobStatus::Done => self.done,
+            JobStatus::Failed => self.failed,
+            JobStatus::Cancelled => self.cancelled,
+        }
+    }
+
+    /// Every job of the queue, whatever its status.
+    pub fn total(&self) -> u64 {
+        JobStatus::ALL.iter().map(|&s| self.get(s)).sum()
+    }
+
     /// Sets the count of jobs in `status`.
-    pub(crate) fn set_count(&mut self, status: JobStatus, n: u64) {
+    pub(crate) fn set(&mut self, status: JobStatus, n: u64) {
         let count = match status {
             JobStatus::Scheduled => &mut self.scheduled,
             JobStatus::Ready => &mut self.ready,
@@ -537,6 +492,51 @@ impl QueueOverview {
         };
         *count = n;
     }
+}
+
+/// One queue's figures, as `jobqueue status` shows them.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct QueueStats {
+    /// The queue's name.
+    pub queue: String,
+    /// Whether it is paused.
+    pub paused: bool,
+    /// Its jobs per status (serialised as fields of the queue's own object).
+    #[serde(flatten)]
+    pub counts: StatusCounts,
+    /// Age of the oldest ready job, in seconds (how far behind the queue is).
+    pub oldest_ready_secs: Option<f64>,
+    /// Running jobs whose lease has expired: they wait for a reclaim.
+    pub expired_leases: u64,
+    /// Scheduled jobs that wait for a worker that can run them: a worker found their kind
+    /// unknown or their payload unfit (another release, during a rolling deploy). A count
+    /// that stays above zero means no deployed worker can run them.
+    pub unrunnable: u64,
+    /// Jobs that failed in the last hour.
+    pub failed_last_hour: u64,
+    /// Jobs done in the last minute.
+    pub done_last_minute: u64,
+}
+
+/// One queue at a glance, as [`Queue::queue_overview`](crate::Queue::queue_overview) reads
+/// every queue's with one statement: its counts by status, whether it is paused, how far
+/// behind it is and its expired leases. [`QueueStats`] has more figures, at the cost of
+/// more statements.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct QueueOverview {
+    /// The queue's name.
+    pub queue: String,
+    /// Whether it is paused.
+    pub paused: bool,
+    /// Its jobs per status (serialised as fields of the queue's own object).
+    #[serde(flatten)]
+    pub counts: StatusCounts,
+    /// Age of the oldest ready job, in seconds (how far behind the queue is).
+    pub oldest_ready_secs: Option<f64>,
+    /// Running jobs whose lease has expired: they wait for a reclaim.
+    pub expired_leases: u64,
 }
 
 /// A running job and its lease, as `jobqueue status` shows them.
@@ -638,13 +638,20 @@ mod tests {
         let outcome =
             serde_json::to_value(CancelOutcome::AlreadyFinished(JobStatus::Done)).unwrap();
         assert_eq!(outcome, serde_json::json!({ "already_finished": "done" }));
+        let mut counts = StatusCounts::default();
+        counts.set(JobStatus::Ready, 3);
+        counts.set(JobStatus::Blocked, 2);
+        assert_eq!((counts.get(JobStatus::Ready), counts.total()), (3, 5));
         let stats = serde_json::to_value(QueueStats {
             queue: "default".into(),
-            ready: 3,
+            counts,
             ..Default::default()
         })
         .unwrap();
+        // The counts are fields of the queue's object, as before they had a type of their own.
         assert_eq!(stats["queue"], "default");
         assert_eq!(stats["ready"], 3);
+        assert_eq!(stats["blocked"], 2);
+        assert!(stats.get("counts").is_none(), "{stats}");
     }
 }

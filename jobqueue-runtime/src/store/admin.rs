@@ -326,7 +326,7 @@ impl Store {
             let status: JobStatus = text(r, 1)?.parse()?;
             let n: i64 = r.try_get(2)?;
             let s = entry(&mut out, &q);
-            s.set_count(status, n as u64);
+            s.counts.set(status, n as u64);
         }
         for q in self.paused_queues_sorted().await? {
             entry(&mut out, &q).paused = true;

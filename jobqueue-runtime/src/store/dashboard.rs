@@ -233,7 +233,7 @@ impl Store {
                 }
                 "expired_leases" => s.expired_leases = n,
                 "paused" => s.paused = true,
-                status => s.set_count(status.parse::<JobStatus>()?, n),
+                status => s.counts.set(status.parse::<JobStatus>()?, n),
             }
         }
         out.sort_by(|a, b| a.queue.cmp(&b.queue));

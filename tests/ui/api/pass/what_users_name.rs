@@ -12,7 +12,7 @@ use jobqueue::{
 // The modules, by role.
 use jobqueue::admin::{
     redact_url, Attempt, AttemptOutcome, CancelOutcome, JobFilter, JobPage, JobRecord,
-    JobRef, PeriodicJob, QueueOverview, QueueStats, RunningJob, ServerInfo, ThroughputMinute, WorkerInfo,
+    JobRef, PeriodicJob, QueueOverview, QueueStats, RunningJob, StatusCounts, ServerInfo, ThroughputMinute, WorkerInfo,
     HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER,
 };
 use jobqueue::context::{
