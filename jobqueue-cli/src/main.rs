@@ -14,9 +14,9 @@
 //! jobqueue workers
 //! ```
 //!
-//! Every command takes `--json`; the commands that change something take `--dry-run` and
-//! `--strict`; `purge` and `retry`/`cancel` over a filter take `--yes` (they ask on a
-//! terminal and refuse elsewhere without it).
+//! Every command but `web` takes `--json`; the commands that change something take
+//! `--dry-run` and `--strict`; `purge` and `retry`/`cancel` over a filter take `--yes` (they
+//! ask on a terminal and refuse elsewhere without it).
 //!
 //! The database comes from `--database-url` or `DATABASE_URL`
 //! (`mysql://user:password@host:port/database`). Its password is never printed: messages
