@@ -6,6 +6,7 @@
 //! With `--json` each prints one line: an object with `command`, `dry_run`, `matched`,
 //! `changed` and `message`, and the fields of its own.
 
+use std::future::Future;
 use std::io::{self, BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -179,6 +180,32 @@ fn decide(matched: u64, dry_run: bool, yes: bool, phrase: &str) -> Result<Go, Fa
     )
 }
 
+/// Asks as [`decide`] does, then, if told to go ahead, makes the change of `matched` rows
+/// with `work`, showing its progress on a terminal by what `remaining` counts: whether it
+/// went ahead, and how many rows changed.
+async fn confirm_and_change<W, R, RF>(
+    matched: u64,
+    dry_run: bool,
+    yes: bool,
+    phrase: &str,
+    doing: &str,
+    work: W,
+    remaining: R,
+) -> Result<(Go, u64), Failure>
+where
+    W: Future<Output = jobqueue::Result<u64>>,
+    R: Fn() -> RF,
+    RF: Future<Output = jobqueue::Result<u64>>,
+{
+    let go = decide(matched, dry_run, yes, phrase)?;
+    let changed = if go == Go::Ahead {
+        progress::track(doing, matched, work, remaining).await?
+    } else {
+        0
+    };
+    Ok((go, changed))
+}
+
 /// The report of a bulk command: "not confirmed" if a person answered no, else `message`.
 fn finish(report: Report, go: Go, message: String) -> Report {
     if go == Go::Declined {
@@ -282,18 +309,16 @@ pub(crate) async fn retry_matching(
             scope.describe()
         )
     };
-    let go = decide(matched, dry_run, yes, &format!("retry {}", what(matched)))?;
-    let changed = if go == Go::Ahead {
-        progress::track(
-            "retrying jobs",
-            matched,
-            queue.retry_matching(&scope.change_query()),
-            || scope.count(queue),
-        )
-        .await?
-    } else {
-        0
-    };
+    let (go, changed) = confirm_and_change(
+        matched,
+        dry_run,
+        yes,
+        &format!("retry {}", what(matched)),
+        "retrying jobs",
+        queue.retry_matching(&scope.change_query()),
+        || scope.count(queue),
+    )
+    .await?;
     let n = if dry_run { matched } else { changed };
     let message = format!(
         "{} {} -> ready (attempts kept; max_attempts raised to attempts + 1 where used up); {}",
@@ -396,18 +421,16 @@ pub(crate) async fn cancel_matching(
         0
     };
     let what = |n| format!("{}{}", scope.jobs(n, "waiting"), scope.describe());
-    let go = decide(matched, dry_run, yes, &format!("cancel {}", what(matched)))?;
-    let changed = if go == Go::Ahead {
-        progress::track(
-            "cancelling jobs",
-            matched,
-            queue.cancel_matching(&scope.change_query()),
-            || scope.count(queue),
-        )
-        .await?
-    } else {
-        0
-    };
+    let (go, changed) = confirm_and_change(
+        matched,
+        dry_run,
+        yes,
+        &format!("cancel {}", what(matched)),
+        "cancelling jobs",
+        queue.cancel_matching(&scope.change_query()),
+        || scope.count(queue),
+    )
+    .await?;
     let n = if dry_run { matched } else { changed };
     let left = if running_left > 0 {
         format!(
@@ -532,18 +555,16 @@ pub(crate) async fn purge(
             scope.describe()
         )
     };
-    let go = decide(matched, dry_run, yes, &format!("delete {}", what(matched)))?;
-    let changed = if go == Go::Ahead {
-        progress::track(
-            "deleting jobs",
-            matched,
-            queue.prune_matching(&query, age),
-            || queue.prunable_matching(&query, age),
-        )
-        .await?
-    } else {
-        0
-    };
+    let (go, changed) = confirm_and_change(
+        matched,
+        dry_run,
+        yes,
+        &format!("delete {}", what(matched)),
+        "deleting jobs",
+        queue.prune_matching(&query, age),
+        || queue.prunable_matching(&query, age),
+    )
+    .await?;
     let n = if dry_run { matched } else { changed };
     let message = format!(
         "{} {}; {}",

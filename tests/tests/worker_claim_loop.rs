@@ -16,6 +16,11 @@ use tests::{
     stop, wait_for, wait_status, Mailbox,
 };
 
+/// Held by the 300-slot test and the saturated-worker test for their whole run: the latter
+/// sums the CPU of every lease thread of this process, and the former's lease thread writes
+/// the outcomes of 300 jobs, which would count against the worker being measured.
+static LEASE_CPU_MEASURED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 // ---------------------------------------------------------------------------------------
 // More than 256 slots.
 // ---------------------------------------------------------------------------------------
@@ -37,6 +42,7 @@ async fn wide(n: u32, gate: Data<Gate>) -> Result<(), JobError> {
 /// finish them within the test's bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_with_300_slots_fills_them_all_in_one_pass() {
+    let _measured = LEASE_CPU_MEASURED.lock().await;
     let queue = migrated_queue(&fresh_database("fast_wide").await).await;
     let out = queue
         .enqueue_many((0..300).map(|n| Wide { n }))
@@ -268,9 +274,11 @@ fn clock_ticks_per_second() -> u64 {
 /// thread's CPU time is the worker's, whatever the other tests of this binary (threads of
 /// the same process) are doing meanwhile; unlike wall time, it does not depend on the
 /// machine's load either. The worker's lease thread, an OS thread of its own, is measured
-/// too: with those of other tests' workers, which renew a few leases at most.
+/// too: with those of other tests' workers, which renew a few leases at most (the one test
+/// whose worker writes hundreds of outcomes never runs at the same time).
 #[tokio::test(flavor = "current_thread")]
 async fn a_saturated_worker_does_not_spin() {
+    let _measured = LEASE_CPU_MEASURED.lock().await;
     init_tracing();
     let queue = fresh_queue("regressions_busy").await;
     let mut started = BUSY_STARTED.open();
