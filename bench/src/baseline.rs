@@ -11,6 +11,9 @@
 //! The same loop also runs on [`MINIMAL_TABLE`], the smallest table the pattern needs (one
 //! secondary index besides the unique key): the physical floor of a SKIP LOCKED queue on
 //! this server, with none of the columns and indexes that the framework's features need.
+//! It runs at READ COMMITTED, as the framework does, and at REPEATABLE READ
+//! ([`Isolation::RepeatableRead`]), whose next-key locks make it faster but hold up
+//! enqueues into a nearly empty queue.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -24,12 +27,34 @@ use crate::jobs::{self, LEASE_MS, MAX_ATTEMPTS, NOOP_KIND, PROBE_KIND, QUEUE};
 
 /// A pool whose sessions run at READ COMMITTED, as a queue's must.
 pub(crate) async fn pool(url: &str, max_connections: u32) -> anyhow::Result<MySqlPool> {
+    pool_at(url, max_connections, Isolation::ReadCommitted).await
+}
+
+/// The isolation level of a loop's sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isolation {
+    ReadCommitted,
+    /// The server's default. Its locking reads lock the gaps they scan (next-key locks),
+    /// the gap after the last ready row included: an enqueue into a nearly empty queue
+    /// waits for the claim that scanned it.
+    RepeatableRead,
+}
+
+/// A pool whose sessions run at `isolation`.
+pub(crate) async fn pool_at(
+    url: &str,
+    max_connections: u32,
+    isolation: Isolation,
+) -> anyhow::Result<MySqlPool> {
+    let set = match isolation {
+        Isolation::ReadCommitted => "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        Isolation::RepeatableRead => "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+    };
     Ok(MySqlPoolOptions::new()
         .max_connections(max_connections)
-        .after_connect(|conn, _| {
+        .after_connect(move |conn, _| {
             Box::pin(async move {
-                conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                    .await?;
+                conn.execute(set).await?;
                 Ok(())
             })
         })

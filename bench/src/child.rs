@@ -17,7 +17,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, watch};
 
-use crate::baseline;
+use crate::baseline::{self, Isolation};
 use crate::jobs::{self, QUEUE};
 use crate::measure::{now_us, peak_rss_kib};
 use crate::Mode;
@@ -28,8 +28,8 @@ const URL_VAR: &str = "JOBQUEUE_BENCH_URL";
 /// Arguments of a worker process.
 #[derive(clap::Args, Debug)]
 pub(crate) struct WorkerArgs {
-    /// Framework (`Worker`), baseline (hand-written loop) or minimal (the same loop on the
-    /// minimal table).
+    /// Framework (`Worker`), baseline (hand-written loop), minimal (the same loop on the
+    /// minimal table) or minimal-rr (that loop at REPEATABLE READ).
     #[arg(long, value_enum)]
     mode: Mode,
     /// Jobs run at once (the baseline claims this many per transaction).
@@ -67,8 +67,46 @@ pub(crate) async fn worker_main(args: WorkerArgs) -> anyhow::Result<()> {
     let mut input = BufReader::new(tokio::io::stdin()).lines();
     let mut result = match args.mode {
         Mode::Framework => run_framework(&url, &args, &mut input).await?,
-        Mode::Baseline => run_baseline(&url, baseline::Table::Project, &args, &mut input).await?,
-        Mode::Minimal => run_baseline(&url, baseline::Table::Minimal, &args, &mut input).await?,
+        Mode::Baseline => {
+            run_baseline(
+                &url,
+                baseline::Table::Project,
+                Isolation::ReadCommitted,
+                &args,
+                &mut input,
+            )
+            .await?
+        }
+        Mode::Minimal => {
+            run_baseline(
+                &url,
+                baseline::Table::Minimal,
+                Isolation::ReadCommitted,
+                &args,
+                &mut input,
+            )
+            .await?
+        }
+        Mode::BaselineRr => {
+            run_baseline(
+                &url,
+                baseline::Table::Project,
+                Isolation::RepeatableRead,
+                &args,
+                &mut input,
+            )
+            .await?
+        }
+        Mode::MinimalRr => {
+            run_baseline(
+                &url,
+                baseline::Table::Minimal,
+                Isolation::RepeatableRead,
+                &args,
+                &mut input,
+            )
+            .await?
+        }
     };
     result.cpu_ms = own_cpu_ms().saturating_sub(CPU_AT_GO.get().copied().unwrap_or(0));
     println!("result {}", serde_json::to_string(&result)?);
@@ -135,10 +173,11 @@ async fn run_framework(
 async fn run_baseline(
     url: &str,
     table: baseline::Table,
+    isolation: Isolation,
     args: &WorkerArgs,
     input: &mut Input,
 ) -> anyhow::Result<ChildResult> {
-    let pool = baseline::pool(url, 2).await?;
+    let pool = baseline::pool_at(url, 2, isolation).await?;
     warm(&pool, 1).await?;
     let done = Arc::new(AtomicU64::new(0));
     let (stop_tx, stop_rx) = watch::channel(false);

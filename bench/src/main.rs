@@ -61,6 +61,9 @@ pub(crate) enum Scenario {
     Drain,
     /// Enqueue one by one and in bulk, with and without duplicates.
     Enqueue,
+    /// How long a single-row enqueue takes while workers drain a nearly empty queue, at
+    /// READ COMMITTED and at REPEATABLE READ.
+    Trickle,
     /// Time from enqueue to job start, in-process and from another process.
     Latency,
     /// Drain speed with a large history in the table against an empty table.
@@ -82,7 +85,7 @@ enum Command {
 }
 
 /// The ways of running the queue that the scenarios compare: every scenario the first two,
-/// the drains the third too.
+/// the drains (and the trickle) the other two too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Mode {
@@ -91,8 +94,17 @@ pub(crate) enum Mode {
     /// Plain sqlx statements written by hand.
     Baseline,
     /// The baseline's claim loop on the minimal table of the pattern
-    /// (`baseline::MINIMAL_TABLE`): the physical floor, measured in the drains only.
+    /// (`baseline::MINIMAL_TABLE`) at READ COMMITTED: the physical floor, measured in the
+    /// drains only.
     Minimal,
+    /// The baseline's loop at REPEATABLE READ on the framework's table, measured in the
+    /// trickle only.
+    #[value(name = "baseline-rr")]
+    BaselineRr,
+    /// The same loop on the same table at REPEATABLE READ: faster, but its claims lock the
+    /// gap where new jobs go (the trickle scenario measures what that costs an enqueue).
+    #[value(name = "minimal-rr")]
+    MinimalRr,
 }
 
 impl Mode {
@@ -101,13 +113,26 @@ impl Mode {
             Mode::Framework => "framework",
             Mode::Baseline => "baseline",
             Mode::Minimal => "minimal",
+            Mode::BaselineRr => "baseline-rr",
+            Mode::MinimalRr => "minimal-rr",
         }
     }
 
-    /// The framework and the two loops of the drains, in an order that turns from run to run.
-    pub(crate) fn order3(run: u32) -> [Mode; 3] {
-        let all = [Mode::Framework, Mode::Baseline, Mode::Minimal];
-        std::array::from_fn(|i| all[(i + run as usize) % 3])
+    /// Whether this mode's loop runs on the minimal table.
+    pub(crate) fn minimal_table(self) -> bool {
+        matches!(self, Mode::Minimal | Mode::MinimalRr)
+    }
+
+    /// The framework and the three loops of the drains, in an order that turns from run to
+    /// run.
+    pub(crate) fn order4(run: u32) -> [Mode; 4] {
+        let all = [
+            Mode::Framework,
+            Mode::Baseline,
+            Mode::Minimal,
+            Mode::MinimalRr,
+        ];
+        std::array::from_fn(|i| all[(i + run as usize) % 4])
     }
 
     /// Both modes, the one that goes first alternating from run to run.

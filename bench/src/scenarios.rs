@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _};
 use jobqueue::{EnqueueOptions, Queue, QueueConfig, Worker};
-use rand::Rng as _;
+use rand::{Rng as _, SeedableRng as _};
 use sqlx::{Connection as _, MySqlConnection, MySqlPool};
 use tokio::sync::{watch, Notify};
 
@@ -32,6 +32,7 @@ struct Sizes {
     idle_gap_ms: u64,
     load_gap_ms: u64,
     load_backlog: u64,
+    trickle_jobs: u64,
     history_done: u64,
     history_scheduled: u64,
     rss_jobs: u64,
@@ -53,6 +54,7 @@ impl Sizes {
                 idle_gap_ms: 500,
                 load_gap_ms: 40,
                 load_backlog: 10_000,
+                trickle_jobs: 600,
                 history_done: 200_000,
                 history_scheduled: 20_000,
                 rss_jobs: 5_000,
@@ -75,6 +77,7 @@ impl Sizes {
                 idle_gap_ms: 500,
                 load_gap_ms: 40,
                 load_backlog: 20_000,
+                trickle_jobs: 2_000,
                 history_done: 1_000_000,
                 history_scheduled: 100_000,
                 rss_jobs: 20_000,
@@ -118,9 +121,10 @@ pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
     }
     let want = |s: Scenario| args.only.is_empty() || args.only.contains(&s);
     let mut rows = Vec::new();
-    let all: [(Scenario, &str); 7] = [
+    let all: [(Scenario, &str); 8] = [
         (Scenario::Drain, "drain"),
         (Scenario::Enqueue, "enqueue"),
+        (Scenario::Trickle, "trickle"),
         (Scenario::Latency, "latency"),
         (Scenario::Scale, "scale"),
         (Scenario::Resources, "resources"),
@@ -139,6 +143,7 @@ pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
         let new = match scenario {
             Scenario::Drain => drain(&mut cx).await,
             Scenario::Enqueue => enqueue(&mut cx).await,
+            Scenario::Trickle => trickle(&mut cx).await,
             Scenario::Latency => latency(&mut cx).await,
             Scenario::Scale => scale(&mut cx).await,
             Scenario::Resources => resources(&mut cx).await,
@@ -269,6 +274,13 @@ pub(crate) fn progress(row: &Row) {
             crate::measure::figure(m.value)
         );
     }
+    if let (Some(m), Some(r)) = (&row.minimal_rr, row.minimal_rr_ratio) {
+        eprintln!(
+            "   {:<44} minimal table at REPEATABLE READ {}  fw/min RR {r:.2}",
+            "",
+            crate::measure::figure(m.value)
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -337,7 +349,7 @@ async fn drain_limited(
     if empty_first {
         env::truncate(admin).await?;
     }
-    if mode == Mode::Minimal {
+    if mode.minimal_table() {
         env::fill_minimal(admin, prefix, jobs).await?;
     } else {
         env::fill(admin, Rows::Ready, prefix, jobs).await?;
@@ -516,24 +528,27 @@ async fn drain(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
     let min_admin = baseline::pool(&min_url, 2).await?;
     let jobs = cx.sizes.drain_jobs;
     warm_up(&url, &admin, jobs).await?;
-    drain_once(
-        &min_url,
-        &min_admin,
-        Mode::Minimal,
-        1,
-        16,
-        (jobs / 10).max(500),
-        "warmmin:",
-        false,
-    )
-    .await?;
-    // [case][framework, baseline, minimal]
-    let mut results: Vec<[Vec<Measured>; 3]> =
+    for mode in [Mode::Minimal, Mode::MinimalRr] {
+        let prefix = format!("warm{}:", mode.as_str());
+        drain_once(
+            &min_url,
+            &min_admin,
+            mode,
+            1,
+            16,
+            (jobs / 10).max(500),
+            &prefix,
+            false,
+        )
+        .await?;
+    }
+    // [case][framework, baseline, minimal, minimal at REPEATABLE READ]
+    let mut results: Vec<[Vec<Measured>; 4]> =
         DRAIN_CASES.iter().map(|_| Default::default()).collect();
     for run in 0..cx.runs {
         for (c, &(procs, conc)) in DRAIN_CASES.iter().enumerate() {
-            for mode in Mode::order3(run) {
-                let (u, a) = if mode == Mode::Minimal {
+            for mode in Mode::order4(run) {
+                let (u, a) = if mode.minimal_table() {
                     (&min_url, &min_admin)
                 } else {
                     (&url, &admin)
@@ -552,7 +567,7 @@ async fn drain(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
     let rates = |v: &[Measured]| v.iter().map(|d| d.rate).collect::<Vec<_>>();
     let mut rows = Vec::new();
     for (c, &(procs, conc)) in DRAIN_CASES.iter().enumerate() {
-        let [fw, base, min] = &results[c];
+        let [fw, base, min, min_rr] = &results[c];
         let row = Row::new(
             "drain",
             format!(
@@ -564,6 +579,7 @@ async fn drain(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
         )
         .figures(rates(fw), rates(base))
         .minimal(rates(min))
+        .minimal_rr(rates(min_rr))
         .target(TargetOn::Minimal, 0.9);
         let m = median_of;
         let row = counter_notes(row, fw, base)
@@ -578,13 +594,15 @@ async fn drain(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
             .note(
                 "CPU µs/job server + workers",
                 format!(
-                    "fw {:.0} + {:.0}, base {:.0} + {:.0}, min {:.0} + {:.0}",
+                    "fw {:.0} + {:.0}, base {:.0} + {:.0}, min {:.0} + {:.0}, min RR {:.0} + {:.0}",
                     m(fw, |d| d.server_cpu_us.unwrap_or(0.0)),
                     m(fw, |d| d.worker_cpu_us),
                     m(base, |d| d.server_cpu_us.unwrap_or(0.0)),
                     m(base, |d| d.worker_cpu_us),
                     m(min, |d| d.server_cpu_us.unwrap_or(0.0)),
-                    m(min, |d| d.worker_cpu_us)
+                    m(min, |d| d.worker_cpu_us),
+                    m(min_rr, |d| d.server_cpu_us.unwrap_or(0.0)),
+                    m(min_rr, |d| d.worker_cpu_us)
                 ),
             );
         progress(&row);
@@ -725,7 +743,9 @@ impl Enqueuer {
                     .await?,
             ),
             Mode::Baseline => Enqueuer::Baseline(baseline::pool(url, connections).await?),
-            Mode::Minimal => bail!("the minimal table is measured in the drains only"),
+            Mode::Minimal | Mode::MinimalRr | Mode::BaselineRr => {
+                bail!("the other loops are measured in the drains and the trickle only")
+            }
         };
         // Open the connections before anything is timed.
         let pool = e.pool();
@@ -911,6 +931,175 @@ async fn enqueue(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
         rows.push(row);
     }
     admin.close().await;
+    Ok(rows)
+}
+
+// ---------------------------------------------------------------------------------------
+// Trickle
+
+/// Worker processes and slots of the trickle: a few workers claiming.
+const TRICKLE_WORKERS: (usize, usize) = (4, 16);
+
+/// The longest random gap between two enqueues of the trickle (about 200 a second).
+const TRICKLE_GAP_US: u64 = 10_000;
+
+/// The single-row `INSERT` of the minimal table.
+const MINIMAL_INSERT: &str = "INSERT INTO job_queue \
+    (task_key, payload, status, attempts, created_at, updated_at) \
+    VALUES (?, ?, 'ready', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
+
+/// What one trickle measured: each enqueue's time (µs), and the claimers' conflicts.
+struct Trickled {
+    enqueue_us: Vec<u64>,
+    conflicts: u64,
+}
+
+/// Workers of `mode` drain while `jobs` single-row enqueues arrive one at a time, from a
+/// connection of their own (at READ COMMITTED, as every enqueuer's is here), at random gaps
+/// of up to [`TRICKLE_GAP_US`]: the queue stays nearly empty, so every claim reads to the end
+/// of the ready jobs, where the next enqueue's row goes. Each enqueue is timed.
+async fn trickle_once(
+    url: &str,
+    admin: &MySqlPool,
+    mode: Mode,
+    jobs: u64,
+) -> anyhow::Result<Trickled> {
+    env::truncate(admin).await?;
+    let enqueuer = match mode {
+        Mode::Framework => Some(Enqueuer::open(url, mode, 1).await?),
+        _ => None,
+    };
+    let pool = baseline::pool(url, 1).await?;
+    let (procs, conc) = TRICKLE_WORKERS;
+    let mut group = Group::start(url, mode, procs, conc, false).await?;
+    group.go().await?;
+    let mut enqueue_us = Vec::with_capacity(jobs as usize);
+    let mut gaps = rand::rngs::StdRng::seed_from_u64(jobs);
+    for n in 0..jobs {
+        tokio::time::sleep(Duration::from_micros(gaps.gen_range(0..TRICKLE_GAP_US))).await;
+        let began = Instant::now();
+        match (&enqueuer, mode.minimal_table()) {
+            (Some(e), _) => {
+                ensure!(e.one(n).await?, "job {n} was a duplicate");
+            }
+            (None, true) => {
+                sqlx::query(MINIMAL_INSERT)
+                    .bind(jobs::noop_key(n))
+                    .bind(jobs::noop_payload(n))
+                    .execute(&pool)
+                    .await?;
+            }
+            (None, false) => {
+                baseline::enqueue_one(&pool, n).await?;
+            }
+        }
+        enqueue_us.push(began.elapsed().as_micros() as u64);
+    }
+    group
+        .wait(|done, _| done >= jobs, Duration::from_secs(120))
+        .await?;
+    let results = group.stop().await?;
+    pool.close().await;
+    if let Some(e) = enqueuer {
+        e.close().await;
+    }
+    let completed: u64 = results.iter().map(|r| r.completed).sum();
+    ensure!(
+        completed == jobs,
+        "{mode:?} recorded {completed} jobs done for {jobs} enqueued"
+    );
+    Ok(Trickled {
+        enqueue_us,
+        conflicts: results
+            .iter()
+            .filter_map(|r| r.baseline.map(|b| b.conflicts))
+            .sum(),
+    })
+}
+
+/// The trickle: the time of a single-row enqueue into a nearly empty queue that workers
+/// are draining, with the framework (READ COMMITTED), the hand-written loop on the
+/// framework's table at both levels, and the loop on the minimal table at both levels.
+/// At REPEATABLE READ a claim that reads to the end of the ready jobs holds a next-key lock
+/// on the entry after them until it commits: the gap where the next job's row goes.
+async fn trickle(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
+    let url = cx.env.database("trickle").await?;
+    let admin = baseline::pool(&url, 2).await?;
+    let min_url = cx.env.minimal_database("trickle_min").await?;
+    let min_admin = baseline::pool(&min_url, 2).await?;
+    let jobs = cx.sizes.trickle_jobs;
+    let modes = [
+        Mode::Framework,
+        Mode::Baseline,
+        Mode::BaselineRr,
+        Mode::Minimal,
+        Mode::MinimalRr,
+    ];
+    // [mode] -> every run's enqueue times pooled, and the conflicts.
+    let mut pooled: Vec<(Vec<u64>, u64)> = modes.iter().map(|_| (Vec::new(), 0)).collect();
+    for run in 0..cx.runs {
+        for i in 0..modes.len() {
+            let k = (i + run as usize) % modes.len();
+            let mode = modes[k];
+            let (u, a) = if mode.minimal_table() {
+                (&min_url, &min_admin)
+            } else {
+                (&url, &admin)
+            };
+            let t = trickle_once(u, a, mode, jobs).await?;
+            eprintln!(
+                "   run {run} {:<11} enqueue p50 {:>6.2} ms  p99 {:>7.2} ms  max {:>7.2} ms  claim conflicts {}",
+                mode.as_str(),
+                percentile(&t.enqueue_us, 50.0) / 1000.0,
+                percentile(&t.enqueue_us, 99.0) / 1000.0,
+                percentile(&t.enqueue_us, 100.0) / 1000.0,
+                t.conflicts,
+            );
+            pooled[k].0.extend(t.enqueue_us);
+            pooled[k].1 += t.conflicts;
+        }
+    }
+    let (procs, conc) = TRICKLE_WORKERS;
+    let mut rows = Vec::new();
+    for (p, label) in [(50.0, "p50"), (99.0, "p99"), (100.0, "max")] {
+        let ms = |k: usize| vec![percentile(&pooled[k].0, p) / 1000.0];
+        let row = Row::new(
+            "trickle",
+            format!(
+                "single-row enqueue while {procs} x {conc} drain a nearly empty queue, {label}"
+            ),
+            "ms",
+        )
+        .lower_is_better()
+        .figures(ms(0), ms(1))
+        .minimal(ms(3))
+        .minimal_rr(ms(4))
+        .note(
+            "baseline at REPEATABLE READ (framework's table)",
+            format!("{:.2} ms", ms(2)[0]),
+        )
+        .note(
+            "claim conflicts (deadlocks, lock wait timeouts) per run: base, base RR, min, min RR",
+            format!(
+                "{}, {}, {}, {}",
+                pooled[1].1 / u64::from(cx.runs),
+                pooled[2].1 / u64::from(cx.runs),
+                pooled[3].1 / u64::from(cx.runs),
+                pooled[4].1 / u64::from(cx.runs)
+            ),
+        )
+        .note(
+            "enqueues",
+            format!(
+                "{jobs} per mode and run, one at a time, at random gaps of 0-{} ms, pooled over the runs",
+                TRICKLE_GAP_US / 1000
+            ),
+        );
+        progress(&row);
+        rows.push(row);
+    }
+    admin.close().await;
+    min_admin.close().await;
     Ok(rows)
 }
 

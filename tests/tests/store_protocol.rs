@@ -284,6 +284,99 @@ async fn claim_skips_a_locked_row_without_waiting() {
     assert_eq!(row.lease_owner.as_deref(), Some("worker-b"));
 }
 
+/// A claim's transaction, held open at the level the queue's sessions run at (READ
+/// COMMITTED), holds up nothing that writes where its locking read went: an enqueue into the
+/// nearly empty queue (whose row goes right after the last ready job the claim read), a
+/// promotion of an older scheduled job (into the middle of the ready range), a reclaim
+/// (which makes an expired job's entry in the claim index move) and another claim. At
+/// REPEATABLE READ the claim's next-key locks cover those gaps, and each of them waits for
+/// the claim's commit: here, a lock wait timeout of one second, retried until it fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_open_claim_holds_up_no_enqueue_promotion_or_reclaim() {
+    let url = fresh_database("store_claim_gaps").await;
+    let pool = tests::pool_with_session(&url, 4, "SET SESSION innodb_lock_wait_timeout = 1").await;
+    let queue = Queue::from_pool(pool).await.expect("queue");
+    queue.migrate().await.expect("migrate");
+    let store = queue.store();
+    // In id order: a scheduled job (due once promoted), a job whose lease will expire, then
+    // the three ready jobs the claim reads to the end of.
+    let due = queue
+        .enqueue_with(
+            Task { n: 0 },
+            EnqueueOptions::default().delay(Duration::from_secs(3600)),
+        )
+        .await
+        .expect("enqueue")
+        .id();
+    let expiring = queue.enqueue(Task { n: 1 }).await.expect("enqueue").id();
+    let claimed = store
+        .claim("default", "worker-gone", 1)
+        .await
+        .expect("claim");
+    assert_eq!(
+        claimed.iter().map(|c| c.id).collect::<Vec<_>>(),
+        vec![expiring]
+    );
+    expire_lease(&queue, expiring).await;
+    sqlx::query("UPDATE job_queue SET run_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?")
+        .bind(due)
+        .execute(queue.pool())
+        .await
+        .expect("make it due");
+    let mut ready = Vec::new();
+    for n in 2..5 {
+        ready.push(queue.enqueue(Task { n }).await.expect("enqueue").id());
+    }
+
+    // The claim's locking read, in a transaction on a session of a queue of its own (set up
+    // by `Queue::connect`, as a worker's are), held open with more room than there are jobs:
+    // it reads to the end of the ready range.
+    let holder_queue = Queue::connect(&url).await.expect("holder queue");
+    let mut holder = holder_queue.pool().acquire().await.expect("holder");
+    let mut tx = holder.begin().await.expect("begin");
+    let locked: Vec<u64> = sqlx::query_scalar(jobqueue_runtime::__store::statements::CLAIM_SELECT)
+        .bind("default")
+        .bind("default")
+        .bind(16u64)
+        .fetch_all(&mut *tx)
+        .await
+        .expect("the claim's locking read");
+    assert_eq!(locked, ready, "the claim read every ready job");
+
+    // Each of these would hit its one-second lock wait timeout (and be retried, and counted)
+    // if it waited for the claim's locks.
+    let new = queue.enqueue(Task { n: 5 }).await.expect("enqueue");
+    assert!(new.is_new(), "{new:?}");
+    let high = queue
+        .enqueue_with(Task { n: 6 }, EnqueueOptions::default().priority(-5))
+        .await
+        .expect("enqueue ahead of the others");
+    assert_eq!(store.promote(10).await.expect("promote"), 1);
+    assert_eq!(job(&queue, due).await.status, JobStatus::Ready);
+    let Reclaimed { ready: back, .. } = store.reclaim(10).await.expect("reclaim");
+    assert_eq!(back, vec![(expiring, 1, "worker-gone".to_owned())]);
+    let mut other: Vec<u64> = store
+        .claim("default", "worker-b", 16)
+        .await
+        .expect("claim beside the open one")
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    other.sort_unstable();
+    let mut expected = vec![due, expiring, new.id(), high.id()];
+    expected.sort_unstable();
+    assert_eq!(
+        other, expected,
+        "every ready job but the ones the open claim holds"
+    );
+    assert_eq!(
+        queue.metrics().conflict_retries,
+        0,
+        "no lock wait timeout was retried: nothing waited for the open claim"
+    );
+    tx.rollback().await.expect("rollback");
+}
+
 // ---------------------------------------------------------------------------------------
 // 3. Fencing
 // ---------------------------------------------------------------------------------------
