@@ -103,6 +103,11 @@ pub(crate) enum Table {
     Project,
     /// [`MINIMAL_TABLE`].
     Minimal,
+    /// [`MINIMAL_TABLE`], claimed by key: a plain read of twice the batch's ids over the
+    /// index, then a locking read of those ids by primary key (`FOR UPDATE SKIP LOCKED`,
+    /// still `status = 'ready'`). Point locks on the primary key take no gap, at any
+    /// isolation level: at REPEATABLE READ such a claim holds up no enqueue.
+    MinimalByKey,
 }
 
 impl Table {
@@ -113,7 +118,7 @@ impl Table {
                  ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED"
             }
             // The queue is bound and ignored (the table has one), so both take one shape.
-            Table::Minimal => {
+            Table::Minimal | Table::MinimalByKey => {
                 "SELECT id, payload FROM job_queue FORCE INDEX (job_queue_status) \
                  WHERE ? IS NOT NULL AND status = 'ready' \
                  ORDER BY lease_until, id LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -124,7 +129,7 @@ impl Table {
     fn finished_at(self) -> &'static str {
         match self {
             Table::Project => "finished_at = UTC_TIMESTAMP(6), ",
-            Table::Minimal => "",
+            Table::Minimal | Table::MinimalByKey => "",
         }
     }
 }
@@ -136,11 +141,35 @@ type Batch = Vec<(u64, Vec<u8>)>;
 async fn claim(pool: &MySqlPool, table: Table, limit: usize, token: &str) -> sqlx::Result<Batch> {
     let mut tx = pool.begin().await?;
     let result: sqlx::Result<Option<Batch>> = async {
-        let rows: Batch = sqlx::query_as(table.claim_select())
+        let rows: Batch = if table == Table::MinimalByKey {
+            let candidates: Vec<u64> = sqlx::query_scalar(
+                "SELECT id FROM job_queue FORCE INDEX (job_queue_status) \
+                 WHERE ? IS NOT NULL AND status = 'ready' ORDER BY lease_until, id LIMIT ?",
+            )
             .bind(QUEUE)
-            .bind(limit as u64)
+            .bind(2 * limit as u64)
             .fetch_all(&mut *tx)
             .await?;
+            if candidates.is_empty() {
+                return Ok(Some(Vec::new()));
+            }
+            let sql = format!(
+                "SELECT id, payload FROM job_queue FORCE INDEX (PRIMARY) \
+                 WHERE id IN ({}) AND status = 'ready' ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
+                marks(candidates.len())
+            );
+            let mut q = sqlx::query_as(&sql);
+            for id in &candidates {
+                q = q.bind(*id);
+            }
+            q.bind(limit as u64).fetch_all(&mut *tx).await?
+        } else {
+            sqlx::query_as(table.claim_select())
+                .bind(QUEUE)
+                .bind(limit as u64)
+                .fetch_all(&mut *tx)
+                .await?
+        };
         if rows.is_empty() {
             return Ok(Some(rows));
         }

@@ -97,6 +97,9 @@ pub(crate) async fn worker_main(args: WorkerArgs) -> anyhow::Result<()> {
             )
             .await?
         }
+        Mode::MinimalRrKey => {
+            run_baseline(&url, baseline::Table::MinimalByKey, Isolation::RepeatableRead, &args, &mut input).await?
+        }
         Mode::MinimalRr => {
             run_baseline(
                 &url,

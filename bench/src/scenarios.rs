@@ -98,6 +98,8 @@ struct Ctx {
     env: Env,
     sizes: Sizes,
     runs: u32,
+    /// Indexes the drains drop from the framework's table (`--drop-index`).
+    drop_index: Vec<String>,
 }
 
 /// Runs the scenarios asked for, prints the table, writes the JSON.
@@ -109,6 +111,7 @@ pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
         env,
         sizes: Sizes::new(args.quick),
         runs,
+        drop_index: args.drop_index.clone(),
     };
     let machine = machine();
     eprintln!(
@@ -524,11 +527,22 @@ const DRAIN_CASES: [(usize, usize); 6] = [(1, 16), (1, 64), (1, 100), (4, 16), (
 async fn drain(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
     let url = cx.env.database("drain").await?;
     let admin = baseline::pool(&url, 2).await?;
+    for index in &cx.drop_index {
+        ensure!(
+            index.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+            "not an index name: {index}"
+        );
+        sqlx::raw_sql(&format!("ALTER TABLE job_queue DROP INDEX `{index}`"))
+            .execute(&admin)
+            .await
+            .with_context(|| format!("cannot drop the index {index}"))?;
+        eprintln!("   (the framework's table drains without its index {index})");
+    }
     let min_url = cx.env.minimal_database("drain_min").await?;
     let min_admin = baseline::pool(&min_url, 2).await?;
     let jobs = cx.sizes.drain_jobs;
     warm_up(&url, &admin, jobs).await?;
-    for mode in [Mode::Minimal, Mode::MinimalRr] {
+    for mode in [Mode::Minimal, Mode::MinimalRr, Mode::MinimalRrKey] {
         let prefix = format!("warm{}:", mode.as_str());
         drain_once(
             &min_url,
@@ -542,12 +556,12 @@ async fn drain(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
         )
         .await?;
     }
-    // [case][framework, baseline, minimal, minimal at REPEATABLE READ]
-    let mut results: Vec<[Vec<Measured>; 4]> =
+    // [case][framework, baseline, minimal, minimal at REPEATABLE READ, the same by key]
+    let mut results: Vec<[Vec<Measured>; 5]> =
         DRAIN_CASES.iter().map(|_| Default::default()).collect();
     for run in 0..cx.runs {
         for (c, &(procs, conc)) in DRAIN_CASES.iter().enumerate() {
-            for mode in Mode::order4(run) {
+            for mode in Mode::order5(run) {
                 let (u, a) = if mode.minimal_table() {
                     (&min_url, &min_admin)
                 } else {
@@ -560,14 +574,21 @@ async fn drain(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
                     mode.as_str(),
                     thousands(d.rate)
                 );
-                results[c][mode as usize].push(d);
+                let slot = match mode {
+                    Mode::Framework => 0,
+                    Mode::Baseline | Mode::BaselineRr => 1,
+                    Mode::Minimal => 2,
+                    Mode::MinimalRr => 3,
+                    Mode::MinimalRrKey => 4,
+                };
+                results[c][slot].push(d);
             }
         }
     }
     let rates = |v: &[Measured]| v.iter().map(|d| d.rate).collect::<Vec<_>>();
     let mut rows = Vec::new();
     for (c, &(procs, conc)) in DRAIN_CASES.iter().enumerate() {
-        let [fw, base, min, min_rr] = &results[c];
+        let [fw, base, min, min_rr, min_rr_key] = &results[c];
         let row = Row::new(
             "drain",
             format!(
@@ -589,6 +610,14 @@ async fn drain(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
                     "{:.2}, {:.3}",
                     m(min, |d| d.statements_per_job),
                     m(min, |d| d.fsyncs_per_job)
+                ),
+            )
+            .note(
+                "minimal at REPEATABLE READ claiming by key (gap-free), jobs/s",
+                format!(
+                    "{} (fw/min RR by key {:.2})",
+                    thousands(m(min_rr_key, |d| d.rate)),
+                    m(fw, |d| d.rate) / m(min_rr_key, |d| d.rate).max(1e-9)
                 ),
             )
             .note(
@@ -743,7 +772,7 @@ impl Enqueuer {
                     .await?,
             ),
             Mode::Baseline => Enqueuer::Baseline(baseline::pool(url, connections).await?),
-            Mode::Minimal | Mode::MinimalRr | Mode::BaselineRr => {
+            Mode::Minimal | Mode::MinimalRr | Mode::MinimalRrKey | Mode::BaselineRr => {
                 bail!("the other loops are measured in the drains and the trickle only")
             }
         };
@@ -1034,6 +1063,7 @@ async fn trickle(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
         Mode::BaselineRr,
         Mode::Minimal,
         Mode::MinimalRr,
+        Mode::MinimalRrKey,
     ];
     // [mode] -> every run's enqueue times pooled, and the conflicts.
     let mut pooled: Vec<(Vec<u64>, u64)> = modes.iter().map(|_| (Vec::new(), 0)).collect();
@@ -1079,13 +1109,18 @@ async fn trickle(cx: &mut Ctx) -> anyhow::Result<Vec<Row>> {
             format!("{:.2} ms", ms(2)[0]),
         )
         .note(
-            "claim conflicts (deadlocks, lock wait timeouts) per run: base, base RR, min, min RR",
+            "minimal at REPEATABLE READ claiming by key (gap-free)",
+            format!("{:.2} ms", ms(5)[0]),
+        )
+        .note(
+            "claim conflicts (deadlocks, lock wait timeouts) per run: base, base RR, min, min RR, min RR by key",
             format!(
-                "{}, {}, {}, {}",
+                "{}, {}, {}, {}, {}",
                 pooled[1].1 / u64::from(cx.runs),
                 pooled[2].1 / u64::from(cx.runs),
                 pooled[3].1 / u64::from(cx.runs),
-                pooled[4].1 / u64::from(cx.runs)
+                pooled[4].1 / u64::from(cx.runs),
+                pooled[5].1 / u64::from(cx.runs)
             ),
         )
         .note(

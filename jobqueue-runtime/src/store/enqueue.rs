@@ -5,7 +5,7 @@ use sqlx::Row;
 
 use super::*;
 use crate::error::JobRef;
-use crate::model::{Enqueued, JobStatus, NewJob};
+use crate::model::{Enqueued, JobStatus, NewJob, Uniqueness};
 
 const INSERT_ONE: &str = "INSERT INTO job_queue \
      (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, traceparent, created_at, updated_at, unique_policy, unique_until, metadata, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_window_ms) \
@@ -24,6 +24,21 @@ const VALUES_ROW: &str = "(?, ?, ?, ?, \
 /// metadata, then the limits: concurrency key and limit, rate key, limit and window.
 const VALUES_ROW_NOW: &str = "(?, ?, ?, ?, 'ready', ?, UTC_TIMESTAMP(6), 0, ?, ?, ?, \
        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, ?, ?, ?, ?, ?)";
+
+/// [`VALUES_ROW_NOW`] for a job that also leaves every optional column to its default (see
+/// [`is_lean`]): queue, kind, key, payload, priority, max_attempts, lease_ms.
+const VALUES_ROW_LEAN: &str = "(?, ?, ?, ?, 'ready', ?, UTC_TIMESTAMP(6), 0, ?, ?, \
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
+
+/// Whether `job` carries nothing the columns' defaults do not say already: no trace, no
+/// metadata, no limits, and the default uniqueness (its key blocks until pruned, no period).
+fn is_lean(job: &NewJob) -> bool {
+    job.traceparent.is_none()
+        && job.metadata.is_none()
+        && job.limits.concurrency.is_none()
+        && job.limits.rate.is_none()
+        && job.unique == Uniqueness::UntilPruned
+}
 
 /// Binds one job's values for [`VALUES_ROW`] (or, with `due_now`, [`VALUES_ROW_NOW`]).
 fn bind_new<'q>(
@@ -293,18 +308,38 @@ async fn insert_rows(conn: &mut MySqlConnection, fresh: &[&NewJob]) -> Result<Op
         return Ok(Some(Vec::new()));
     };
     // Jobs due at once (no `run_at`, no delay: every `enqueue_many` without options) take
-    // the plain row, without the per-row expressions and their four parameters.
+    // the plain row, without the per-row expressions and their four parameters; if none of
+    // them carries a trace, metadata, limits or a uniqueness other than the default either,
+    // the lean row, which leaves those columns to their defaults: half the parameters.
     let now = fresh.iter().all(|j| j.run_at.is_none() && j.delay_us == 0);
-    let sql = format!(
-        "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, traceparent, created_at, updated_at, unique_policy, unique_until, metadata, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_window_ms) VALUES {}",
-        vec![if now { VALUES_ROW_NOW } else { VALUES_ROW }; fresh.len()].join(", ")
-    );
+    let lean = now && fresh.iter().all(|j| is_lean(j));
+    let sql = if lean {
+        format!(
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, created_at, updated_at) VALUES {}",
+            vec![VALUES_ROW_LEAN; fresh.len()].join(", ")
+        )
+    } else {
+        format!(
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, attempts, max_attempts, lease_ms, traceparent, created_at, updated_at, unique_policy, unique_until, metadata, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_window_ms) VALUES {}",
+            vec![if now { VALUES_ROW_NOW } else { VALUES_ROW }; fresh.len()].join(", ")
+        )
+    };
     // A full chunk, the usual case of a large batch, has one arity: keep it prepared
     // (parsing a statement of many rows costs about as much as running it). Other arities
     // are prepared for one use only, so that they cannot pile up on the server.
     let mut q = sqlx::query(&sql).persistent(fresh.len() == BULK_CHUNK);
     for job in fresh {
-        q = bind_new(q, job, now);
+        q = if lean {
+            q.bind(&job.queue)
+                .bind(&job.kind)
+                .bind(&job.key)
+                .bind(&job.payload)
+                .bind(job.priority)
+                .bind(job.max_attempts)
+                .bind(job.lease_ms)
+        } else {
+            bind_new(q, job, now)
+        };
     }
     let first = match q.execute(&mut *conn).await {
         Ok(done) => done.last_insert_id(),
