@@ -97,8 +97,25 @@ pub(crate) async fn worker_main(args: WorkerArgs) -> anyhow::Result<()> {
             )
             .await?
         }
+        Mode::MinimalKey => {
+            run_baseline(
+                &url,
+                baseline::Table::MinimalByKey,
+                Isolation::ReadCommitted,
+                &args,
+                &mut input,
+            )
+            .await?
+        }
         Mode::MinimalRrKey => {
-            run_baseline(&url, baseline::Table::MinimalByKey, Isolation::RepeatableRead, &args, &mut input).await?
+            run_baseline(
+                &url,
+                baseline::Table::MinimalByKey,
+                Isolation::RepeatableRead,
+                &args,
+                &mut input,
+            )
+            .await?
         }
         Mode::MinimalRr => {
             run_baseline(

@@ -115,6 +115,9 @@ pub(crate) enum Mode {
     /// locks take no gap.
     #[value(name = "minimal-rr-key")]
     MinimalRrKey,
+    /// The loop claiming by key at READ COMMITTED.
+    #[value(name = "minimal-key")]
+    MinimalKey,
 }
 
 impl Mode {
@@ -126,25 +129,30 @@ impl Mode {
             Mode::BaselineRr => "baseline-rr",
             Mode::MinimalRr => "minimal-rr",
             Mode::MinimalRrKey => "minimal-rr-key",
+            Mode::MinimalKey => "minimal-key",
         }
     }
 
     /// Whether this mode's loop runs on the minimal table.
     pub(crate) fn minimal_table(self) -> bool {
-        matches!(self, Mode::Minimal | Mode::MinimalRr | Mode::MinimalRrKey)
+        matches!(
+            self,
+            Mode::Minimal | Mode::MinimalRr | Mode::MinimalRrKey | Mode::MinimalKey
+        )
     }
 
-    /// The framework and the four loops of the drains, in an order that turns from run to
+    /// The framework and the five loops of the drains, in an order that turns from run to
     /// run.
-    pub(crate) fn order5(run: u32) -> [Mode; 5] {
+    pub(crate) fn order6(run: u32) -> [Mode; 6] {
         let all = [
             Mode::Framework,
             Mode::Baseline,
             Mode::Minimal,
             Mode::MinimalRr,
             Mode::MinimalRrKey,
+            Mode::MinimalKey,
         ];
-        std::array::from_fn(|i| all[(i + run as usize) % 5])
+        std::array::from_fn(|i| all[(i + run as usize) % 6])
     }
 
     /// Both modes, the one that goes first alternating from run to run.

@@ -53,9 +53,10 @@ jobqueue::register!(Task);
 
 // The statements come from the store itself, so the EXPLAIN test checks the SQL the runtime runs.
 use jobqueue_runtime::__store::statements::{
-    complete_in_sql, key_history_sql, release_sql, ATTEMPT_LOG_SELECT, BLOCKED_IN_QUEUE,
-    BRING_FORWARD_SELECT, CLAIM_SELECT, CONCURRENCY_KEY_OF_JOB, OUTPUT_AFTER_COMMIT, OUTPUT_SELECT,
-    PROGRESS_UPDATE, PROMOTE_PROBE, PROMOTE_SELECT, PRUNE_SELECT, RECLAIM_SELECT,
+    claim_lock_sql, complete_in_sql, key_history_sql, release_sql, ATTEMPT_LOG_SELECT,
+    BLOCKED_IN_QUEUE, BRING_FORWARD_SELECT, CLAIM_SELECT, CONCURRENCY_KEY_OF_JOB,
+    OUTPUT_AFTER_COMMIT, OUTPUT_SELECT, PROGRESS_UPDATE, PROMOTE_PROBE, PROMOTE_SELECT,
+    PRUNE_SELECT, RECLAIM_SELECT,
 };
 use jobqueue_runtime::__store::statements::{ready_probe_sql, COUNT_GAUGES};
 
@@ -215,6 +216,21 @@ async fn maintenance_queries_use_their_indexes() {
         Access::Ref(2),
     )
     .await;
+    // The claim's locking read: its candidates by primary key, so that it locks those rows
+    // and no gap; padded lists repeat an id.
+    for n in [8, 32, 128] {
+        let ids: Vec<String> = (0..n).map(|i| (1 + 6 * i).to_string()).collect();
+        let args: Vec<&str> = ids.iter().map(String::as_str).collect();
+        assert_plan(
+            pool,
+            "claim's lock",
+            &claim_lock_sql(n),
+            &args,
+            "PRIMARY",
+            Access::Range,
+        )
+        .await;
+    }
     assert_plan(
         pool,
         "idle probe",

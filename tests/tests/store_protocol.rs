@@ -17,7 +17,7 @@ use jobqueue::{
     job, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobOptions, JobStatus, Queue,
     QueueConfig,
 };
-use jobqueue_runtime::__store::{Finish, Reclaimed};
+use jobqueue_runtime::__store::{statements, Finish, Reclaimed};
 use serde::{Deserialize, Serialize, Serializer};
 use sqlx::mysql::{MySqlConnection, MySqlPoolOptions};
 use sqlx::types::chrono::NaiveDateTime;
@@ -328,20 +328,27 @@ async fn an_open_claim_holds_up_no_enqueue_promotion_or_reclaim() {
         ready.push(queue.enqueue(Task { n }).await.expect("enqueue").id());
     }
 
-    // The claim's locking read, in a transaction on a session of a queue of its own (set up
-    // by `Queue::connect`, as a worker's are), held open with more room than there are jobs:
-    // it reads to the end of the ready range.
+    // The claim's reads, in a transaction on a session of a queue of its own (set up by
+    // `Queue::connect`, as a worker's are), held open with more room than there are jobs:
+    // candidates to the end of the ready range, then the lock of each.
     let holder_queue = Queue::connect(&url).await.expect("holder queue");
     let mut holder = holder_queue.pool().acquire().await.expect("holder");
     let mut tx = holder.begin().await.expect("begin");
-    let locked: Vec<u64> = sqlx::query_scalar(jobqueue_runtime::__store::statements::CLAIM_SELECT)
+    let candidates: Vec<u64> = sqlx::query_scalar(statements::CLAIM_SELECT)
         .bind("default")
         .bind("default")
         .bind(16u64)
         .fetch_all(&mut *tx)
         .await
-        .expect("the claim's locking read");
-    assert_eq!(locked, ready, "the claim read every ready job");
+        .expect("the claim's read");
+    assert_eq!(candidates, ready, "the claim read every ready job");
+    let lock = statements::claim_lock_sql(candidates.len());
+    let mut locking = sqlx::query_scalar::<_, u64>(&lock);
+    for id in &candidates {
+        locking = locking.bind(*id);
+    }
+    let locked: Vec<u64> = locking.fetch_all(&mut *tx).await.expect("the claim's lock");
+    assert_eq!(locked, ready, "the claim locked every ready job");
 
     // Each of these would hit its one-second lock wait timeout (and be retried, and counted)
     // if it waited for the claim's locks.

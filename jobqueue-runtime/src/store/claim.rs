@@ -1,5 +1,5 @@
-//! The claim: ready jobs taken for a worker in one short transaction, and why a claim
-//! found nothing.
+//! The claim: ready jobs taken for a worker in one short transaction (candidates by a plain
+//! read of the claim index, then point locks by primary key), and why a claim found nothing.
 
 use std::time::Duration;
 
@@ -9,14 +9,76 @@ use super::limits;
 use super::*;
 use crate::model::{Claimed, EmptyClaim};
 
-/// The claim's locking read: ready jobs of one queue in claim order, over the claim index,
-/// with their limits.
-pub const CLAIM_SELECT: &str = "SELECT id, attempts, max_attempts, lease_ms, priority, \
-     concurrency_key, concurrency_limit, rate_key, rate_limit, rate_window_ms \
-     FROM job_queue FORCE INDEX (job_queue_claim) \
+/// The claim's first read: the ids of ready jobs of one queue (not paused) in claim order,
+/// over the claim index. A plain read: it locks nothing, so it neither waits for nor holds
+/// up anyone; [`claim_lock_sql`] then locks the ones it takes.
+///
+/// A locking read over the claim index would do both steps in one statement, but it locks
+/// every secondary entry it passes (the ones of rows that other claims hold, and the
+/// entries of rows claimed earlier that purge has not removed yet) before it can skip them,
+/// and locks each row twice (the index entry, then the row): measured against this
+/// two-step claim with the benchmark's loop on the same table and index, it drained 0.6-0.8x
+/// as fast. Under REPEATABLE READ it would also lock the gaps it read, the one after the
+/// last ready job included, where the next enqueue's row goes.
+pub const CLAIM_SELECT: &str = "SELECT id FROM job_queue FORCE INDEX (job_queue_claim) \
      WHERE queue = ? AND status = 'ready' \
      AND NOT EXISTS (SELECT 1 FROM job_queue_pause p WHERE p.queue = ?) \
-     ORDER BY priority, id LIMIT ? FOR UPDATE SKIP LOCKED";
+     ORDER BY priority, id LIMIT ?";
+
+/// The claim's locking read of `n` ids that [`CLAIM_SELECT`] found: each row by primary
+/// key (a point lock on the row, no gap, at any isolation level), skipping the rows another
+/// transaction holds and keeping those still ready, with their limits.
+pub fn claim_lock_sql(n: usize) -> String {
+    format!(
+        "SELECT id, attempts, max_attempts, lease_ms, priority, \
+         concurrency_key, concurrency_limit, rate_key, rate_limit, rate_window_ms \
+         FROM job_queue FORCE INDEX (PRIMARY) \
+         WHERE id IN ({}) AND status = 'ready' FOR UPDATE SKIP LOCKED",
+        placeholders(n)
+    )
+}
+
+/// How many candidates [`CLAIM_SELECT`] reads per job a claim wants: the rows at the head
+/// of the queue that other claims hold (their commit not yet made) are read too, and
+/// skipped by the locking read.
+const CANDIDATES_PER_JOB: usize = 2;
+
+/// Locks up to `want` ready jobs of `queue` for this transaction and returns their rows (the
+/// columns of [`claim_lock_sql`]) in claim order: candidates by a plain read over the claim
+/// index, then point locks on them by primary key, in claim order, as many at a time as
+/// are still wanted, until `want` are locked or the candidates run out.
+async fn lock_ready(
+    conn: &mut MySqlConnection,
+    queue: &str,
+    want: usize,
+) -> sqlx::Result<Vec<sqlx::mysql::MySqlRow>> {
+    let candidates: Vec<u64> = sqlx::query_scalar(CLAIM_SELECT)
+        .bind(queue)
+        .bind(queue)
+        .bind((want * CANDIDATES_PER_JOB) as u64)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut locked = Vec::with_capacity(want.min(candidates.len()));
+    let mut next = 0;
+    while locked.len() < want && next < candidates.len() {
+        let take = (want - locked.len()).min(candidates.len() - next);
+        let chunk = &candidates[next..next + take];
+        next += take;
+        let sql = claim_lock_sql(padded_len(chunk.len()));
+        let mut q = sqlx::query(&sql);
+        for id in padded(chunk) {
+            q = q.bind(id);
+        }
+        locked.extend(q.fetch_all(&mut *conn).await?);
+    }
+    // Each chunk comes back in id order; the chunks are in claim order already.
+    let mut keyed = Vec::with_capacity(locked.len());
+    for r in locked {
+        keyed.push(((r.try_get::<i16, _>(4)?, r.try_get::<u64, _>(0)?), r));
+    }
+    keyed.sort_unstable_by_key(|(k, _)| *k);
+    Ok(keyed.into_iter().map(|(_, r)| r).collect())
+}
 
 /// How many locking reads one claim makes at most when it finds jobs at their key's limit
 /// (it blocks them and reads on, so that they do not hold up the jobs behind them).
@@ -81,9 +143,10 @@ impl Store {
         }
     }
 
-    /// Claims up to `limit` ready jobs of `queue` for `owner`: `SELECT ... FOR UPDATE SKIP
-    /// LOCKED` over the claim index, then one `UPDATE` of exactly those rows, in one short
-    /// transaction. Rows other claimers hold are skipped, never waited for. If the `UPDATE`
+    /// Claims up to `limit` ready jobs of `queue` for `owner`: a plain read of candidates over
+    /// the claim index, `SELECT ... FOR UPDATE SKIP LOCKED` of them by primary key, then one
+    /// `UPDATE` of exactly those rows, in one short transaction. Rows other claimers hold
+    /// are skipped, never waited for, and no gap is locked. If the `UPDATE`
     /// matches fewer rows than were locked, something changed them under us: roll back and
     /// claim nothing.
     ///
@@ -115,12 +178,7 @@ impl Store {
                     // After a round that blocked jobs, a wider read: a key with a long
                     // backlog is moved out of the way many jobs at a time.
                     let read = if round == 0 { want } else { want.max(BLOCK_BATCH) };
-                    let rows = sqlx::query(CLAIM_SELECT)
-                        .bind(queue)
-                        .bind(queue)
-                        .bind(read as u64)
-                        .fetch_all(&mut *conn)
-                        .await?;
+                    let rows = lock_ready(conn, queue, read).await?;
                     if rows.is_empty() {
                         break;
                     }

@@ -206,7 +206,7 @@ pub use admin::key_history_sql;
 pub use admin::{prune_matching_count, prune_matching_select};
 pub use admin::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
 pub(crate) use claim::ProbeConnection;
-pub use claim::{ready_probe_sql, CLAIM_SELECT};
+pub use claim::{claim_lock_sql, ready_probe_sql, CLAIM_SELECT};
 pub(crate) use complete_in::complete_in;
 pub use complete_in::{
     complete_in_sql, CONCURRENCY_KEY_OF_JOB, OUTPUT_AFTER_COMMIT, SLOT_OF_CLAIM, SLOT_RELEASE,
