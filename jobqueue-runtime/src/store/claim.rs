@@ -321,15 +321,23 @@ impl Store {
             }
             on_connection!(self, |conn| q.fetch_all(&mut *conn)).await?
         };
+        // By id, decoded once: a claim of 256 jobs would otherwise decode 32,000 ids.
+        let mut by_id = std::collections::HashMap::with_capacity(rows.len());
+        for r in &rows {
+            by_id.insert(r.try_get::<u64, _>(0)?, r);
+        }
         let mut claimed = Vec::with_capacity(taken.len());
         for &(id, attempt, max_attempts, lease_ms) in taken {
-            let Some(r) = rows.iter().find(|r| r.get::<u64, _>(0) == id) else {
+            let Some(&r) = by_id.get(&id) else {
                 continue;
             };
             if r.try_get::<u32, _>(1)? != attempt || !r.try_get::<bool, _>(2)? {
                 continue;
             }
             let mut undecodable = Vec::new();
+            // The key is bytes in the table: read as bytes first, so that the common case
+            // builds no decoding error on the way.
+            let key_bytes = r.try_get::<Vec<u8>, _>("task_key").ok();
             let mut column = |name: &'static str| match text(r, name) {
                 Ok(s) => s,
                 Err(e) => {
@@ -338,7 +346,11 @@ impl Store {
                     String::from_utf8_lossy(&bytes).into_owned()
                 }
             };
-            let (queue, kind, task_key) = (column("queue"), column("kind"), column("task_key"));
+            let (queue, kind) = (column("queue"), column("kind"));
+            let task_key = match key_bytes.map(String::from_utf8) {
+                Some(Ok(key)) => key,
+                _ => column("task_key"),
+            };
             let payload = if undecodable.is_empty() {
                 r.try_get::<sqlx::types::Json<serde_json::Value>, _>("payload")
                     .map(|j| j.0)
