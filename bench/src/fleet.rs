@@ -166,7 +166,7 @@ async fn idle_once(url: &str, n: usize, s: &FleetSizes) -> anyhow::Result<Idle> 
         qps,
         breakdown,
         connections_per_process: held as f64 / n as f64,
-        p99_ms: percentile(&latencies, 0.99) / 1000.0,
+        p99_ms: percentile(&latencies, 99.0) / 1000.0,
         max_ms: latencies.iter().copied().max().unwrap_or(0) as f64 / 1000.0,
     })
 }
