@@ -22,6 +22,9 @@ use crate::report::Row;
 use crate::scenarios::progress;
 use crate::Mode;
 
+/// How long the connections of idle workers are sampled, after the queries' window.
+const SAMPLE_IDLE: Duration = Duration::from_secs(2);
+
 /// The fleet sizes measured.
 const FLEET: [usize; 4] = [1, 4, 16, 32];
 
@@ -123,12 +126,14 @@ async fn idle_once(url: &str, n: usize, s: &FleetSizes) -> anyhow::Result<Idle> 
     let mut group = Group::start(url, Mode::Framework, n, 16, true).await?;
     group.go().await?;
     tokio::time::sleep(s.warmup).await;
-    let sampler = ConnectionSampler::start(url).await?;
     let before = server_counters(&mut counters).await?;
     let began = Instant::now();
     tokio::time::sleep(s.window).await;
     let after = server_counters(&mut counters).await?;
     let secs = began.elapsed().as_secs_f64();
+    // The connections, after the window: the sampler's own reads would count in it.
+    let sampler = ConnectionSampler::start(url).await?;
+    tokio::time::sleep(SAMPLE_IDLE).await;
     // The counters' own connection is in the database too.
     let held = sampler.finish().await?.saturating_sub(1);
     let delta = before.delta(&after);
@@ -234,7 +239,7 @@ pub(crate) async fn fleet(env: &mut Env, quick: bool, runs: u32) -> anyhow::Resu
         .note(
             "source",
             format!(
-                "server Questions delta over {:.0} s after {:.0} s idle; PROCESSLIST rows of the database",
+                "server Questions delta over {:.0} s after {:.0} s idle; then PROCESSLIST rows of the database for 2 s",
                 s.window.as_secs_f64(),
                 s.warmup.as_secs_f64()
             ),
