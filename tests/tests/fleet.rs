@@ -225,10 +225,10 @@ async fn a_group_of_idle_workers_probes_about_as_often_as_one() {
             .await,
         );
     }
-    // Default `idle_probe`: 75 ms for the group, about 13 a second; four workers each on its
-    // own clock would make 53. The rotation settles once every worker has read the others'
+    // Default `idle_probe`: 60 ms for the group, about 17 a second; four workers each on its
+    // own clock would make 67. The rotation settles once every worker has read the others'
     // heartbeats (its second beat, 2 s after its first).
-    let every = Duration::from_millis(75);
+    let every = Duration::from_millis(60);
     let limit = 1.5 / every.as_secs_f64();
     let probes = |ws: &[(WorkerHandle, WorkerTask)]| -> Vec<u64> {
         ws.iter().map(|(h, _)| h.metrics().idle_probes).collect()
@@ -340,7 +340,7 @@ async fn a_job_enqueued_by_another_queue_starts_promptly_while_several_workers_i
         assert_eq!(got, n);
         slowest = slowest.max(at - sent);
     }
-    // The group probes every 75 ms; a second leaves room for a loaded machine, and is half
+    // The group probes every 60 ms; a second leaves room for a loaded machine, and is half
     // of what polling with backed-off claims (up to 2 s) would take.
     assert!(
         slowest < Duration::from_secs(1),

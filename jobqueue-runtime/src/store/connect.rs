@@ -33,9 +33,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The connection a worker's idle probes read on: one of the queue's own pool, held while
 /// the worker is idle and given back before each claim, so that the probe counts in the
-/// pool's size instead of adding a connection; or, on a pool of the application's
-/// ([`Queue::from_pool`](crate::Queue::from_pool)), which a worker should not hold while it
-/// idles, one of its own outside the pool.
+/// pool's size instead of adding a connection; or one of its own outside the pool, on a
+/// pool of the application's ([`Queue::from_pool`](crate::Queue::from_pool)), which a
+/// worker should not hold while it idles, and on a pool of one connection, which it would
+/// take from the heartbeat and maintenance.
 pub(crate) enum ProbeConn {
     Pooled(sqlx::pool::PoolConnection<sqlx::MySql>),
     Own(super::ProbeConnection),
@@ -209,7 +210,9 @@ impl Store {
 
     /// A connection for the idle probe: see [`ProbeConn`].
     pub(crate) async fn probe_conn(&self) -> crate::Result<ProbeConn> {
-        if self.set_isolation {
+        // A pool of one connection would have none left for the heartbeat and maintenance
+        // while the worker idles.
+        if self.set_isolation || self.pool.options().get_max_connections() < 2 {
             return Ok(ProbeConn::Own(self.probe_connection().await?));
         }
         match tokio::time::timeout(PROBE_TIMEOUT, self.pool.acquire()).await {

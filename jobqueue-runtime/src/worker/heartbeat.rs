@@ -18,23 +18,24 @@ use crate::store::{DbErrorKind, RosterRead, Store, WorkerRow};
 
 /// How often a worker writes its heartbeat (and reads the roster). The second beat comes
 /// [`SECOND_BEAT_AFTER`] after the first, so that workers started together learn of each
-/// other at once. Each beat is three statements (the pool's `ROLLBACK`, the write, the
-/// read), so a fleet of N workers sends 0.3 × N per second for it: at 10 s it stays small
-/// beside the rest of an idle fleet's statements, which no longer grow with N.
-pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(10);
+/// other at once. Each beat costs the server four commands (the pool's check-out, a
+/// `ROLLBACK`, the write, the read), so a fleet of N workers sends about 0.27 × N a second
+/// for it: the one part of an idle fleet's statements that grows with N, kept small.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
 
 /// A worker not seen for this long is shown as gone: it missed its last two heartbeats and
-/// most of a third (with the heartbeat at 10 s, 30 s as before, when it was 5 s).
-pub const WORKER_GONE_AFTER: Duration = Duration::from_secs(30);
+/// all of a third's interval (three heartbeat intervals, as before, when it was 30 s at
+/// a 5 s heartbeat: one late beat on a busy host does not make a worker look gone).
+pub const WORKER_GONE_AFTER: Duration = Duration::from_secs(45);
 
 /// How long after the first beat the second comes.
 const SECOND_BEAT_AFTER: Duration = Duration::from_secs(2);
 
 /// A worker not seen for this long leaves the probe rotation and the fleet size maintenance
 /// paces itself by: two heartbeats and a margin for a slow one. A worker that stops deletes
-/// its row and leaves at once; one that dies leaves its slot empty for at most this long
-/// plus one heartbeat of each other worker (35 s).
-pub(crate) const ROSTER_LIVE: Duration = Duration::from_secs(25);
+/// its row, which the others see at their next beat; one that dies leaves its slot empty
+/// for at most this long plus one heartbeat of each other worker (50 s).
+pub(crate) const ROSTER_LIVE: Duration = Duration::from_secs(35);
 
 /// The workers of this worker's group (the live ones serving the same queues, in the same
 /// order, with a free slot), read at each beat: each probes in its own slot of a rotation,
