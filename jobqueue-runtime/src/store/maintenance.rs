@@ -401,19 +401,6 @@ impl Store {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_job_whose_lease_keeps_expiring_comes_back_later_each_time() {
-        let lease = Duration::from_secs(30);
-        let waits: Vec<u64> = (1..=5).map(|n| expiry_delay(lease, n).as_secs()).collect();
-        assert_eq!(waits, [0, 30, 90, 210, 450]);
-        assert_eq!(expiry_delay(lease, 40), Duration::from_secs(3600));
-    }
-}
-
 /// The maintenance turn's take-or-renew: `holder` takes the turn when it is free (released,
 /// or expired), or renews it when it holds it already; either way it is theirs for `ttl`
 /// from now. `taken_at` moves only when the holder changes (SET runs left to right, so it
@@ -450,5 +437,18 @@ impl Store {
         .execute(&mut *conn))
         .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_whose_lease_keeps_expiring_comes_back_later_each_time() {
+        let lease = Duration::from_secs(30);
+        let waits: Vec<u64> = (1..=5).map(|n| expiry_delay(lease, n).as_secs()).collect();
+        assert_eq!(waits, [0, 30, 90, 210, 450]);
+        assert_eq!(expiry_delay(lease, 40), Duration::from_secs(3600));
     }
 }
