@@ -34,10 +34,9 @@ struct IdleProbe {
     next: Instant,
     /// Until when a failed probe keeps it off.
     off_until: Option<Instant>,
-    /// Taken at the first probe of an idle spell: one of the pool's, given back before the
-    /// next claim; or, on a pool of the application's, one of its own, kept for the
-    /// worker's life. Closed after an error, and taken again at the next probe.
-    conn: Option<crate::store::ProbeConn>,
+    /// Opened at the first probe and kept for the worker's life (a worker that is never
+    /// idle never opens it); closed after an error, and opened again at the next probe.
+    conn: Option<crate::store::ProbeConnection>,
 }
 
 impl Default for IdleProbe {
@@ -107,10 +106,6 @@ impl Worker {
             }
             if pacer.wants_claim() && jobs.len() < cfg.concurrency {
                 pacer.claim_started();
-                // The claim may need every connection of the pool.
-                if matches!(idle.conn, Some(crate::store::ProbeConn::Pooled(_))) {
-                    idle.conn = None;
-                }
                 let free = cfg.concurrency - jobs.len();
                 let began = Instant::now();
                 let result = self.claim(free, run, jobs).await;
@@ -210,13 +205,13 @@ impl Worker {
     async fn probe_once(&self, idle: &mut IdleProbe, sql: &str) -> Result<bool> {
         let mut conn = match idle.conn.take() {
             Some(c) => c,
-            None => self.store.probe_conn().await?,
+            None => self.store.probe_connection().await?,
         };
         // On an error the connection is dropped: after a failed or abandoned read its state
         // is unknown.
         let found = self
             .store
-            .probe_on(&mut conn, sql, &self.config.queues)
+            .probe_ready(&mut conn, sql, &self.config.queues)
             .await?;
         idle.conn = Some(conn);
         Ok(found)
