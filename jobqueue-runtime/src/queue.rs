@@ -15,11 +15,10 @@ use crate::store::{server, DbErrorKind, LeaseConnect, ServerInfo, Store};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct QueueConfig {
-    /// Connections in the pool [`Queue::connect`] opens, for enqueues, claims, maintenance
-    /// and the heartbeat. Default 2. Each worker opens one more of its own for lease
-    /// renewals and outcomes, so jobs that use this pool cannot starve them, and one for
-    /// its idle probe (the first time it is idle): a worker process at the defaults holds
-    /// at most 4 connections, idle or draining.
+    /// Connections in the pool [`Queue::connect`] opens, for enqueues, claims, maintenance,
+    /// the heartbeat and an idle worker's probe. Default 2. Each worker opens two more of
+    /// its own for lease renewals and outcomes, so jobs that use this pool cannot starve
+    /// them: a worker process at the defaults holds at most 4 connections, idle or draining.
     ///
     /// Raise it when the process does more on this pool than one worker's own work: jobs
     /// that use it ([`JobContext::complete_in`](crate::JobContext::complete_in), a
@@ -44,8 +43,8 @@ pub struct QueueConfig {
     /// used ones are closed). Default 24. The server caps prepared statements across all
     /// clients (`max_prepared_stmt_count`, 16,382 by default), so a process holds at most
     /// `max_connections × statement_cache_capacity`, plus
-    /// [`LEASE_STORE_STATEMENTS`](crate::Worker::LEASE_STORE_STATEMENTS) per worker it
-    /// runs: 64 with the defaults and one worker. A queue warns at start-up when fewer than
+    /// [`LEASE_STORE_STATEMENTS`](crate::Worker::LEASE_STORE_STATEMENTS) × 2 per worker it
+    /// runs: 80 with the defaults and one worker. A queue warns at start-up when fewer than
     /// 20 more such processes fit under the server's cap.
     pub statement_cache_capacity: usize,
     /// How long the server lets a session of this pool sit idle inside a transaction before it
@@ -285,7 +284,7 @@ impl Queue {
             config.statement_cache_capacity
         };
         let per_process = u64::from(pool.options().get_max_connections()) * per_connection as u64
-            + crate::store::LEASE_STORE_STATEMENTS as u64;
+            + 2 * crate::store::LEASE_STORE_STATEMENTS as u64;
         server.warn_on_statement_headroom(per_process);
         // Connecting to a database that still needs `migrate` is the normal first step of
         // migrating it, so a missing or old schema is only logged here (a warning would

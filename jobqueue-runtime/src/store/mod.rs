@@ -211,7 +211,7 @@ pub(crate) use complete_in::complete_in;
 pub use complete_in::{
     complete_in_sql, CONCURRENCY_KEY_OF_JOB, OUTPUT_AFTER_COMMIT, SLOT_OF_CLAIM, SLOT_RELEASE,
 };
-pub(crate) use connect::LeaseConnect;
+pub(crate) use connect::{LeaseConnect, ProbeConn};
 pub use dashboard::{dashboard_statements, Arg};
 pub(crate) use decode::{
     attempts_from_log, fetch_job, opt_text, record_from_row, text, utc, JobLookup, JOB_COLUMNS,

@@ -96,12 +96,13 @@ impl WorkerBuilder {
     /// alone looks every interval. Workers of a group should share this setting. A look is
     /// one read of one index entry per served queue, so it costs the server one small
     /// statement per interval (about 17 a second at the default, per group) and locks
-    /// nothing; the claim follows only when it finds a job. The probes use a connection of
-    /// their own, opened with the pool's options the first time the worker is idle and kept
-    /// (outside the pool, so that they never wait for, or hold up, the worker's other work
-    /// or the application's): it counts in the 4 connections of a worker process at the
-    /// defaults. After a failed probe it stays off for 10 s while the worker polls with
-    /// claims.
+    /// nothing; the claim follows only when it finds a job. The probes read on a
+    /// connection of the queue's pool, held while the worker is idle and given back before
+    /// each claim, or whenever the pool has no other to spare (a probe then skips its slot
+    /// rather than wait for one) (on a [`Queue::from_pool`](crate::Queue::from_pool) pool, on a connection
+    /// of their own, opened the first time the worker is idle and kept: one more connection
+    /// per worker process). After a failed probe it stays off for 10 s while the worker
+    /// polls with claims.
     ///
     /// `None` turns it off: the worker then polls with claims, backing off as
     /// [`poll_interval`](Self::poll_interval) says (fewer statements while idle, up to 2 s

@@ -34,9 +34,10 @@ struct IdleProbe {
     next: Instant,
     /// Until when a failed probe keeps it off.
     off_until: Option<Instant>,
-    /// Opened at the first probe and kept for the worker's life (a worker that is never
-    /// idle never opens it); closed after an error, and opened again at the next probe.
-    conn: Option<crate::store::ProbeConnection>,
+    /// Taken at the first probe of an idle spell: one of the pool's, given back before the
+    /// next claim; or, on a pool of the application's, one of its own, kept for the
+    /// worker's life. Closed after an error, and taken again at the next probe.
+    conn: Option<crate::store::ProbeConn>,
 }
 
 impl Default for IdleProbe {
@@ -106,6 +107,10 @@ impl Worker {
             }
             if pacer.wants_claim() && jobs.len() < cfg.concurrency {
                 pacer.claim_started();
+                // The claim may need every connection of the pool.
+                if matches!(idle.conn, Some(crate::store::ProbeConn::Pooled(_))) {
+                    idle.conn = None;
+                }
                 let free = cfg.concurrency - jobs.len();
                 let began = Instant::now();
                 let result = self.claim(free, run, jobs).await;
@@ -205,15 +210,22 @@ impl Worker {
     async fn probe_once(&self, idle: &mut IdleProbe, sql: &str) -> Result<bool> {
         let mut conn = match idle.conn.take() {
             Some(c) => c,
-            None => self.store.probe_connection().await?,
+            None => match self.store.probe_conn().await? {
+                Some(c) => c,
+                // The pool has none to spare: this slot is skipped.
+                None => return Ok(false),
+            },
         };
         // On an error the connection is dropped: after a failed or abandoned read its state
         // is unknown.
         let found = self
             .store
-            .probe_ready(&mut conn, sql, &self.config.queues)
+            .probe_on(&mut conn, sql, &self.config.queues)
             .await?;
-        idle.conn = Some(conn);
+        let pooled = matches!(conn, crate::store::ProbeConn::Pooled(_));
+        if !(pooled && self.store.pool_exhausted()) {
+            idle.conn = Some(conn);
+        }
         Ok(found)
     }
 

@@ -1,4 +1,4 @@
-//! The lease thread: an OS thread of the worker's own, with a runtime and a connection,
+//! The lease thread: an OS thread of the worker's own, with a runtime and two connections,
 //! that renews leases and writes outcomes whatever the jobs do to their threads.
 
 use std::sync::Arc;
@@ -14,8 +14,8 @@ use crate::metrics::Metrics;
 use crate::store::{LeaseConnect, Store};
 
 /// What the lease thread needs: it renews the worker's leases and writes the outcomes of its
-/// jobs, on an OS thread of its own with a single-threaded runtime and a pool of one
-/// connection of its own. Job code that blocks its thread or hogs the CPU, or uses up the
+/// jobs, on an OS thread of its own with a single-threaded runtime and a pool of two
+/// connections of its own. Job code that blocks its thread or hogs the CPU, or uses up the
 /// queue's pool, cannot delay a renewal there.
 pub(super) struct LeaseThread {
     pub(super) connect: LeaseConnect,

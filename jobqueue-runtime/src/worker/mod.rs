@@ -181,7 +181,7 @@ impl Worker {
     /// job on its last attempt is `failed` instead: it never runs beyond `max_attempts`).
     ///
     /// Lease renewals and outcome writes run on an OS thread the worker starts for them
-    /// (`jobqueue-lease`), with a single-threaded runtime and a connection of their own, so
+    /// (`jobqueue-lease`), with a single-threaded runtime and two connections of their own, so
     /// that job code which blocks its thread or hogs the CPU cannot hold them up. Every
     /// database call of the worker is bounded: a renewal by a quarter of the shortest lease it
     /// renews, an outcome write by 5 s, a claim or maintenance call by 30 s. A call that runs
