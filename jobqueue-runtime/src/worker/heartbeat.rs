@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::store::{DbErrorKind, RosterRead, Store, WorkerRow};
 
 /// How often a worker writes its heartbeat (and reads the roster). The second beat comes
-/// [`SECOND_BEAT_AFTER`] after the first, so that workers started together learn of each
+/// 2 s after the first, so that workers started together learn of each
 /// other at once. Each beat costs the server four commands (the pool's check-out, a
 /// `ROLLBACK`, the write, the read), so a fleet of N workers sends about 0.27 × N a second
 /// for it: the one part of an idle fleet's statements that grows with N, kept small.
