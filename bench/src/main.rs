@@ -14,6 +14,7 @@ mod baseline;
 mod child;
 mod dashboard;
 mod env;
+mod fleet;
 mod jobs;
 mod measure;
 mod report;
@@ -81,6 +82,10 @@ pub(crate) enum Scenario {
     /// Drain speed of jobs with a concurrency limit (every key distinct) against the same
     /// drain without limits, both through jobqueue.
     Limits,
+    /// Queries per second and connections of 1, 4, 16 and 32 idle worker processes, the
+    /// start latency of jobs another process enqueues meanwhile, and the connections of a
+    /// draining process. Run it without `DATABASE_URL`.
+    Fleet,
 }
 
 #[derive(Subcommand, Debug)]

@@ -122,7 +122,10 @@ pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
     if cx.env.is_external() {
         eprintln!("note: DATABASE_URL's server may have other clients; the server-wide counters (statements per job, idle queries per second) then include their traffic");
     }
-    let want = |s: Scenario| args.only.is_empty() || args.only.contains(&s);
+    // The fleet scenario starts up to 32 processes and counts the whole server: only when
+    // named.
+    let want =
+        |s: Scenario| args.only.contains(&s) || (args.only.is_empty() && s != Scenario::Fleet);
     let mut rows = Vec::new();
     let all: [(Scenario, &str); 8] = [
         (Scenario::Drain, "drain"),
@@ -133,6 +136,7 @@ pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
         (Scenario::Resources, "resources"),
         (Scenario::Dashboard, "dashboard"),
         (Scenario::Limits, "limits"),
+        (Scenario::Fleet, "fleet"),
     ];
     for (scenario, name) in all {
         if !want(scenario) {
@@ -152,6 +156,7 @@ pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
             Scenario::Resources => resources(&mut cx).await,
             Scenario::Dashboard => dashboard(&mut cx).await,
             Scenario::Limits => limits(&mut cx).await,
+            Scenario::Fleet => crate::fleet::fleet(&mut cx.env, args.quick, runs).await,
         }
         .with_context(|| format!("scenario `{name}` failed"))?;
         eprintln!("   ({name}: {:.0} s)", began.elapsed().as_secs_f64());

@@ -15,9 +15,18 @@ use crate::store::{server, DbErrorKind, LeaseConnect, ServerInfo, Store};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct QueueConfig {
-    /// Connections in the pool [`Queue::connect`] opens, for enqueues, claims and
-    /// maintenance. Default 10. Each worker opens two more of its own for lease renewals and
-    /// outcomes, so jobs that use this pool cannot starve them.
+    /// Connections in the pool [`Queue::connect`] opens, for enqueues, claims, maintenance,
+    /// the heartbeat and an idle worker's probe. Default 2. Each worker opens two more of
+    /// its own for lease renewals and outcomes, so jobs that use this pool cannot starve
+    /// them: a worker process at the defaults holds at most 4 connections, idle or draining.
+    ///
+    /// Raise it when the process does more on this pool than one worker's own work: jobs
+    /// that use it ([`JobContext::complete_in`](crate::JobContext::complete_in), a
+    /// `Data<MySqlPool>` of [`Queue::pool`]) need one connection each while they hold it,
+    /// plus these 2 (a job that waits for a connection holds its slot meanwhile, and the
+    /// claims and the heartbeat wait with it); a process that enqueues from many tasks at
+    /// once (a web server) wants about as many as it has enqueues in flight. The deployment
+    /// guide sizes a fleet's connections.
     pub max_connections: u32,
     /// How long to wait for a connection before an operation fails. Default 5 s. It is also
     /// how long a worker waits, while the server is unreachable, before it logs the outage
@@ -35,7 +44,7 @@ pub struct QueueConfig {
     /// clients (`max_prepared_stmt_count`, 16,382 by default), so a process holds at most
     /// `max_connections × statement_cache_capacity`, plus
     /// [`LEASE_STORE_STATEMENTS`](crate::Worker::LEASE_STORE_STATEMENTS) × 2 per worker it
-    /// runs: 272 with the defaults and one worker. A queue warns at start-up when fewer than
+    /// runs: 80 with the defaults and one worker. A queue warns at start-up when fewer than
     /// 20 more such processes fit under the server's cap.
     pub statement_cache_capacity: usize,
     /// How long the server lets a session of this pool sit idle inside a transaction before it
@@ -59,7 +68,7 @@ pub struct QueueConfig {
 impl Default for QueueConfig {
     fn default() -> Self {
         QueueConfig {
-            max_connections: 10,
+            max_connections: 2,
             acquire_timeout: Duration::from_secs(5),
             max_lifetime: Duration::from_secs(30 * 60),
             max_payload_bytes: 1024 * 1024,

@@ -232,10 +232,10 @@ async fn a_low_prepared_statement_cap_is_reported_at_start_up() {
         .execute("SET GLOBAL max_prepared_stmt_count = 1000")
         .await
         .unwrap();
-    // 1000 / (10 × 24 + 2 × 16) = 3 processes of the default shape.
+    // 1000 / (2 × 24 + 2 × 16) = 12 processes of the default shape.
     let queue = Queue::connect(&url).await.unwrap();
     assert_eq!(queue.server_info().max_prepared_stmt_count, Some(1000));
-    let warned = logs.lines_with(&["WARN", "max_prepared_stmt_count", "processes_that_fit=3"]);
+    let warned = logs.lines_with(&["WARN", "max_prepared_stmt_count", "processes_that_fit=12"]);
     assert_eq!(warned.len(), 1, "{}", logs.text());
 
     // With the server's default cap, no warning.

@@ -496,7 +496,9 @@ async fn dense_tick(ctx: JobContext) -> Result<(), JobError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_maintenance_pass_does_not_collapse_dense_ticks() {
     let (queue, effects) = fresh_queue_with_effects("hc_dense").await;
-    let mut holder = queue.pool().begin().await.expect("begin");
+    // On a pool of the test's own: the worker's maintenance waits on the lock with one of
+    // the queue's two connections.
+    let mut holder = effects.begin().await.expect("begin");
     sqlx::query("SELECT id FROM job_queue_gauge_refresh WHERE id = 1 FOR UPDATE")
         .fetch_one(&mut *holder)
         .await

@@ -1,7 +1,9 @@
 //! Queue gauges: jobs per queue and status, and the queue lag, published to the `metrics`
-//! facade every [`GAUGE_INTERVAL`]. Counting them costs a read of every active row, so at
-//! most one worker of the fleet counts per interval (it takes the turn in the database) and
-//! writes the counts to a small table, which every worker then reads and publishes.
+//! facade. Counting them costs a read of every active row, so at most one worker of the
+//! fleet counts per [`GAUGE_INTERVAL`] (the holder of the maintenance turn, which also takes
+//! the gauges' own turn in the database, for workers of the previous release that race for
+//! it) and writes the counts to a small table; the holder publishes them at once, every
+//! other worker when its heartbeat reads that table (every 10 s).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -31,7 +33,13 @@ pub(super) async fn refresh_gauges(m: &mut Maintenance) -> Result<()> {
         m.store.count_gauges().await?;
     }
     let read = m.store.queue_gauges().await?;
-    let seen = &mut m.gauges.queues;
+    publish_gauges(&mut m.gauges.queues, &read);
+    Ok(())
+}
+
+/// Publishes `read` to the `metrics` facade; `seen` are the queues published so far, whose
+/// gauges drop to zero (not vanish) once their jobs are gone.
+pub(crate) fn publish_gauges(seen: &mut BTreeSet<String>, read: &[crate::model::QueueGauges]) {
     seen.extend(read.iter().map(|g| g.queue.clone()));
     for queue in seen.iter() {
         let g = read.iter().find(|g| &g.queue == queue);
@@ -49,5 +57,4 @@ pub(super) async fn refresh_gauges(m: &mut Maintenance) -> Result<()> {
         let lag = g.and_then(|g| g.oldest_ready_secs).unwrap_or(0.0);
         metrics::gauge!(crate::metrics::QUEUE_OLDEST_READY_AGE, "queue" => queue.clone()).set(lag);
     }
-    Ok(())
 }

@@ -27,6 +27,32 @@ const LEASE_MYSQL_WAIT: Duration = Duration::from_secs(30);
 /// the pool, not the server, closes idle connections.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 60);
 
+/// How long an idle probe on a pool connection may take, like one on a connection of its
+/// own (see `store/claim.rs`).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The connection a worker's idle probes read on: one of the queue's own pool, held while
+/// the worker is idle and given back before each claim, or as soon as the pool has no other
+/// connection to spare (the next probe then takes one only if one is idle, or skips its
+/// slot), so that the probe counts in the pool's size instead of adding a connection and
+/// never holds one that the application or the worker's other work waits for; or one of its own outside the pool, on a
+/// pool of the application's ([`Queue::from_pool`](crate::Queue::from_pool)), which a
+/// worker should not hold while it idles, and on a pool of one connection, which it would
+/// take from the heartbeat and maintenance.
+pub(crate) enum ProbeConn {
+    Pooled(sqlx::pool::PoolConnection<sqlx::MySql>),
+    Own(super::ProbeConnection),
+}
+
+impl std::fmt::Debug for ProbeConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ProbeConn::Pooled(_) => "ProbeConn::Pooled",
+            ProbeConn::Own(_) => "ProbeConn::Own",
+        })
+    }
+}
+
 /// What a worker's lease store connects with (see [`Store::lease_store`]).
 #[derive(Debug, Clone)]
 pub(crate) struct LeaseConnect {
@@ -182,6 +208,52 @@ impl Store {
                     .statement_cache_capacity(LEASE_STORE_STATEMENTS),
             );
         Store::new(pool, false, metrics, None)
+    }
+
+    /// A connection for the idle probe: see [`ProbeConn`].
+    /// None when the pool has no connection to spare now: the probe then skips its slot
+    /// rather than wait for one, or take the last one from those who wait.
+    pub(crate) async fn probe_conn(&self) -> crate::Result<Option<ProbeConn>> {
+        // A pool of one connection would have none left for the heartbeat and maintenance
+        // while the worker idles.
+        if self.set_isolation || self.pool.options().get_max_connections() < 2 {
+            return Ok(Some(ProbeConn::Own(self.probe_connection().await?)));
+        }
+        if self.pool_exhausted() {
+            return Ok(None);
+        }
+        match tokio::time::timeout(PROBE_TIMEOUT, self.pool.acquire()).await {
+            Ok(conn) => Ok(Some(ProbeConn::Pooled(conn?))),
+            Err(_) => Err(super::timed_out(PROBE_TIMEOUT).into()),
+        }
+    }
+
+    /// Whether every connection of the pool is open and in use: a probe that holds one of
+    /// them gives it back, for the application, the heartbeat or maintenance.
+    pub(crate) fn pool_exhausted(&self) -> bool {
+        self.pool.num_idle() == 0 && self.pool.size() >= self.pool.options().get_max_connections()
+    }
+
+    /// Whether any of `queues` (not paused) has a ready job, on `conn` (`sql` from
+    /// [`ready_probe_sql`](super::ready_probe_sql)). On an error, drop the connection.
+    pub(crate) async fn probe_on(
+        &self,
+        conn: &mut ProbeConn,
+        sql: &str,
+        queues: &[String],
+    ) -> crate::Result<bool> {
+        let pooled = match conn {
+            ProbeConn::Own(own) => return self.probe_ready(own, sql, queues).await,
+            ProbeConn::Pooled(p) => p,
+        };
+        let mut q = sqlx::query_scalar::<_, bool>(sql);
+        for queue in queues {
+            q = q.bind(queue).bind(queue);
+        }
+        match tokio::time::timeout(PROBE_TIMEOUT, q.fetch_one(&mut **pooled)).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(super::timed_out(PROBE_TIMEOUT).into()),
+        }
     }
 
     /// Closes the store's pool, waiting for its connections to be returned.

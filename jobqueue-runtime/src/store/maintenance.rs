@@ -401,6 +401,45 @@ impl Store {
     }
 }
 
+/// The maintenance turn's take-or-renew: `holder` takes the turn when it is free (released,
+/// or expired), or renews it when it holds it already; either way it is theirs for `ttl`
+/// from now. `taken_at` moves only when the holder changes (SET runs left to right, so it
+/// reads the holder before this statement changes it).
+pub(crate) const TAKE_MAINTENANCE_TURN: &str = "UPDATE job_queue_turn \
+     SET taken_at = IF(holder <=> ?, taken_at, UTC_TIMESTAMP(6)), holder = ?, \
+     expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+     WHERE name = 'maintenance' AND (holder <=> ? OR holder IS NULL OR expires_at <= UTC_TIMESTAMP(6))";
+
+impl Store {
+    /// Takes or renews the maintenance turn for `owner`, for `ttl` from now. True when
+    /// `owner` holds it now.
+    pub(crate) async fn take_maintenance_turn(&self, owner: &str, ttl: Duration) -> Result<bool> {
+        let us = i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX);
+        let taken = on_connection!(self, |conn| sqlx::query(TAKE_MAINTENANCE_TURN)
+            .bind(owner)
+            .bind(owner)
+            .bind(us)
+            .bind(owner)
+            .execute(&mut *conn))
+        .await?
+        .rows_affected();
+        Ok(taken == 1)
+    }
+
+    /// Gives the maintenance turn up, if `owner` holds it, so that another worker takes it
+    /// at its next try instead of after the turn expires.
+    pub(crate) async fn release_maintenance_turn(&self, owner: &str) -> Result<()> {
+        on_connection!(self, |conn| sqlx::query(
+            "UPDATE job_queue_turn SET holder = NULL, expires_at = UTC_TIMESTAMP(6) \
+             WHERE name = 'maintenance' AND holder = ?",
+        )
+        .bind(owner)
+        .execute(&mut *conn))
+        .await?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -211,7 +211,7 @@ pub(crate) use complete_in::complete_in;
 pub use complete_in::{
     complete_in_sql, CONCURRENCY_KEY_OF_JOB, OUTPUT_AFTER_COMMIT, SLOT_OF_CLAIM, SLOT_RELEASE,
 };
-pub(crate) use connect::LeaseConnect;
+pub(crate) use connect::{LeaseConnect, ProbeConn};
 pub use dashboard::{dashboard_statements, Arg};
 pub(crate) use decode::{
     attempts_from_log, fetch_job, opt_text, record_from_row, text, utc, JobLookup, JOB_COLUMNS,
@@ -232,7 +232,9 @@ pub use maintenance::{PROMOTE_PROBE, PROMOTE_SELECT, PRUNE_SELECT, RECLAIM_SELEC
 pub use progress::PROGRESS_UPDATE;
 pub use server::ServerInfo;
 pub use testing::{BLOCKED_IN_QUEUE, BRING_FORWARD_SELECT};
-pub(crate) use workers::WorkerRow;
+#[cfg(test)]
+pub(crate) use workers::LiveWorker;
+pub(crate) use workers::{RosterRead, WorkerRow};
 
 /// The low-level queue operations, with their conflict retries counted. Get one with
 /// [`Queue::store`](crate::Queue::store).

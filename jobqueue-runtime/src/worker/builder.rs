@@ -86,16 +86,23 @@ impl WorkerBuilder {
         self
     }
 
-    /// While it finds nothing to claim, how often the worker looks for ready jobs that
-    /// another process enqueued (or that maintenance made ready), instead of polling with
-    /// claims. Default 90 ms: a job enqueued elsewhere on an idle queue starts within about
-    /// a tenth of a second. A look is one read of one index entry per served queue, so it
-    /// costs the server one small statement per interval (about 11 a second at the
-    /// default) and locks nothing; the claim follows only when it finds a job. The probes
-    /// use a connection of their own, opened with the pool's options the first time the
-    /// worker is idle and kept (outside the pool, so that they never wait for, or hold up,
-    /// the worker's other work): count one more connection per worker process. After a
-    /// failed probe it stays off for 10 s while the worker polls with claims.
+    /// While it finds nothing to claim, how often the worker's group looks for ready jobs
+    /// that another process enqueued (or that maintenance made ready), instead of polling
+    /// with claims. Default 60 ms: a job enqueued elsewhere on an idle queue starts within
+    /// about a tenth of a second, even with a slot of the rotation missed. The group is the live workers (as their heartbeats say)
+    /// serving the same queues in the same order and having a free slot: each probes in its
+    /// own slot of a rotation, slots this far apart on the database server's clock, so a
+    /// group of k workers looks as often as one worker and each every k × this; a worker
+    /// alone looks every interval. Workers of a group should share this setting. A look is
+    /// one read of one index entry per served queue, so it costs the server one small
+    /// statement per interval (about 17 a second at the default, per group) and locks
+    /// nothing; the claim follows only when it finds a job. The probes read on a
+    /// connection of the queue's pool, held while the worker is idle and given back before
+    /// each claim, or whenever the pool has no other to spare (a probe then skips its slot
+    /// rather than wait for one) (on a [`Queue::from_pool`](crate::Queue::from_pool) pool, on a connection
+    /// of their own, opened the first time the worker is idle and kept: one more connection
+    /// per worker process). After a failed probe it stays off for 10 s while the worker
+    /// polls with claims.
     ///
     /// `None` turns it off: the worker then polls with claims, backing off as
     /// [`poll_interval`](Self::poll_interval) says (fewer statements while idle, up to 2 s
@@ -140,13 +147,20 @@ impl WorkerBuilder {
     /// How often maintenance runs: promoting due scheduled jobs and reclaiming expired
     /// leases. Default 1 s (±20 % jitter). A due job starts within about this long of its
     /// time; a crashed worker's job comes back within its lease plus this long.
+    ///
+    /// One worker of the fleet runs the passes at a time: the holder of the maintenance
+    /// turn, which renews it at each pass for 5 intervals. The others try to take it every
+    /// interval × the number of live workers, and get it once it is released (a worker that
+    /// stops gives it up) or expired (one that died or froze): within 5 intervals plus 1.2 ×
+    /// interval × live workers. The operations guide shows how to see the holder.
     pub fn maintenance_interval(mut self, every: Duration) -> Self {
         self.config.maintenance_interval = every;
         self
     }
 
-    /// Whether this worker runs maintenance. Default true: every worker may, safely, since
-    /// each pass locks its rows with SKIP LOCKED; turn it off only if another process does it.
+    /// Whether this worker takes part in maintenance. Default true: every worker may,
+    /// safely, since one holds the turn at a time and each pass locks its rows with SKIP
+    /// LOCKED; turn it off only if another process does it.
     pub fn maintenance(mut self, on: bool) -> Self {
         self.config.maintenance = on;
         self
@@ -375,7 +389,7 @@ impl Worker {
                 queue_concurrency: Vec::new(),
                 poll_min: Duration::from_millis(50),
                 poll_max: Duration::from_secs(2),
-                idle_probe: Some(Duration::from_millis(90)),
+                idle_probe: Some(Duration::from_millis(60)),
                 grace: Worker::DEFAULT_SHUTDOWN_GRACE,
                 cancel_grace: Worker::DEFAULT_CANCEL_GRACE,
                 maintenance_interval: Duration::from_secs(1),

@@ -1,6 +1,8 @@
 //! The claim loop: one `select!` over shutdown, finished jobs, wake-ups and a paced poll;
 //! it claims only free slots and starts each claimed job on its own task, as an
-//! [`Execution`].
+//! [`Execution`]. While the queues are drained an idle probe stands in for the polls, in
+//! this worker's slot of its group's rotation ([`Roster::next_probe`]): the workers serving
+//! the same queues take turns, so that together they probe about as often as one would.
 
 use std::future::Future;
 
@@ -8,6 +10,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::execute::{Execution, Running};
+use super::heartbeat::Roster;
 use super::pacer::Pacer;
 use super::Worker;
 use crate::error::Result;
@@ -31,9 +34,10 @@ struct IdleProbe {
     next: Instant,
     /// Until when a failed probe keeps it off.
     off_until: Option<Instant>,
-    /// Opened at the first probe and kept for the worker's life (a worker that is never
-    /// idle never opens it); closed after an error, and opened again at the next probe.
-    conn: Option<crate::store::ProbeConnection>,
+    /// Taken at the first probe of an idle spell: one of the pool's, given back before the
+    /// next claim; or, on a pool of the application's, one of its own, kept for the
+    /// worker's life. Closed after an error, and taken again at the next probe.
+    conn: Option<crate::store::ProbeConn>,
 }
 
 impl Default for IdleProbe {
@@ -82,6 +86,7 @@ impl Worker {
         signal: impl Future<Output = ()>,
         run: &Running<'_>,
         jobs: &mut JoinSet<()>,
+        roster: &Roster,
     ) {
         let cfg = &*self.config;
         let mut wake = self.queue.subscribe_wake();
@@ -102,6 +107,10 @@ impl Worker {
             }
             if pacer.wants_claim() && jobs.len() < cfg.concurrency {
                 pacer.claim_started();
+                // The claim may need every connection of the pool.
+                if matches!(idle.conn, Some(crate::store::ProbeConn::Pooled(_))) {
+                    idle.conn = None;
+                }
                 let free = cfg.concurrency - jobs.len();
                 let began = Instant::now();
                 let result = self.claim(free, run, jobs).await;
@@ -116,7 +125,8 @@ impl Worker {
                 });
                 let now = Instant::now();
                 match probing {
-                    Some(every) => idle.start(now + every, now),
+                    // In this worker's slot of its group's rotation.
+                    Some(every) => idle.start(roster.next_probe(now, every), now),
                     None => idle.stop(),
                 }
                 match result.map(|(n, _)| n) {
@@ -170,7 +180,7 @@ impl Worker {
                         }
                     }
                     if let Some(every) = cfg.idle_probe {
-                        idle.next = Instant::now() + every;
+                        idle.next = roster.next_probe(Instant::now(), every);
                     }
                 }
                 // With every slot busy there is nothing to poll for: a finished job wakes us.
@@ -200,15 +210,22 @@ impl Worker {
     async fn probe_once(&self, idle: &mut IdleProbe, sql: &str) -> Result<bool> {
         let mut conn = match idle.conn.take() {
             Some(c) => c,
-            None => self.store.probe_connection().await?,
+            None => match self.store.probe_conn().await? {
+                Some(c) => c,
+                // The pool has none to spare: this slot is skipped.
+                None => return Ok(false),
+            },
         };
         // On an error the connection is dropped: after a failed or abandoned read its state
         // is unknown.
         let found = self
             .store
-            .probe_ready(&mut conn, sql, &self.config.queues)
+            .probe_on(&mut conn, sql, &self.config.queues)
             .await?;
-        idle.conn = Some(conn);
+        let pooled = matches!(conn, crate::store::ProbeConn::Pooled(_));
+        if !(pooled && self.store.pool_exhausted()) {
+            idle.conn = Some(conn);
+        }
         Ok(found)
     }
 

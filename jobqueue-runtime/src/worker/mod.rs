@@ -227,6 +227,7 @@ impl Worker {
             queue: self.queue.clone(),
         }
         .spawn()?;
+        let roster = heartbeat::Roster::new(&cfg.owner, &cfg.queues);
         let scheduler = cfg.maintenance.then(|| {
             tokio::spawn(scheduler_loop(
                 scheduler,
@@ -248,6 +249,11 @@ impl Worker {
                     last_prune: None,
                     gauges: Default::default(),
                     failing_steps: Default::default(),
+                    owner: cfg.owner.clone(),
+                    fleet_size: Box::new({
+                        let roster = roster.clone();
+                        move || roster.fleet()
+                    }),
                 },
                 cfg.maintenance_interval,
                 background.clone(),
@@ -273,6 +279,8 @@ impl Worker {
                     let leases = leases.clone();
                     move || leases.len()
                 }),
+                roster: roster.clone(),
+                publish_gauges: cfg.maintenance,
             }
             .run(background.clone()),
         );
@@ -291,7 +299,7 @@ impl Worker {
             per_queue: &per_queue,
         };
         let mut jobs = JoinSet::new();
-        self.claim_loop(signal, &run, &mut jobs).await;
+        self.claim_loop(signal, &run, &mut jobs, &roster).await;
 
         // Phase one: no more claims; running jobs get the grace period.
         if !jobs.is_empty() {
