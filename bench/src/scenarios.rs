@@ -127,7 +127,7 @@ pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
     let want =
         |s: Scenario| args.only.contains(&s) || (args.only.is_empty() && s != Scenario::Fleet);
     let mut rows = Vec::new();
-    let all: [(Scenario, &str); 8] = [
+    let all: [(Scenario, &str); 9] = [
         (Scenario::Drain, "drain"),
         (Scenario::Enqueue, "enqueue"),
         (Scenario::Trickle, "trickle"),
