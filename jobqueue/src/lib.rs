@@ -254,7 +254,7 @@ pub mod testing {
     pub use jobqueue_runtime::testing::{
         assert_enqueued, drain, enqueued, perform, refute_enqueued, Drain, DrainCounts,
         DrainSummary, EnqueuedJob, Error, ExpectEnqueued, Perform, Performed, TestDatabase,
-        TestServer, DEFAULT_MAX_RUNS,
+        TestServer, DEFAULT_MAX_RUNS, TEST_POOL_CONNECTIONS,
     };
 }
 

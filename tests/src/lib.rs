@@ -55,7 +55,10 @@ pub async fn database_url(pool: &MySqlPool) -> String {
 
 /// A queue on the database at `url`, migrated.
 pub async fn migrated_queue(url: &str) -> Queue {
-    let queue = Queue::connect(url).await.expect("connect");
+    // As TestDatabase's: room for the test's own reads beside its workers.
+    let config =
+        jobqueue::QueueConfig::default().max_connections(jobqueue::testing::TEST_POOL_CONNECTIONS);
+    let queue = Queue::connect_with(url, config).await.expect("connect");
     queue.migrate().await.expect("migrate");
     queue
 }

@@ -43,12 +43,21 @@ pub struct TestDatabase {
     keep: bool,
 }
 
+/// The size of the pool of a [`TestDatabase`]'s queue.
+pub const TEST_POOL_CONNECTIONS: u32 = 10;
+
 impl TestDatabase {
     /// A new database, migrated, with a [`Queue`] connected to it. `prefix` (a test's name)
     /// goes into the database's name, to find it on the server.
+    ///
+    /// The queue's pool holds up to [`TEST_POOL_CONNECTIONS`] connections, not the default
+    /// two: a test reads and writes beside its workers (assertions, a transaction held
+    /// open, `Queue::wait`), and should not wait for a connection its worker holds. A test of
+    /// the defaults themselves connects a queue of its own with `Queue::connect(db.url())`.
     pub async fn new(prefix: &str) -> Result<TestDatabase> {
         let mut db = TestDatabase::empty(prefix).await?;
-        let queue = Queue::connect(&db.url)
+        let config = crate::QueueConfig::default().max_connections(TEST_POOL_CONNECTIONS);
+        let queue = Queue::connect_with(&db.url, config)
             .await
             .map_err(|e| db.error("connect to", e))?;
         queue.migrate().await.map_err(|e| db.error("migrate", e))?;

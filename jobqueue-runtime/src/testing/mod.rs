@@ -46,7 +46,7 @@ mod drain;
 mod enqueued;
 mod perform;
 
-pub use database::TestDatabase;
+pub use database::{TestDatabase, TEST_POOL_CONNECTIONS};
 pub use drain::{drain, Drain, DrainCounts, DrainSummary, DEFAULT_MAX_RUNS};
 pub use enqueued::{assert_enqueued, enqueued, refute_enqueued, EnqueuedJob, ExpectEnqueued};
 pub use jobqueue_testserver::{Error, TestServer};
