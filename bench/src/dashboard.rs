@@ -167,7 +167,10 @@ pub(crate) async fn run(
             format!("/jobs?key={}", key.replace(':', "%3A")),
         ),
         ("jobs, status=done".into(), "/jobs?status=done".into()),
-        ("jobs, status=scheduled".into(), "/jobs?status=scheduled".into()),
+        (
+            "jobs, status=scheduled".into(),
+            "/jobs?status=scheduled".into(),
+        ),
         (
             "jobs, status=done & queue=q3".into(),
             "/jobs?status=done&queue=q3".into(),
@@ -232,16 +235,18 @@ pub(crate) async fn run(
             samples[p].push(times);
         }
     }
+    // The overview counts waiting and failed jobs exactly (the gauges, counted by this
+    // scenario's first overview: no worker runs here), and done ones up to a cap.
     let stats = queue.queue_overview().await?;
-    let finished: u64 = stats.iter().map(|q| q.counts.done + q.counts.failed).sum();
+    let failed: u64 = stats.iter().map(|q| q.counts.failed).sum();
     let waiting: u64 = stats
         .iter()
         .map(|q| q.counts.ready + q.counts.scheduled)
         .sum();
+    let seeded_failed = s.finished.div_ceil(50);
     ensure!(
-        finished == s.finished && waiting == s.waiting,
-        "the overview counts {finished} finished and {waiting} waiting jobs; {} and {} were seeded",
-        s.finished,
+        failed == seeded_failed && waiting == s.waiting,
+        "the overview counts {failed} failed and {waiting} waiting jobs; {seeded_failed} and {} were seeded",
         s.waiting
     );
     queue.pool().close().await;

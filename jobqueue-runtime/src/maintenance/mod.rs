@@ -22,7 +22,7 @@ mod prune;
 mod reclaim;
 
 use gauges::refresh_gauges;
-pub(crate) use gauges::Gauges;
+pub(crate) use gauges::{Gauges, GAUGE_INTERVAL};
 use periodic::enqueue_ticks;
 pub(crate) use periodic::Scheduler;
 use promote::promote_due;
