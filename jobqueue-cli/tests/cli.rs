@@ -452,11 +452,16 @@ async fn list_and_show() {
     assert_eq!(some["jobs"].as_array().unwrap().len(), 2);
     // Following each page's cursor shows the six once each, newest first, then stops.
     let mut pages = vec![ids(&some["jobs"])];
-    let mut cursor = some["next_cursor"].as_str().expect("a next page").to_owned();
+    let mut cursor = some["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_owned();
     loop {
         let page = jobqueue(
             Some(&url),
-            &["list", "-q", "exports", "-n", "2", "--cursor", &cursor, "--json"],
+            &[
+                "list", "-q", "exports", "-n", "2", "--cursor", &cursor, "--json",
+            ],
         )
         .await
         .json();
@@ -467,7 +472,9 @@ async fn list_and_show() {
         }
     }
     assert!(
-        pages.windows(2).all(|w| w[1].iter().all(|b| w[0].iter().all(|a| b < a))),
+        pages
+            .windows(2)
+            .all(|w| w[1].iter().all(|b| w[0].iter().all(|a| b < a))),
         "each page older than the one before: {pages:?}"
     );
     let seen: BTreeSet<u64> = pages.iter().flatten().copied().collect();
@@ -489,7 +496,9 @@ async fn list_and_show() {
     .await;
     assert_ne!(refused.code, Some(0));
     assert!(
-        refused.stderr.contains("continues a listing of failed jobs"),
+        refused
+            .stderr
+            .contains("continues a listing of failed jobs"),
         "{}",
         refused.stderr
     );

@@ -655,6 +655,24 @@ async fn dashboard_queries_use_indexes_on_a_million_jobs() {
                     if n == 0 && extra.contains("filesort") && !prefix_only {
                         problems.push(format!("sorted page: {sql} {args:?} -> {key:?} {extra}"));
                     }
+                    // The overview's queues: one index entry each (a range read that
+                    // stops at its first entry), never the whole queue index.
+                    if sql.contains("WHERE queue > ?")
+                        && (kind != "range" || !extra.contains("Using index"))
+                    {
+                        problems.push(format!(
+                            "next queue not one lookup: {sql} -> {kind} {key:?} {extra}"
+                        ));
+                    }
+                    // The capped count reads its queue and status from an index alone.
+                    if sql.contains("LIMIT ?) t")
+                        && table == "job_queue"
+                        && !extra.contains("Using index")
+                    {
+                        problems.push(format!(
+                            "capped count reads rows: {sql} -> {kind} {key:?} {extra}"
+                        ));
+                    }
                     // A status listing reads the range of its status (and queue).
                     let wanted = match (filter.status, &filter.queue) {
                         (Some(_), Some(_)) => Some("job_queue_queue_status_at"),

@@ -432,8 +432,10 @@ impl JobFilter {
     /// other characters than ASCII letters, digits, `_`, `-` and `.` matches no job.
     ///
     /// The metadata is not indexed: the list and count read the jobs the other filters
-    /// select (newest first for a list, until it has its `limit`), and test each. Combine
-    /// it with a status, queue or kind on a large table.
+    /// select (in the list's order, until it has its `limit`), and test each; a page of
+    /// [`Queue::list`](crate::Queue::list) stops after a second
+    /// ([`Error::FilterTooSlow`](crate::Error::FilterTooSlow)). Combine it with a status and
+    /// a queue on a large table.
     pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.meta = Some((key.into(), value.into()));
         self

@@ -69,29 +69,30 @@ pub(super) fn where_clause(conds: &[&str]) -> String {
 /// Rows changed per statement of a bulk action: short transactions, few locks at once.
 const BULK_BATCH: u64 = 1000;
 
-/// What the overview reads besides the capped counts, in one statement: the queue gauges
-/// (counted by one worker of the fleet per interval) and how long ago they were counted,
-/// the expired leases (the range of running jobs whose lease is over, read now), the paused
-/// queues, and every queue that has a job. The queues are read one index lookup per queue,
-/// each the next name after the one before (`qs`): `SELECT DISTINCT queue` would read every
-/// entry of the queue index, a million for a million jobs.
+/// What the overview reads besides the queues and the capped counts, in one statement: the
+/// queue gauges (counted by one worker of the fleet per interval), how long ago they were
+/// counted (NULL if never: the table starts at 2000-01-01), the expired leases (the range of
+/// running jobs whose lease is over, read now) and the paused queues.
 const OVERVIEW_SQL: &str = "\
-    WITH RECURSIVE qs (q) AS ( \
-      SELECT MIN(queue) FROM job_queue \
-      UNION ALL \
-      SELECT (SELECT MIN(queue) FROM job_queue WHERE queue > qs.q) FROM qs WHERE qs.q IS NOT NULL) \
     SELECT queue, CAST(status AS CHAR), CAST(jobs AS SIGNED), \
       TIMESTAMPDIFF(MICROSECOND, oldest_run_at, UTC_TIMESTAMP(6)) FROM job_queue_gauges \
     UNION ALL \
-    SELECT '', 'counted', 0, TIMESTAMPDIFF(MICROSECOND, refreshed_at, UTC_TIMESTAMP(6)) \
+    SELECT '', 'counted', 0, IF(refreshed_at < '2001-01-01', NULL, \
+        TIMESTAMPDIFF(MICROSECOND, refreshed_at, UTC_TIMESTAMP(6))) \
       FROM job_queue_gauge_refresh WHERE id = 1 \
     UNION ALL \
     SELECT queue, 'expired_leases', COUNT(*), NULL \
       FROM job_queue WHERE status = 'running' AND status_at < UTC_TIMESTAMP(6) GROUP BY queue \
     UNION ALL \
-    SELECT queue, 'paused', 0, NULL FROM job_queue_pause \
-    UNION ALL \
-    SELECT q, 'queue', 0, NULL FROM qs WHERE q IS NOT NULL";
+    SELECT queue, 'paused', 0, NULL FROM job_queue_pause";
+
+/// The first queue name after `?` that has a job: one index lookup. The overview finds
+/// every queue with one of these per queue, each after the one before: `SELECT DISTINCT
+/// queue` reads every entry of the queue index (a million for a million jobs), and so does
+/// a recursive query whose step is a correlated `MIN(queue) ... WHERE queue > q` on MariaDB.
+const NEXT_QUEUE_SQL: &str = "\
+    SELECT queue FROM job_queue FORCE INDEX (job_queue_list_queue) \
+    WHERE queue > ? ORDER BY queue LIMIT 1";
 
 /// The jobs of one queue and status, counted up to a cap (the `LIMIT`, one more than the
 /// cap, is added): a range of the (queue, status, ...) indexes, read from the index alone.
@@ -274,7 +275,6 @@ impl Store {
             };
             let s = &mut out[i];
             match what.as_str() {
-                "queue" => {}
                 "expired_leases" => s.expired_leases = n,
                 "paused" => s.paused = true,
                 status => {
@@ -284,6 +284,20 @@ impl Store {
                         s.oldest_ready_secs = us.map(|us| us.max(0) as f64 / 1e6);
                     }
                 }
+            }
+        }
+        let mut after = String::new();
+        while let Some(q) = sqlx::query_scalar::<_, Vec<u8>>(NEXT_QUEUE_SQL)
+            .bind(after.as_str())
+            .fetch_optional(&self.pool)
+            .await?
+        {
+            after = String::from_utf8_lossy(&q).into_owned();
+            if !out.iter().any(|s| s.queue == after) {
+                out.push(QueueOverview {
+                    queue: after.clone(),
+                    ..Default::default()
+                });
             }
         }
         out.sort_by(|a, b| a.queue.cmp(&b.queue));
@@ -415,6 +429,7 @@ pub fn dashboard_statements(
             args,
         ),
         (OVERVIEW_SQL.to_owned(), Vec::new()),
+        (NEXT_QUEUE_SQL.to_owned(), vec![Arg::Text("q1".into())]),
         (
             CAPPED_COUNT_SQL.to_owned(),
             vec![
