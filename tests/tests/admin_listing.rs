@@ -47,6 +47,8 @@ async fn all_pages(queue: &Queue, filter: &JobFilter, limit: u32) -> Vec<u64> {
             .expect("a page");
         assert!(page.jobs.len() <= limit as usize);
         ids.extend(page.jobs.iter().map(|j| j.id));
+        // A cursor that does not move past its page would page forever.
+        assert!(ids.len() <= 200, "the pages repeat jobs: {ids:?}");
         match page.next {
             // The cursor goes through its text, as the dashboard's links and the command
             // line carry it.
@@ -155,6 +157,7 @@ async fn jobs_that_change_status_between_pages_shift_no_other() {
         while let Some(c) = next {
             let page = queue.list(&filter, Some(&c), 7).await.unwrap();
             shown.extend(page.jobs.iter().map(|j| j.id));
+            assert!(shown.len() <= 100, "the pages repeat jobs: {shown:?}");
             next = page.next;
         }
         let unique: BTreeSet<u64> = shown.iter().copied().collect();
