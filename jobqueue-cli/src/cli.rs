@@ -5,6 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use jobqueue::admin::JobCursor;
 use jobqueue::JobStatus;
 
 /// See, retry, cancel and prune the jobs of a jobqueue database.
@@ -125,10 +126,15 @@ pub(crate) enum Command {
         format: Format,
     },
 
-    /// Jobs matching a filter, newest first.
+    /// Jobs matching a filter, a page at a time.
+    ///
+    /// Without --status, newest first. With --status, by the job's time in that status:
+    /// done, failed and cancelled jobs newest finished first; scheduled, ready and blocked
+    /// jobs next to run first; running jobs soonest lease expiry first. When more jobs
+    /// match, the last line gives the --cursor of the next page.
     ///
     /// --json prints {"total": how many match, "jobs": [every column of each job, times in
-    /// RFC 3339 UTC]}.
+    /// RFC 3339 UTC], "next_cursor": the --cursor of the next page, or null on the last}.
     #[command(verbatim_doc_comment)]
     List {
         /// Only jobs with this status.
@@ -152,6 +158,10 @@ pub(crate) enum Command {
         /// Show at most this many jobs.
         #[arg(long, short = 'n', default_value_t = 50)]
         limit: u32,
+        /// Start after the jobs of the page before: the cursor it printed, with the same
+        /// filter (a cursor of another --status is refused).
+        #[arg(long, value_name = "CURSOR", conflicts_with = "key")]
+        cursor: Option<JobCursor>,
         #[command(flatten)]
         privacy: Privacy,
         #[command(flatten)]

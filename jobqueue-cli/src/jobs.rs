@@ -1,7 +1,7 @@
 //! `jobqueue list` and `jobqueue show`: jobs as rows, and one job in full.
 
 use chrono::{DateTime, Utc};
-use jobqueue::admin::{AttemptOutcome, JobFilter, JobRecord, JobRef};
+use jobqueue::admin::{AttemptOutcome, JobCursor, JobFilter, JobRecord, JobRef};
 use jobqueue::limits::MAX_ATTEMPT_HISTORY;
 use jobqueue::{Error, JobStatus, Queue, Uniqueness};
 use serde_json::{json, Value};
@@ -61,49 +61,77 @@ pub(crate) async fn list_key(
             key.to_owned(),
         ))));
     }
-    print_jobs(queue, &jobs, jobs.len() as u64, json, hide, "raise --limit").await
+    let page = Page {
+        total: jobs.len() as u64,
+        order: "newest first",
+        next: None,
+        narrow: "raise --limit",
+    };
+    print_jobs(queue, &jobs, &page, json, hide).await
 }
 
-/// Prints the jobs matching `query`, newest first, at most `limit`.
+/// The order of a listing of `status` (see `Queue::list`).
+fn order_of(status: Option<JobStatus>) -> &'static str {
+    match status {
+        None => "newest first",
+        Some(JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled) => "newest finished first",
+        Some(JobStatus::Running) => "soonest lease expiry first",
+        Some(_) => "next to run first",
+    }
+}
+
+/// Prints the jobs matching `query` after `cursor`, at most `limit`.
 pub(crate) async fn list(
     queue: &Queue,
     query: &JobFilter,
+    cursor: Option<&JobCursor>,
     limit: u32,
     json: bool,
     hide: bool,
 ) -> Result<(), Failure> {
-    let jobs = queue.list(query, None, limit).await?.jobs;
-    let total = if (jobs.len() as u64) < u64::from(limit) {
-        jobs.len() as u64
+    let listed = queue.list(query, cursor, limit).await?;
+    let shown = listed.jobs.len() as u64;
+    let total = if cursor.is_none() && listed.next.is_none() {
+        shown
     } else {
         queue.count(query).await?
     };
-    print_jobs(
-        queue,
-        &jobs,
+    let page = Page {
         total,
-        json,
-        hide,
-        "raise --limit or narrow with --status, --queue, --kind, --meta",
-    )
-    .await
+        order: order_of(query.status),
+        next: listed.next,
+        narrow: "raise --limit or narrow with --status, --queue, --kind, --meta",
+    };
+    print_jobs(queue, &listed.jobs, &page, json, hide).await
 }
 
-/// Prints `jobs` as a table (or JSON), with a note when `total` is more than they are.
+/// What a listing says besides its jobs.
+struct Page {
+    /// How many jobs match.
+    total: u64,
+    /// The order of the jobs.
+    order: &'static str,
+    /// The cursor of the next page, if there is one.
+    next: Option<JobCursor>,
+    /// How to see fewer.
+    narrow: &'static str,
+}
+
+/// Prints `jobs` as a table (or JSON), with a note when `page.total` is more than they are.
 async fn print_jobs(
     queue: &Queue,
     jobs: &[JobRecord],
-    total: u64,
+    page: &Page,
     json: bool,
     hide: bool,
-    narrow: &str,
 ) -> Result<(), Failure> {
     let now = queue.now().await?;
     let mut out = Out::stdout();
     if json {
         out.json(&json!({
-            "total": total,
+            "total": page.total,
             "jobs": jobs.iter().map(|j| job_json(j, hide)).collect::<Vec<_>>(),
+            "next_cursor": page.next.as_ref().map(ToString::to_string),
         }))?;
         return Ok(out.flush()?);
     }
@@ -143,12 +171,23 @@ async fn print_jobs(
         ]);
     }
     out.raw(&table.render(out.palette))?;
-    if total > jobs.len() as u64 {
-        let more = format!(
-            "{} of {} shown, newest first; {narrow}",
-            jobs.len(),
-            plural(total, "matching job", "matching jobs")
-        );
+    if page.total > jobs.len() as u64 || page.next.is_some() {
+        let more = match &page.next {
+            Some(next) => format!(
+                "{} of {} shown, {}; the next page: --cursor {next}; or {}",
+                jobs.len(),
+                plural(page.total, "matching job", "matching jobs"),
+                page.order,
+                page.narrow
+            ),
+            None => format!(
+                "{} of {} shown, {}; {}",
+                jobs.len(),
+                plural(page.total, "matching job", "matching jobs"),
+                page.order,
+                page.narrow
+            ),
+        };
         out.line(&out.paint(Paint::Dim, &more))?;
     }
     Ok(out.flush()?)

@@ -162,6 +162,7 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
             meta,
             key,
             limit,
+            cursor,
             privacy,
             format,
         } => {
@@ -177,7 +178,7 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
                 ..Scope::default()
             };
             let query = scope.query(status.map(Into::into));
-            jobs::list(&queue, &query, limit, format.json, hide).await?;
+            jobs::list(&queue, &query, cursor.as_ref(), limit, format.json, hide).await?;
             return Ok(ExitCode::SUCCESS);
         }
         Command::Show {

@@ -2,6 +2,7 @@
 //! database of its own, runs the built binary as an operator would, and checks both what it
 //! prints and what it did to the rows.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use jobqueue::testing::TestServer;
@@ -449,6 +450,58 @@ async fn list_and_show() {
         .json();
     assert_eq!(some["total"], 6);
     assert_eq!(some["jobs"].as_array().unwrap().len(), 2);
+    // Following each page's cursor shows the six once each, newest first, then stops.
+    let mut pages = vec![ids(&some["jobs"])];
+    let mut cursor = some["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_owned();
+    loop {
+        let page = jobqueue(
+            Some(&url),
+            &[
+                "list", "-q", "exports", "-n", "2", "--cursor", &cursor, "--json",
+            ],
+        )
+        .await
+        .json();
+        pages.push(ids(&page["jobs"]));
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = next.to_owned(),
+            None => break,
+        }
+    }
+    assert!(
+        pages
+            .windows(2)
+            .all(|w| w[1].iter().all(|b| w[0].iter().all(|a| b < a))),
+        "each page older than the one before: {pages:?}"
+    );
+    let seen: BTreeSet<u64> = pages.iter().flatten().copied().collect();
+    assert_eq!((seen.len(), pages.concat().len()), (6, 6), "{pages:?}");
+    // The text output names the next page's cursor; a cursor of another status is refused.
+    let text = jobqueue(Some(&url), &["list", "--status", "failed", "-n", "1"]).await;
+    let text = text.ok();
+    let failed_cursor = text
+        .split("--cursor ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .expect("the next page's cursor")
+        .to_owned();
+    assert!(text.contains("newest finished first"), "{text}");
+    let refused = jobqueue(
+        Some(&url),
+        &["list", "--status", "done", "--cursor", &failed_cursor],
+    )
+    .await;
+    assert_ne!(refused.code, Some(0));
+    assert!(
+        refused
+            .stderr
+            .contains("continues a listing of failed jobs"),
+        "{}",
+        refused.stderr
+    );
     let none = jobqueue(Some(&url), &["list", "--kind", "nothing"]).await;
     assert_eq!(none.ok(), "no jobs match\n");
 

@@ -10,13 +10,19 @@ use chrono::{DateTime, Utc};
 
 use crate::error::{Error, JobRef, Result};
 use crate::key::validate_queue;
+use crate::maintenance::GAUGE_INTERVAL;
+use crate::model::OVERVIEW_COUNT_CAP;
 use crate::model::{
-    Attempt, CancelOutcome, JobFilter, JobPage, JobRecord, JobStatus, PeriodicJob, QueueOverview,
-    QueueStats, RunningJob, ThroughputMinute, WorkerInfo,
+    Attempt, CancelOutcome, JobCursor, JobFilter, JobPage, JobRecord, JobStatus, PeriodicJob,
+    QueueOverview, QueueStats, RunningJob, ThroughputMinute, WorkerInfo,
 };
 use crate::queue::Queue;
 use crate::store::JobLookup;
 use crate::worker::WORKER_GONE_AFTER;
+
+/// Gauges older than this are counted before [`Queue::queue_overview`] returns (younger
+/// ones in the background): a fleet that has not counted them for so long is not running.
+const OVERVIEW_COUNT_NOW_AFTER: Duration = Duration::from_secs(3600);
 
 impl Queue {
     /// One job, by id.
@@ -67,17 +73,52 @@ impl Queue {
         }
     }
 
-    /// A page of jobs matching `filter`, newest first: those with an id below `before` (all,
-    /// if `None`), at most `limit`; [`JobPage::next_before`] is the `before` of the next
-    /// (older) page. Keyset pagination: each page costs the same however deep it is (no
+    /// A page of jobs matching `filter`, at most `limit`, starting after `cursor` (from the
+    /// start with `None`); [`JobPage::next`] is the cursor of the next page, `None` on the
+    /// last one. Keyset pagination: each page costs the same however deep it is (no
     /// OFFSET), and a job enqueued meanwhile does not shift the pages.
+    ///
+    /// The order depends on the filter's status:
+    ///
+    /// | status | order |
+    /// |---|---|
+    /// | none | newest first, by id |
+    /// | `done`, `failed`, `cancelled` | newest first, by when the job finished |
+    /// | `scheduled`, `ready`, `blocked` | next to run first, by when the job is due (`run_at`) |
+    /// | `running` | soonest lease expiry first |
+    ///
+    /// Jobs with the same time come by id. A listing of one status reads that status's
+    /// range of an index (with a queue, the range of that queue and status): it costs the
+    /// page's rows, also when few or no jobs match. A job that leaves the status between
+    /// two pages is not shown on the next; one that enters it shows if its place is after
+    /// the cursor; every job that stays in its status and keeps its time is shown once. A
+    /// running job whose lease is renewed between two pages moves forward in that order,
+    /// and may show again.
+    ///
+    /// A filter that no index serves (metadata, a time range, a kind or a task key with
+    /// other fields) tests the rows of the range it reads one by one; a page stops after
+    /// one second with [`Error::FilterTooSlow`] rather than scan a large table.
+    ///
+    /// `cursor` must come from a page of a listing of the same status (or of no status):
+    /// another is refused with [`Error::InvalidSetting`].
     pub async fn list(
         &self,
         filter: &JobFilter,
-        before: Option<u64>,
+        cursor: Option<&JobCursor>,
         limit: u32,
     ) -> Result<JobPage> {
-        self.store().list(filter, before, limit).await
+        if let Some(c) = cursor.filter(|c| c.status() != filter.status) {
+            return Err(Error::InvalidSetting {
+                setting: "cursor",
+                reason: format!(
+                    "cursor {c} continues a listing of {}, and this filter lists {}: \
+                     start this listing without a cursor",
+                    listing_of(c.status()),
+                    listing_of(filter.status)
+                ),
+            });
+        }
+        self.store().list(filter, cursor, limit).await
     }
 
     /// How many jobs match `filter` (what a bulk action would consider).
@@ -237,11 +278,57 @@ impl Queue {
     }
 
     /// Every queue's counts by status, whether it is paused, the age of its oldest ready job
-    /// and its expired leases, read with one statement, by queue name. [`Queue::stats`] has
-    /// more figures per queue (failures in the last hour, unrunnable jobs...), at the cost
-    /// of a statement per queue; [`Queue::throughput`] has the finished jobs per minute.
+    /// and its expired leases, by queue name, without reading every job: see
+    /// [`QueueOverview`] for where each figure comes from and how old it may be. It costs a
+    /// few small reads per queue however many jobs there are. [`Queue::stats`] has exact
+    /// counts and more figures per queue, at the cost of reading the jobs;
+    /// [`Queue::throughput`] has the finished jobs per minute.
+    ///
+    /// The counts of the active statuses are the queue gauges, which one worker of the
+    /// fleet counts every few seconds. When no worker counted them for longer than that
+    /// interval, this call takes the turn to count them: in the background if they are
+    /// less than an hour old (this call returns the older counts, with their age), before
+    /// it returns if they are older or were never counted. A user without the right to
+    /// update the gauges sees them as the workers left them.
     pub async fn queue_overview(&self) -> Result<Vec<QueueOverview>> {
-        self.store().queue_overview().await
+        let store = self.store();
+        let (mut out, mut counted) = store.queue_overview().await?;
+        if counted.is_none_or(|age| age > GAUGE_INTERVAL) {
+            let recount = {
+                let store = store.clone();
+                async move {
+                    if store.take_gauge_turn(GAUGE_INTERVAL.mul_f64(0.9)).await? {
+                        store.count_gauges().await?;
+                    }
+                    Result::<()>::Ok(())
+                }
+            };
+            if counted.is_none_or(|age| age > OVERVIEW_COUNT_NOW_AFTER) {
+                match recount.await {
+                    Ok(()) => (out, counted) = store.queue_overview().await?,
+                    Err(e) => tracing::debug!(error = %e, "cannot count the queue gauges"),
+                }
+            } else {
+                tokio::spawn(async move {
+                    if let Err(e) = recount.await {
+                        tracing::debug!(error = %e, "cannot count the queue gauges");
+                    }
+                });
+            }
+        }
+        for q in &mut out {
+            q.counted_secs_ago = counted.map(|age| age.as_secs_f64());
+            for status in [JobStatus::Done, JobStatus::Cancelled] {
+                let n = store
+                    .capped_count(&q.queue, status, OVERVIEW_COUNT_CAP)
+                    .await?;
+                if n > OVERVIEW_COUNT_CAP {
+                    q.capped.push(status);
+                }
+                q.counts.set(status, n.min(OVERVIEW_COUNT_CAP));
+            }
+        }
+        Ok(out)
     }
 
     /// Jobs that ended `done` or `failed` per minute and queue over the last `minutes`
@@ -260,6 +347,14 @@ impl Queue {
     /// of its latest enqueued tick.
     pub async fn periodic_jobs(&self) -> Result<Vec<PeriodicJob>> {
         self.store().periodic_jobs().await
+    }
+}
+
+/// Which jobs a listing of `status` shows, for an error message.
+fn listing_of(status: Option<JobStatus>) -> String {
+    match status {
+        Some(s) => format!("{s} jobs"),
+        None => "jobs of every status".into(),
     }
 }
 

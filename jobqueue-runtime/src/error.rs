@@ -230,6 +230,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// A listing's filter is not served by an index, and reading the table for it ran past
+    /// the time limit: the server stopped the statement rather than read on. Narrow the
+    /// filter with a status (and a queue), whose jobs are read through an index.
+    #[error("the filter {filter} is not served by an index, and the server stopped reading after {limit:?} rather than scan the table; add a status (and a queue) to the filter, or narrow its time range")]
+    FilterTooSlow {
+        /// The filter, as `Debug` prints it.
+        filter: String,
+        /// The time limit the statement ran into.
+        limit: std::time::Duration,
+    },
+
     /// A job's stored output cannot be read as the type asked for.
     #[error("cannot read the output of job {id}: {reason}")]
     Output {

@@ -36,9 +36,9 @@ pub use model::Uniqueness;
 pub use model::{
     Attempt, AttemptOutcome, CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus,
     QueueOverview, QueueStats, Retention, RunningJob, StatusCounts, MAX_ATTEMPT_ERROR_BYTES,
-    MAX_ATTEMPT_HISTORY, MAX_OUTPUT_BYTES,
+    MAX_ATTEMPT_HISTORY, MAX_OUTPUT_BYTES, OVERVIEW_COUNT_CAP,
 };
-pub use model::{JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
+pub use model::{InvalidCursor, JobCursor, JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use progress::MAX_PROGRESS_BYTES;
 pub use queue::{pool_options, redact_url, Queue, QueueConfig};
 pub use retry::Backoff;

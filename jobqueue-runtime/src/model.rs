@@ -10,13 +10,13 @@ mod dashboard;
 mod protocol;
 mod record;
 
-pub use dashboard::{JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
+pub use dashboard::{InvalidCursor, JobCursor, JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use protocol::{Claimed, EmptyClaim, Finish, LeaseState, Reclaimed};
 pub(crate) use protocol::{JobLimits, NewJob, QueueGauges, TickPass};
 pub use record::{
     Attempt, AttemptOutcome, CancelOutcome, Enqueued, JobFilter, JobRecord, JobStatus,
     QueueOverview, QueueStats, Retention, RunningJob, StatusCounts, Uniqueness,
-    MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY, MAX_OUTPUT_BYTES,
+    MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY, MAX_OUTPUT_BYTES, OVERVIEW_COUNT_CAP,
 };
 
 /// Whether `key` may name a metadata entry: 1 to 64 ASCII letters, digits, `_`, `-`, `.`.

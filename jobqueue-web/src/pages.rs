@@ -8,7 +8,10 @@ use axum::extract::{Form, OriginalUri, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use chrono::{DateTime, NaiveDateTime, Utc};
-use jobqueue::admin::{CancelOutcome, JobFilter, QueueOverview, ThroughputMinute};
+use jobqueue::admin::{
+    CancelOutcome, InvalidCursor, JobCursor, JobFilter, QueueOverview, ThroughputMinute,
+    OVERVIEW_COUNT_CAP,
+};
 use jobqueue::JobStatus;
 use serde::Deserialize;
 
@@ -131,10 +134,19 @@ async fn overview_body(s: &Shared, base: &str) -> Result<String, Failure> {
     let (done, failed) = per_queue
         .values()
         .fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
+    let counted = match stats.iter().find_map(|q| q.counted_secs_ago) {
+        Some(secs) => format!(
+            "scheduled to failed: as counted {} ago; done and cancelled: up to {OVERVIEW_COUNT_CAP} counted now",
+            age(secs)
+        ),
+        None => format!(
+            "scheduled to failed: not counted yet (no worker has); done and cancelled: up to {OVERVIEW_COUNT_CAP} counted now"
+        ),
+    };
     Ok(format!(
         "<section class=\"card\"><h2>Throughput <small>jobs finished per minute, last hour: \
          <span class=\"key done\">{done} done</span> <span class=\"key failed\">{failed} failed</span></small></h2>{chart}</section>\
-         <section class=\"card\"><h2>Queues</h2><table class=\"queues\"><thead><tr><th>Queue</th><th>State</th>\
+         <section class=\"card\"><h2>Queues <small id=\"counted\">{counted}</small></h2><table class=\"queues\"><thead><tr><th>Queue</th><th>State</th>\
          <th class=\"n\">Scheduled</th><th class=\"n\">Ready</th><th class=\"n\">Blocked</th><th class=\"n\">Running</th><th class=\"n\">Done</th>\
          <th class=\"n\">Failed</th><th class=\"n\">Cancelled</th><th class=\"n\">Oldest ready</th>\
          <th class=\"n\">Done/h</th><th class=\"n\">Failed/h</th><th></th></tr></thead><tbody>{rows}</tbody></table></section>",
@@ -178,12 +190,14 @@ async fn overview_figures(
 
 fn queue_row(s: &Shared, base: &str, q: &QueueOverview, (done_h, failed_h): (u64, u64)) -> String {
     let name = url(&q.queue);
-    let link = |status: &str, n: u64| {
+    let link = |status: JobStatus, n: u64| {
         if n == 0 {
             "<span class=\"zero\">0</span>".to_owned()
         } else {
+            // A capped count is at least the cap: "10000+".
+            let more = if q.capped.contains(&status) { "+" } else { "" };
             format!(
-                "<a href=\"{}/jobs?queue={name}&amp;status={status}\">{n}</a>",
+                "<a href=\"{}/jobs?queue={name}&amp;status={status}\">{n}{more}</a>",
                 esc(base)
             )
         }
@@ -226,13 +240,13 @@ fn queue_row(s: &Shared, base: &str, q: &QueueOverview, (done_h, failed_h): (u64
         "<tr><th><a href=\"{b}/jobs?queue={name}\">{qn}</a></th><td>{state}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
          <td class=\"n\">{}{expired}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
          <td class=\"n\">{done_h}</td><td class=\"n\">{failed_h}</td><td>{button}</td></tr>",
-        link("scheduled", q.counts.scheduled),
-        link("ready", q.counts.ready),
-        link("blocked", q.counts.blocked),
-        link("running", q.counts.running),
-        link("done", q.counts.done),
-        link("failed", q.counts.failed),
-        link("cancelled", q.counts.cancelled),
+        link(JobStatus::Scheduled, q.counts.scheduled),
+        link(JobStatus::Ready, q.counts.ready),
+        link(JobStatus::Blocked, q.counts.blocked),
+        link(JobStatus::Running, q.counts.running),
+        link(JobStatus::Done, q.counts.done),
+        link(JobStatus::Failed, q.counts.failed),
+        link(JobStatus::Cancelled, q.counts.cancelled),
         q.oldest_ready_secs.map(age).unwrap_or_else(|| "–".into()),
         b = esc(base),
         qn = esc(&q.queue),
@@ -304,7 +318,12 @@ pub(crate) struct Filter {
     from: String,
     #[serde(default)]
     to: String,
-    before: Option<u64>,
+    /// Where the page starts: the cursor of the page before ([`JobCursor`] as text).
+    #[serde(default)]
+    cursor: String,
+    /// The `before=<id>` of earlier releases' links: a cursor of a listing by id.
+    #[serde(default)]
+    before: String,
     notice: Option<String>,
     #[serde(default)]
     action: String,
@@ -346,7 +365,22 @@ impl Filter {
         Ok(q.created(parse_time(&self.from)?, parse_time(&self.to)?))
     }
 
-    /// The filter as a query string (without `before`).
+    /// Where the page starts, if it is not the first.
+    fn cursor(&self) -> Result<Option<JobCursor>, Failure> {
+        let text = if self.cursor.is_empty() {
+            &self.before
+        } else {
+            &self.cursor
+        };
+        if text.is_empty() {
+            return Ok(None);
+        }
+        text.parse()
+            .map(Some)
+            .map_err(|e: InvalidCursor| Failure(StatusCode::BAD_REQUEST, e.to_string()))
+    }
+
+    /// The filter as a query string (without the cursor).
     fn to_query(&self) -> String {
         [
             ("queue", &self.queue),
@@ -405,10 +439,20 @@ pub(crate) async fn jobs(
 ) -> Page {
     let base = base(&orig, &uri);
     let query = f.query()?;
-    let page_ = s.queue.list(&query, f.before, PAGE_SIZE).await?;
+    let cursor = f.cursor()?;
     let b = esc(&base);
+    let (page_, stopped) = match s.queue.list(&query, cursor.as_ref(), PAGE_SIZE).await {
+        Ok(page_) => (Some(page_), None),
+        // Not served by an index: say so, and keep the form to narrow the filter.
+        Err(e @ jobqueue::Error::FilterTooSlow { .. }) => (None, Some(e)),
+        Err(e @ jobqueue::Error::InvalidSetting { .. }) => {
+            return Err(Failure(StatusCode::BAD_REQUEST, e.to_string()))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let jobs = page_.as_ref().map_or(&[][..], |p| &p.jobs[..]);
     let mut rows = String::new();
-    for j in &page_.jobs {
+    for j in jobs {
         rows.push_str(&format!(
             "<tr><td class=\"n\"><a href=\"{b}/jobs/{id}\">{id}</a></td><td>{}</td><td>{}</td><td class=\"key\">{}</td>\
              <td>{}</td><td class=\"n\">{}/{}</td><td>{}</td><td class=\"error\">{}</td></tr>",
@@ -423,19 +467,30 @@ pub(crate) async fn jobs(
             id = j.id,
         ));
     }
-    if page_.jobs.is_empty() {
+    if let Some(e) = &stopped {
+        rows.push_str(&format!(
+            "<tr><td colspan=\"8\" class=\"empty warn\">{}</td></tr>",
+            esc(&e.to_string())
+        ));
+    } else if jobs.is_empty() {
         rows.push_str("<tr><td colspan=\"8\" class=\"empty\">No job matches.</td></tr>");
     }
     let qs = f.to_query();
     let mut pager = String::new();
-    if f.before.is_some() {
-        pager.push_str(&format!("<a href=\"{b}/jobs?{}\">« Newest</a>", esc(&qs)));
+    if cursor.is_some() {
+        pager.push_str(&format!("<a href=\"{b}/jobs?{}\">« First</a>", esc(&qs)));
     }
-    if let Some(next) = page_.next_before {
+    if let Some(next) = page_.as_ref().and_then(|p| p.next.as_ref()) {
         let sep = if qs.is_empty() { "" } else { "&" };
+        let label = if order_of(query.status).starts_with("newest") {
+            "Older »"
+        } else {
+            "Later »"
+        };
         pager.push_str(&format!(
-            "<a href=\"{b}/jobs?{}{sep}before={next}\" rel=\"next\">Older »</a>",
-            esc(&qs)
+            "<a href=\"{b}/jobs?{}{sep}cursor={}\" rel=\"next\">{label}</a>",
+            esc(&qs),
+            url(&next.to_string())
         ));
     }
     let statuses: String = [
@@ -475,7 +530,7 @@ pub(crate) async fn jobs(
          <label>Enqueued from <input type=\"datetime-local\" name=\"from\" value=\"{}\"></label>\
          <label>to <input type=\"datetime-local\" name=\"to\" value=\"{}\"></label>\
          <button type=\"submit\">Filter</button></form>{bulk}\
-         <section class=\"card\"><table class=\"jobs\"><thead><tr><th class=\"n\">Id</th><th>Queue</th><th>Kind</th><th>Key</th>\
+         <section class=\"card\"><h2>Jobs <small>{order}</small></h2><table class=\"jobs\"><thead><tr><th class=\"n\">Id</th><th>Queue</th><th>Kind</th><th>Key</th>\
          <th>Status</th><th class=\"n\">Attempts</th><th>Enqueued (UTC)</th><th>Last error</th></tr></thead>\
          <tbody>{rows}</tbody></table><nav class=\"pager\">{pager}</nav></section>",
         esc(&f.queue),
@@ -484,8 +539,19 @@ pub(crate) async fn jobs(
         esc(&f.meta),
         esc(&f.from),
         esc(&f.to),
+        order = order_of(query.status),
     );
     Ok(Html(page(&base, "Jobs", "Jobs", f.notice.as_deref(), &body)).into_response())
+}
+
+/// The order of a listing of `status` (see `Queue::list`).
+fn order_of(status: Option<JobStatus>) -> &'static str {
+    match status {
+        None => "newest first",
+        Some(JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled) => "newest finished first",
+        Some(JobStatus::Running) => "soonest lease expiry first",
+        Some(_) => "next to run first",
+    }
 }
 
 fn first_line(s: &str) -> String {

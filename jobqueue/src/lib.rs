@@ -163,13 +163,14 @@ pub mod admin {
     // Jobs and their history.
     #[doc(inline)]
     pub use jobqueue_runtime::{
-        Attempt, AttemptOutcome, CancelOutcome, JobFilter, JobPage, JobRecord, JobRef,
+        Attempt, AttemptOutcome, CancelOutcome, InvalidCursor, JobCursor, JobFilter, JobPage,
+        JobRecord, JobRef,
     };
     // Queues, workers and schedules.
     #[doc(inline)]
     pub use jobqueue_runtime::{
         PeriodicJob, QueueOverview, QueueStats, RunningJob, StatusCounts, ThroughputMinute,
-        WorkerInfo,
+        WorkerInfo, OVERVIEW_COUNT_CAP,
     };
     // Live workers: how often each writes its heartbeat, and when it counts as gone.
     #[doc(inline)]

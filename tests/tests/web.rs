@@ -353,7 +353,7 @@ async fn hidden_payloads_keep_everything_else() {
 }
 
 #[tokio::test]
-async fn the_job_list_filters_and_pages_newest_first() {
+async fn the_job_list_filters_and_pages_in_the_order_of_its_status() {
     let queue = fresh_queue("web_list").await;
     let mut ids: Vec<Seeded> = Vec::new();
     for i in 0..130u32 {
@@ -371,18 +371,20 @@ async fn the_job_list_filters_and_pages_newest_first() {
             key,
         ));
     }
-    // Pages of 50, following next_before, give every matching job once, newest first.
+    // Pages of 50, following each page's cursor, give every matching job once, in the
+    // listing's order: newest first without a status and for finished jobs (each finished
+    // as it was inserted), next to run first for waiting ones.
     let check = |query: JobFilter, expect: Vec<u64>| {
         let queue = queue.clone();
         async move {
             let mut got = Vec::new();
-            let mut before = None;
+            let mut cursor = None;
             loop {
-                let page = queue.list(&query, before, 50).await.unwrap();
+                let page = queue.list(&query, cursor.as_ref(), 50).await.unwrap();
                 assert!(page.jobs.len() <= 50);
                 got.extend(page.jobs.iter().map(|j| j.id));
-                match page.next_before {
-                    Some(b) => before = Some(b),
+                match page.next {
+                    Some(next) => cursor = Some(next),
                     None => break,
                 }
             }
@@ -420,7 +422,13 @@ async fn the_job_list_filters_and_pages_newest_first() {
             .queue("alpha")
             .status(JobStatus::Ready)
             .key_prefix("even"),
-        newest_first(&|j| j.1 == "alpha" && j.3 == "ready" && j.4.starts_with("even")),
+        {
+            // Ready jobs by run_at, each due when it was inserted: the oldest first.
+            let mut v =
+                newest_first(&|j| j.1 == "alpha" && j.3 == "ready" && j.4.starts_with("even"));
+            v.reverse();
+            v
+        },
     )
     .await;
     // LIKE's own characters in a prefix are literal.
@@ -456,18 +464,88 @@ async fn the_job_list_filters_and_pages_newest_first() {
     let all = get(&router, "/jobs").await.body;
     let next = newest_first(&|_| true)[49];
     assert!(
-        all.contains(&format!("before={next}\" rel=\"next\"")),
+        all.contains(&format!("cursor={next}\" rel=\"next\">Older »")),
         "{all}"
     );
-    let second = get(&router, &format!("/jobs?before={next}")).await.body;
+    // The cursor of a listing by id is the id: links of earlier releases (`before=`) still
+    // lead to the same page.
+    for link in [
+        format!("/jobs?cursor={next}"),
+        format!("/jobs?before={next}"),
+    ] {
+        let second = get(&router, &link).await.body;
+        assert!(
+            second.contains(&format!("href=\"/jobs/{}\"", newest_first(&|_| true)[50])),
+            "{second}"
+        );
+        assert!(
+            !second.contains(&format!("href=\"/jobs/{next}\"")),
+            "{second}"
+        );
+    }
+    // A listing of done jobs pages by when they finished, newest first; its cursor names
+    // the status, and the page says so. (Ten more of each, for a second page.)
+    for i in 0..10 {
+        insert_job(
+            &queue,
+            "beta",
+            "export",
+            &format!("more:{i}"),
+            "{}",
+            "done",
+            None,
+        )
+        .await;
+        insert_job(
+            &queue,
+            "beta",
+            "mail",
+            &format!("later:{i}"),
+            "{}",
+            "ready",
+            None,
+        )
+        .await;
+    }
+    let done_ids: Vec<u64> = queue
+        .list(&JobFilter::default().status(JobStatus::Done), None, 100)
+        .await
+        .unwrap()
+        .jobs
+        .iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(done_ids.len(), 53);
+    assert!(done_ids.windows(2).all(|w| w[0] > w[1]), "{done_ids:?}");
+    let done = get(&router, "/jobs?status=done").await.body;
+    assert!(done.contains("newest finished first"), "{done}");
+    let link = done
+        .split("rel=\"next\"")
+        .next()
+        .and_then(|head| head.rsplit("href=\"").next())
+        .map(|href| href.trim_end_matches("\" ").replace("&amp;", "&"))
+        .expect("a link to the next page");
+    assert!(link.starts_with("/jobs?status=done&cursor=done."), "{link}");
+    let second = get(&router, &link).await.body;
     assert!(
-        second.contains(&format!("href=\"/jobs/{}\"", newest_first(&|_| true)[50])),
+        second.contains(&format!("href=\"/jobs/{}\"", done_ids[50])),
         "{second}"
     );
+    // Ready jobs: next to run first, the next page "later".
+    let ready = get(&router, "/jobs?status=ready").await.body;
+    assert!(ready.contains("next to run first"), "{ready}");
+    assert!(ready.contains("\" rel=\"next\">Later »"), "{ready}");
+    // A cursor of another listing, or none at all, is refused with a message.
+    let other = get(&router, &link.replace("status=done", "status=failed")).await;
+    assert_eq!(other.status, StatusCode::BAD_REQUEST);
     assert!(
-        !second.contains(&format!("href=\"/jobs/{next}\"")),
-        "{second}"
+        other.body.contains("continues a listing of done jobs"),
+        "{}",
+        other.body
     );
+    let bad = get(&router, "/jobs?cursor=yesterday").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.body.contains("invalid cursor"), "{}", bad.body);
 }
 
 #[tokio::test]

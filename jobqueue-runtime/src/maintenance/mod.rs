@@ -31,7 +31,7 @@ mod prune;
 mod reclaim;
 
 use gauges::refresh_gauges;
-pub(crate) use gauges::{publish_gauges, Gauges};
+pub(crate) use gauges::{publish_gauges, Gauges, GAUGE_INTERVAL};
 use periodic::enqueue_ticks;
 pub(crate) use periodic::Scheduler;
 use promote::promote_due;

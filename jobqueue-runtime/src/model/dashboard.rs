@@ -1,7 +1,10 @@
 //! What an operator's dashboard reads: a page of jobs, throughput per minute, live workers
 //! and periodic schedules. The statements behind them are in the store (`store/dashboard.rs`).
 
-use chrono::{DateTime, Utc};
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
 
 use super::{JobRecord, JobStatus};
 
@@ -9,10 +12,120 @@ use super::{JobRecord, JobStatus};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct JobPage {
-    /// The jobs, newest (highest id) first.
+    /// The jobs, in the order of the filter (see [`Queue::list`](crate::Queue::list)).
     pub jobs: Vec<JobRecord>,
-    /// Pass this as `before` for the next (older) page; `None` on the last page.
-    pub next_before: Option<u64>,
+    /// Pass this to [`Queue::list`](crate::Queue::list), with the same filter, for the
+    /// next page; `None` on the last page.
+    pub next: Option<JobCursor>,
+}
+
+/// Where a page of [`Queue::list`](crate::Queue::list) starts: just after the last job of
+/// the page before, in the order of that listing.
+///
+/// A cursor belongs to one ordering. A list without a status goes newest first by id; a
+/// list of one status goes by the job's time in that status (newest first for `done`,
+/// `failed` and `cancelled`, next to run first for the others), and its cursor names the
+/// status: [`Queue::list`](crate::Queue::list) refuses a cursor of another ordering with
+/// [`Error::InvalidSetting`](crate::Error::InvalidSetting), rather than showing a page that
+/// starts somewhere else.
+///
+/// Its text ([`Display`](fmt::Display), and [`FromStr`] back) is a short token of ASCII
+/// letters, digits, `.` and `_`, safe in a URL's query string or on a command line. Treat
+/// it as opaque: its form may change between releases.
+///
+/// ```
+/// # mod jobqueue { pub mod admin { pub use jobqueue_runtime::JobCursor; } }
+/// use jobqueue::admin::JobCursor;
+///
+/// let cursor: JobCursor = "done.1764662400123456.4711".parse().unwrap();
+/// assert_eq!(cursor.to_string(), "done.1764662400123456.4711");
+/// assert!("done.yesterday.4711".parse::<JobCursor>().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct JobCursor {
+    /// The status of the listing (its ordering); `None`: every status, by id.
+    pub(crate) status: Option<JobStatus>,
+    /// The last job's time in its status (`status_at`); `None` for a listing by id, or a
+    /// row without that time.
+    pub(crate) at: Option<NaiveDateTime>,
+    /// The last job's id.
+    pub(crate) id: u64,
+}
+
+impl JobCursor {
+    /// The status whose listing this cursor continues (`None`: a listing of every status).
+    pub fn status(&self) -> Option<JobStatus> {
+        self.status
+    }
+}
+
+impl fmt::Display for JobCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(status) = self.status else {
+            return write!(f, "{}", self.id);
+        };
+        match self.at {
+            Some(at) => write!(
+                f,
+                "{status}.{}.{}",
+                at.and_utc().timestamp_micros(),
+                self.id
+            ),
+            None => write!(f, "{status}._.{}", self.id),
+        }
+    }
+}
+
+/// A text that is not a [`JobCursor`].
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("invalid cursor {0:?}: pass the cursor of the page before, as it was given")]
+pub struct InvalidCursor(String);
+
+impl FromStr for JobCursor {
+    type Err = InvalidCursor;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || InvalidCursor(s.to_owned());
+        let parts: Vec<&str> = s.split('.').collect();
+        match parts[..] {
+            // A listing of every status, by id (also the `before=` id of earlier releases).
+            [id] => Ok(JobCursor {
+                status: None,
+                at: None,
+                id: id.parse().map_err(|_| bad())?,
+            }),
+            [status, at, id] => {
+                let status: JobStatus = status.parse().map_err(|_| bad())?;
+                let at = match at {
+                    "_" => None,
+                    us => Some(
+                        DateTime::from_timestamp_micros(us.parse().map_err(|_| bad())?)
+                            .ok_or_else(bad)?
+                            .naive_utc(),
+                    ),
+                };
+                Ok(JobCursor {
+                    status: Some(status),
+                    at,
+                    id: id.parse().map_err(|_| bad())?,
+                })
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl serde::Serialize for JobCursor {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for JobCursor {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// Jobs that finished in one minute, for the throughput chart ([`Queue::throughput`](crate::Queue::throughput)).

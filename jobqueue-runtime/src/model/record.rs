@@ -432,8 +432,10 @@ impl JobFilter {
     /// other characters than ASCII letters, digits, `_`, `-` and `.` matches no job.
     ///
     /// The metadata is not indexed: the list and count read the jobs the other filters
-    /// select (newest first for a list, until it has its `limit`), and test each. Combine
-    /// it with a status, queue or kind on a large table.
+    /// select (in the list's order, until it has its `limit`), and test each; a page of
+    /// [`Queue::list`](crate::Queue::list) stops after a second
+    /// ([`Error::FilterTooSlow`](crate::Error::FilterTooSlow)). Combine it with a status and
+    /// a queue on a large table.
     pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.meta = Some((key.into(), value.into()));
         self
@@ -519,10 +521,28 @@ pub struct QueueStats {
     pub done_last_minute: u64,
 }
 
+/// How many jobs of one queue and status [`Queue::queue_overview`](crate::Queue::queue_overview)
+/// counts at most, where it counts them itself (`done` and `cancelled`): reading further
+/// would cost as much as the jobs there are. A count that reaches the cap is listed in
+/// [`QueueOverview::capped`], and means "at least this many".
+pub const OVERVIEW_COUNT_CAP: u64 = 10_000;
+
 /// One queue at a glance, as [`Queue::queue_overview`](crate::Queue::queue_overview) reads
-/// every queue's with one statement: its counts by status, whether it is paused, how far
-/// behind it is and its expired leases. [`QueueStats`] has more figures, at the cost of
-/// more statements.
+/// every queue's without reading every job: its counts by status, whether it is paused, how
+/// far behind it is and its expired leases. [`QueueStats`] has exact counts and more
+/// figures, at the cost of reading the queue's jobs.
+///
+/// Where each figure comes from:
+/// - `scheduled`, `ready`, `blocked`, `running` and `failed`, and `oldest_ready_secs`: the
+///   queue gauges, counted by one worker of the fleet every few seconds (or by this call,
+///   when no worker counted lately); exact when they were counted, [`counted_secs_ago`]
+///   seconds ago.
+/// - `done` and `cancelled`: counted now, up to [`OVERVIEW_COUNT_CAP`]; a count that
+///   reached it is in [`capped`].
+/// - `paused` and `expired_leases`: read now.
+///
+/// [`counted_secs_ago`]: QueueOverview::counted_secs_ago
+/// [`capped`]: QueueOverview::capped
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct QueueOverview {
@@ -533,10 +553,17 @@ pub struct QueueOverview {
     /// Its jobs per status (serialised as fields of the queue's own object).
     #[serde(flatten)]
     pub counts: StatusCounts,
-    /// Age of the oldest ready job, in seconds (how far behind the queue is).
+    /// Age of the oldest ready job, in seconds (how far behind the queue is), as of the
+    /// gauges' count.
     pub oldest_ready_secs: Option<f64>,
     /// Running jobs whose lease has expired: they wait for a reclaim.
     pub expired_leases: u64,
+    /// How many seconds ago the gauges (the counts of scheduled, ready, blocked, running
+    /// and failed jobs) were counted; `None` if they never were.
+    pub counted_secs_ago: Option<f64>,
+    /// The statuses whose count stopped at [`OVERVIEW_COUNT_CAP`]: there are at least that
+    /// many jobs.
+    pub capped: Vec<JobStatus>,
 }
 
 /// A running job and its lease, as `jobqueue status` shows them.

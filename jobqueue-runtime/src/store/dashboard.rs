@@ -10,9 +10,12 @@ use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
 use super::*;
+use crate::model::OVERVIEW_COUNT_CAP;
 use crate::model::{
-    JobFilter, JobPage, JobStatus, PeriodicJob, QueueOverview, ThroughputMinute, WorkerInfo,
+    JobCursor, JobFilter, JobPage, JobStatus, PeriodicJob, QueueOverview, ThroughputMinute,
+    WorkerInfo,
 };
+use crate::store::errors::{classify, DbErrorKind};
 
 /// An argument of a dashboard statement (for the EXPLAIN test of [`dashboard_statements`]).
 #[doc(hidden)]
@@ -66,16 +69,35 @@ pub(super) fn where_clause(conds: &[&str]) -> String {
 /// Rows changed per statement of a bulk action: short transactions, few locks at once.
 const BULK_BATCH: u64 = 1000;
 
+/// What the overview reads besides the queues and the capped counts, in one statement: the
+/// queue gauges (counted by one worker of the fleet per interval), how long ago they were
+/// counted (NULL if never: the table starts at 2000-01-01), the expired leases (the range of
+/// running jobs whose lease is over, read now) and the paused queues.
 const OVERVIEW_SQL: &str = "\
-    SELECT queue, CAST(status AS CHAR), COUNT(*), NULL FROM job_queue GROUP BY queue, status \
+    SELECT queue, CAST(status AS CHAR), CAST(jobs AS SIGNED), \
+      TIMESTAMPDIFF(MICROSECOND, oldest_run_at, UTC_TIMESTAMP(6)) FROM job_queue_gauges \
     UNION ALL \
-    SELECT queue, 'oldest_ready', 0, TIMESTAMPDIFF(MICROSECOND, MIN(run_at), UTC_TIMESTAMP(6)) \
-      FROM job_queue WHERE status = 'ready' GROUP BY queue \
+    SELECT '', 'counted', 0, IF(refreshed_at < '2001-01-01', NULL, \
+        TIMESTAMPDIFF(MICROSECOND, refreshed_at, UTC_TIMESTAMP(6))) \
+      FROM job_queue_gauge_refresh WHERE id = 1 \
     UNION ALL \
     SELECT queue, 'expired_leases', COUNT(*), NULL \
       FROM job_queue WHERE status = 'running' AND status_at < UTC_TIMESTAMP(6) GROUP BY queue \
     UNION ALL \
     SELECT queue, 'paused', 0, NULL FROM job_queue_pause";
+
+/// The first queue name after `?` that has a job: one index lookup. The overview finds
+/// every queue with one of these per queue, each after the one before: `SELECT DISTINCT
+/// queue` reads every entry of the queue index (a million for a million jobs), and so does
+/// a recursive query whose step is a correlated `MIN(queue) ... WHERE queue > q` on MariaDB.
+const NEXT_QUEUE_SQL: &str = "\
+    SELECT queue FROM job_queue FORCE INDEX (job_queue_list_queue) \
+    WHERE queue > ? ORDER BY queue LIMIT 1";
+
+/// The jobs of one queue and status, counted up to a cap (the `LIMIT`, one more than the
+/// cap, is added): a range of the (queue, status, ...) indexes, read from the index alone.
+const CAPPED_COUNT_SQL: &str = "\
+    SELECT COUNT(*) FROM (SELECT 1 FROM job_queue WHERE queue = ? AND status = ? LIMIT ?) t";
 
 const THROUGHPUT_SQL: &str = "\
     SELECT TIMESTAMPDIFF(MINUTE, finished_at, UTC_TIMESTAMP(6)) AS ago, queue, \
@@ -137,28 +159,46 @@ pub(super) fn conditions(query: &JobFilter) -> (Vec<&'static str>, Vec<Arg>) {
 }
 
 impl Store {
-    /// A page of jobs matching `query`, newest first, below `before`, at most `limit`.
+    /// A page of jobs matching `query`, in its order, after `cursor`, at most `limit`.
     pub(crate) async fn list(
         &self,
         query: &JobFilter,
-        before: Option<u64>,
+        cursor: Option<&JobCursor>,
         limit: u32,
     ) -> Result<JobPage> {
-        let (sql, args) = list_statement(query, before, limit);
-        let rows = bind_all(sqlx::query(&sql), &args)
+        let (sql, args) = list_statement(query, cursor, limit);
+        let sql = time_limited(&sql, LIST_TIME_LIMIT);
+        let rows = match bind_all(sqlx::query(&sql), &args)
             .fetch_all(&self.pool)
-            .await?;
-        let mut jobs = rows
-            .iter()
-            .map(record_from_row)
-            .collect::<Result<Vec<_>>>()?;
-        let next_before = if jobs.len() > limit as usize {
-            jobs.truncate(limit as usize);
-            jobs.last().map(|j| j.id)
-        } else {
-            None
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) if classify(&e) == Some(DbErrorKind::StatementTimeout) => {
+                return Err(Error::FilterTooSlow {
+                    filter: format!("{query:?}"),
+                    limit: LIST_TIME_LIMIT,
+                })
+            }
+            Err(e) => return Err(e.into()),
         };
-        Ok(JobPage { jobs, next_before })
+        let mut jobs = Vec::with_capacity(rows.len());
+        let mut last = None;
+        for r in rows.iter().take(limit as usize) {
+            jobs.push(record_from_row(r)?);
+            last = Some(r);
+        }
+        let next = match last {
+            Some(r) if rows.len() > limit as usize => Some(JobCursor {
+                status: query.status,
+                at: match query.status {
+                    Some(_) => r.try_get::<Option<NaiveDateTime>, _>("status_at")?,
+                    None => None,
+                },
+                id: r.try_get("id")?,
+            }),
+            _ => None,
+        };
+        Ok(JobPage { jobs, next })
     }
 
     /// How many jobs match `query`.
@@ -207,14 +247,22 @@ impl Store {
         }
     }
 
-    /// Every queue's counts by status, pause, oldest ready job and expired leases.
-    pub(crate) async fn queue_overview(&self) -> Result<Vec<QueueOverview>> {
+    /// Every queue's counts by status as the queue gauges last counted them, its pause,
+    /// oldest ready job and expired leases; and how long ago the gauges were counted
+    /// (`None`: never).
+    pub(crate) async fn queue_overview(&self) -> Result<(Vec<QueueOverview>, Option<Duration>)> {
         let rows = sqlx::query(OVERVIEW_SQL).fetch_all(&self.pool).await?;
         let mut out: Vec<QueueOverview> = Vec::new();
+        let mut counted = None;
         for r in &rows {
             let q = text(r, 0)?;
             let what = text(r, 1)?;
-            let n = r.try_get::<i64, _>(2)? as u64;
+            let n = r.try_get::<i64, _>(2)?.max(0) as u64;
+            let us: Option<i64> = r.try_get(3)?;
+            if what == "counted" {
+                counted = us.map(|us| Duration::from_micros(us.max(0) as u64));
+                continue;
+            }
             let i = match out.iter().position(|s| s.queue == q) {
                 Some(i) => i,
                 None => {
@@ -227,17 +275,49 @@ impl Store {
             };
             let s = &mut out[i];
             match what.as_str() {
-                "oldest_ready" => {
-                    let us: Option<i64> = r.try_get(3)?;
-                    s.oldest_ready_secs = us.map(|us| us.max(0) as f64 / 1e6);
-                }
                 "expired_leases" => s.expired_leases = n,
                 "paused" => s.paused = true,
-                status => s.counts.set(status.parse::<JobStatus>()?, n),
+                status => {
+                    let status = status.parse::<JobStatus>()?;
+                    s.counts.set(status, n);
+                    if status == JobStatus::Ready {
+                        s.oldest_ready_secs = us.map(|us| us.max(0) as f64 / 1e6);
+                    }
+                }
+            }
+        }
+        let mut after = String::new();
+        while let Some(q) = sqlx::query_scalar::<_, Vec<u8>>(NEXT_QUEUE_SQL)
+            .bind(after.as_str())
+            .fetch_optional(&self.pool)
+            .await?
+        {
+            after = String::from_utf8_lossy(&q).into_owned();
+            if !out.iter().any(|s| s.queue == after) {
+                out.push(QueueOverview {
+                    queue: after.clone(),
+                    ..Default::default()
+                });
             }
         }
         out.sort_by(|a, b| a.queue.cmp(&b.queue));
-        Ok(out)
+        Ok((out, counted))
+    }
+
+    /// The jobs of `queue` in `status`, counted up to `cap + 1`.
+    pub(crate) async fn capped_count(
+        &self,
+        queue: &str,
+        status: JobStatus,
+        cap: u64,
+    ) -> Result<u64> {
+        let n: i64 = sqlx::query_scalar(CAPPED_COUNT_SQL)
+            .bind(queue)
+            .bind(status.as_str())
+            .bind(cap + 1)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n.max(0) as u64)
     }
 
     /// Jobs that ended `done` or `failed` per minute and queue over the last `minutes`.
@@ -332,7 +412,10 @@ impl Store {
 
 /// The statements of the dashboard's pages for `query`, with their arguments, for checking
 /// their plans with EXPLAIN.
-pub fn dashboard_statements(query: &JobFilter, before: Option<u64>) -> Vec<(String, Vec<Arg>)> {
+pub fn dashboard_statements(
+    query: &JobFilter,
+    cursor: Option<&JobCursor>,
+) -> Vec<(String, Vec<Arg>)> {
     // The bulk actions' confirmation counts jobs of one status at a time.
     let counted = JobFilter {
         status: query.status.or(Some(JobStatus::Failed)),
@@ -340,42 +423,135 @@ pub fn dashboard_statements(query: &JobFilter, before: Option<u64>) -> Vec<(Stri
     };
     let (conds, args) = conditions(&counted);
     vec![
-        list_statement(query, before, 50),
+        list_statement(query, cursor, 50),
         (
             format!("SELECT COUNT(*) FROM job_queue {}", where_clause(&conds)),
             args,
         ),
         (OVERVIEW_SQL.to_owned(), Vec::new()),
+        (NEXT_QUEUE_SQL.to_owned(), vec![Arg::Text("q1".into())]),
+        (
+            CAPPED_COUNT_SQL.to_owned(),
+            vec![
+                Arg::Text("q0".into()),
+                Arg::Text("done".into()),
+                Arg::Int(OVERVIEW_COUNT_CAP + 1),
+            ],
+        ),
         (THROUGHPUT_SQL.to_owned(), vec![Arg::Int(60)]),
         (WORKERS_SQL.to_owned(), Vec::new()),
         (PERIODIC_SQL.to_owned(), Vec::new()),
     ]
 }
 
-fn list_statement(query: &JobFilter, before: Option<u64>, limit: u32) -> (String, Vec<Arg>) {
+/// How long a page of [`Store::list`] may read: a filter that no index serves (metadata, a
+/// time range, a kind with a status...) reads rows one by one, and is stopped there rather
+/// than scan a large table.
+pub(crate) const LIST_TIME_LIMIT: Duration = Duration::from_secs(1);
+
+/// `sql` (one SELECT) with a time limit the server enforces. MariaDB runs the `/*M!`
+/// comment, `SET STATEMENT max_statement_time = <seconds> FOR`, and reads the `/*+` hint
+/// as a comment (before 12.0); MySQL reads the first as a comment and obeys the hint,
+/// `MAX_EXECUTION_TIME(<milliseconds>)`, which it applies to a read-only SELECT only.
+/// Either stops the statement with an error ([`DbErrorKind::StatementTimeout`]).
+fn time_limited(sql: &str, limit: Duration) -> String {
+    let hinted = sql.replacen(
+        "SELECT ",
+        &format!("SELECT /*+ MAX_EXECUTION_TIME({}) */ ", limit.as_millis()),
+        1,
+    );
+    format!(
+        "/*M! SET STATEMENT max_statement_time = {} FOR */ {hinted}",
+        limit.as_secs_f64()
+    )
+}
+
+/// Whether a listing of `status` goes newest first (finished jobs, by when they finished)
+/// rather than next first (waiting jobs by when they are due, running ones by when their
+/// lease expires).
+fn newest_first(status: JobStatus) -> bool {
+    matches!(
+        status,
+        JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled
+    )
+}
+
+/// The statement of one page of [`Store::list`] (`limit + 1` rows: one more tells whether
+/// there is a next page).
+///
+/// Without a status: newest first by id. Each (x, id) index is in id order within one value
+/// of x: reading it backwards gives a page with no sort, whatever else is filtered row by
+/// row. Left to itself the optimizer may prefer the claim index for a queue, and sort every
+/// match. A key prefix alone goes through the key index and sorts only the keys it matches.
+///
+/// With a status: by `(status_at, id)`, through `job_queue_status_at (status, status_at,
+/// id)`, or `job_queue_queue_status_at (queue, status, status_at, id)` when a queue is
+/// named too, read forwards or backwards from the cursor: no sort, and a filter that
+/// matches nothing ends at the end of its range, not at the end of the table. `status_at`
+/// is NULL only on a row that lost its time (it sorts first in an ascending index): such
+/// rows come first in a listing next first, last in a listing newest first.
+pub(crate) fn list_statement(
+    query: &JobFilter,
+    cursor: Option<&JobCursor>,
+    limit: u32,
+) -> (String, Vec<Arg>) {
     let (mut conds, mut args) = conditions(query);
-    if let Some(b) = before {
-        conds.push("id < ?");
-        args.push(Arg::Int(b));
-    }
-    args.push(Arg::Int(u64::from(limit) + 1));
-    // Each (x, id) index is in id order within one value of x: reading it backwards gives a
-    // page with no sort, whatever else is filtered row by row. Left to itself the optimizer
-    // may prefer the claim index for queue + status, and sort every match. A key prefix
-    // alone goes through the key index and sorts only the keys it matches.
-    let index = if query.status.is_some() {
-        " FORCE INDEX (job_queue_list_status)"
-    } else if query.queue.is_some() {
-        " FORCE INDEX (job_queue_list_queue)"
-    } else if query.kind.is_some() {
-        " FORCE INDEX (job_queue_list_kind)"
-    } else {
-        ""
+    let (index, order) = match query.status {
+        None => {
+            if let Some(c) = cursor {
+                conds.push("id < ?");
+                args.push(Arg::Int(c.id));
+            }
+            let index = if query.queue.is_some() {
+                " FORCE INDEX (job_queue_list_queue)"
+            } else if query.kind.is_some() {
+                " FORCE INDEX (job_queue_list_kind)"
+            } else {
+                ""
+            };
+            (index, "id DESC")
+        }
+        Some(status) => {
+            let desc = newest_first(status);
+            if let Some(c) = cursor {
+                match (desc, c.at) {
+                    (true, Some(at)) => {
+                        conds.push(
+                            "(status_at < ? OR (status_at = ? AND id < ?) OR status_at IS NULL)",
+                        );
+                        args.extend([Arg::Time(at), Arg::Time(at), Arg::Int(c.id)]);
+                    }
+                    (true, None) => {
+                        conds.push("(status_at IS NULL AND id < ?)");
+                        args.push(Arg::Int(c.id));
+                    }
+                    (false, Some(at)) => {
+                        conds.push("(status_at > ? OR (status_at = ? AND id > ?))");
+                        args.extend([Arg::Time(at), Arg::Time(at), Arg::Int(c.id)]);
+                    }
+                    (false, None) => {
+                        conds.push("(status_at IS NOT NULL OR id > ?)");
+                        args.push(Arg::Int(c.id));
+                    }
+                }
+            }
+            let index = if query.queue.is_some() {
+                " FORCE INDEX (job_queue_queue_status_at)"
+            } else {
+                " FORCE INDEX (job_queue_status_at)"
+            };
+            let order = if desc {
+                "status_at DESC, id DESC"
+            } else {
+                "status_at, id"
+            };
+            (index, order)
+        }
     };
+    args.push(Arg::Int(u64::from(limit) + 1));
     (
         format!(
-            "SELECT {} FROM job_queue{index} {} ORDER BY id DESC LIMIT ?",
-            JOB_COLUMNS,
+            "SELECT {JOB_COLUMNS}, status_at FROM job_queue{index} {} ORDER BY {order} LIMIT ?",
             where_clause(&conds)
         ),
         args,

@@ -31,6 +31,10 @@ const ER_COLUMNACCESS_DENIED_ERROR: u16 = 1143;
 const ER_NO_SUCH_TABLE: u16 = 1146;
 /// 1193 `ER_UNKNOWN_SYSTEM_VARIABLE`: unknown system variable.
 const ER_UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
+/// 1969 `ER_STATEMENT_TIMEOUT`: MariaDB's `max_statement_time` ran out.
+const ER_STATEMENT_TIMEOUT: u16 = 1969;
+/// 3024 `ER_QUERY_TIMEOUT`: MySQL's `MAX_EXECUTION_TIME` ran out.
+const ER_QUERY_TIMEOUT: u16 = 3024;
 /// 1205 `ER_LOCK_WAIT_TIMEOUT`: lock wait timeout exceeded.
 const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
 /// 1213 `ER_LOCK_DEADLOCK`: deadlock found when trying to get a lock.
@@ -106,6 +110,10 @@ pub enum DbErrorKind {
     /// form or too long, invalid JSON (1048, 1264, 1292, 1366, 1406, MySQL's 3140 and 3141,
     /// MariaDB's 4025 for a failed CHECK).
     ValueRefused,
+    /// A statement ran past its time limit and the server stopped it (MariaDB's 1969
+    /// `ER_STATEMENT_TIMEOUT`, `max_statement_time`; MySQL's 3024 `ER_QUERY_TIMEOUT`,
+    /// `MAX_EXECUTION_TIME`).
+    StatementTimeout,
 }
 
 impl DbErrorKind {
@@ -130,6 +138,7 @@ impl DbErrorKind {
             UnknownVariable => "unknown_variable",
             TlsRequired => "tls_required",
             ValueRefused => "value_refused",
+            StatementTimeout => "statement_timeout",
         }
     }
 
@@ -195,6 +204,7 @@ fn class_of(code: u16) -> Option<DbErrorKind> {
         | ER_INVALID_JSON_TEXT
         | ER_INVALID_JSON_TEXT_IN_PARAM
         | ER_CONSTRAINT_FAILED => ValueRefused,
+        ER_STATEMENT_TIMEOUT | ER_QUERY_TIMEOUT => StatementTimeout,
         _ => return None,
     })
 }

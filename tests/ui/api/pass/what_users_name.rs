@@ -11,9 +11,9 @@ use jobqueue::{
 
 // The modules, by role.
 use jobqueue::admin::{
-    redact_url, Attempt, AttemptOutcome, CancelOutcome, JobFilter, JobPage, JobRecord,
+    redact_url, Attempt, AttemptOutcome, CancelOutcome, InvalidCursor, JobCursor, JobFilter, JobPage, JobRecord,
     JobRef, PeriodicJob, QueueOverview, QueueStats, RunningJob, StatusCounts, ServerInfo, ThroughputMinute, WorkerInfo,
-    HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER,
+    HEARTBEAT_INTERVAL, OVERVIEW_COUNT_CAP, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER,
 };
 use jobqueue::context::{
     BoxError, CancelReason, DataNeed, FromJobContext, IntoJobResult, JobCanceller,

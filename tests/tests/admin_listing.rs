@@ -1,0 +1,245 @@
+//! `Queue::list` pages: a listing of one status goes by the job's time in that status
+//! (finished jobs newest first, waiting ones next to run first, running ones by lease
+//! expiry), and its cursor shows every job that stays in the status exactly once, also when
+//! jobs share a time and when others change status between two pages.
+
+use std::collections::BTreeSet;
+
+use jobqueue::admin::{JobCursor, JobFilter};
+use jobqueue::{Error, JobStatus, Queue};
+use tests::fresh_queue;
+
+/// Inserts one job of `status` in `queue` whose time in that status is `secs` seconds from
+/// now (run_at, lease_until or finished_at); returns its id.
+async fn insert(queue: &Queue, name: &str, status: JobStatus, secs: i64) -> u64 {
+    // Whole seconds from one fixed instant, so that jobs given the same `secs` share their
+    // time exactly.
+    sqlx::query(
+        "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, run_at, \
+           lease_owner, lease_until, finished_at) \
+         SELECT ?, 'k', CONCAT('list:', UUID()), '{}', ?, 1, \
+           IF(? IN ('scheduled', 'ready', 'blocked'), t, t - INTERVAL 1 HOUR), \
+           IF(? = 'running', 'w', NULL), IF(? = 'running', t, NULL), \
+           IF(? IN ('done', 'failed', 'cancelled'), t, NULL) \
+         FROM (SELECT TIMESTAMP('2030-01-01 00:00:00') + INTERVAL ? SECOND AS t) x",
+    )
+    .bind(name)
+    .bind(status.as_str())
+    .bind(status.as_str())
+    .bind(status.as_str())
+    .bind(status.as_str())
+    .bind(status.as_str())
+    .bind(secs)
+    .execute(queue.pool())
+    .await
+    .expect("insert a job")
+    .last_insert_id()
+}
+
+/// Every page of `filter`, `limit` jobs at a time, as ids in the order shown.
+async fn all_pages(queue: &Queue, filter: &JobFilter, limit: u32) -> Vec<u64> {
+    let mut ids = Vec::new();
+    let mut cursor: Option<JobCursor> = None;
+    loop {
+        let page = queue
+            .list(filter, cursor.as_ref(), limit)
+            .await
+            .expect("a page");
+        assert!(page.jobs.len() <= limit as usize);
+        ids.extend(page.jobs.iter().map(|j| j.id));
+        // A cursor that does not move past its page would page forever.
+        assert!(ids.len() <= 200, "the pages repeat jobs: {ids:?}");
+        match page.next {
+            // The cursor goes through its text, as the dashboard's links and the command
+            // line carry it.
+            Some(next) => cursor = Some(next.to_string().parse().expect("cursor text")),
+            None => return ids,
+        }
+    }
+}
+
+fn newest_first(status: JobStatus) -> bool {
+    matches!(
+        status,
+        JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled
+    )
+}
+
+#[tokio::test]
+async fn each_status_pages_in_its_order_with_every_job_once() {
+    let queue = fresh_queue("list_order").await;
+    // Per status 23 jobs, inserted out of time order, four to a time: ids and times disagree,
+    // and page ends fall inside a group of equal times.
+    let mut expected = Vec::new();
+    for status in JobStatus::ALL {
+        let mut jobs = Vec::new();
+        for i in 0..23i64 {
+            let secs = ((i * 7) % 23) / 4 * 60;
+            jobs.push((secs, insert(&queue, "q", status, secs).await));
+        }
+        jobs.sort();
+        if newest_first(status) {
+            jobs.reverse();
+        }
+        expected.push((
+            status,
+            jobs.into_iter().map(|(_, id)| id).collect::<Vec<_>>(),
+        ));
+    }
+    for (status, ids) in &expected {
+        for limit in [1, 3, 4, 50] {
+            let shown = all_pages(&queue, &JobFilter::default().status(*status), limit).await;
+            assert_eq!(&shown, ids, "{status} jobs, {limit} a page");
+            // With the queue too, through the queue's own index: the same order.
+            let shown = all_pages(
+                &queue,
+                &JobFilter::default().status(*status).queue("q"),
+                limit,
+            )
+            .await;
+            assert_eq!(&shown, ids, "{status} jobs of queue q, {limit} a page");
+        }
+    }
+    // Without a status: newest first by id.
+    let mut every: Vec<u64> = expected.iter().flat_map(|(_, ids)| ids.clone()).collect();
+    every.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(all_pages(&queue, &JobFilter::default(), 10).await, every);
+    // A queue with none of them ends at once.
+    let none = queue
+        .list(
+            &JobFilter::default().status(JobStatus::Done).queue("other"),
+            None,
+            10,
+        )
+        .await
+        .unwrap();
+    assert!(none.jobs.is_empty() && none.next.is_none());
+}
+
+#[tokio::test]
+async fn jobs_that_change_status_between_pages_shift_no_other() {
+    let queue = fresh_queue("list_moving").await;
+    for (status, first_or_last) in [(JobStatus::Ready, "first"), (JobStatus::Done, "last")] {
+        let other = if status == JobStatus::Ready {
+            "running"
+        } else {
+            "failed"
+        };
+        // 30 jobs, three to a time.
+        let mut ids = Vec::new();
+        for i in 0..30i64 {
+            let secs = (i / 3) * 60 * if newest_first(status) { -1 } else { 1 };
+            ids.push(insert(&queue, status.as_str(), status, secs).await);
+        }
+        let filter = JobFilter::default().status(status);
+        let first = queue.list(&filter, None, 10).await.unwrap();
+        let mut shown: Vec<u64> = first.jobs.iter().map(|j| j.id).collect();
+        let cursor = first.next.expect("a second page");
+        // Between the pages: two jobs shown and two not yet shown leave the status, a job
+        // enters it before the cursor's place and one after it.
+        let left: Vec<u64> = vec![shown[0], shown[9], ids[20], ids[25]];
+        for id in &left {
+            sqlx::query("UPDATE job_queue SET status = ? WHERE id = ?")
+                .bind(other)
+                .bind(id)
+                .execute(queue.pool())
+                .await
+                .unwrap();
+        }
+        let (early, late) = if newest_first(status) {
+            (60, -3600)
+        } else {
+            (-60, 3600)
+        };
+        let before_cursor = insert(&queue, status.as_str(), status, early).await;
+        let after_cursor = insert(&queue, status.as_str(), status, late).await;
+        let mut next = Some(cursor);
+        while let Some(c) = next {
+            let page = queue.list(&filter, Some(&c), 7).await.unwrap();
+            shown.extend(page.jobs.iter().map(|j| j.id));
+            assert!(shown.len() <= 100, "the pages repeat jobs: {shown:?}");
+            next = page.next;
+        }
+        let unique: BTreeSet<u64> = shown.iter().copied().collect();
+        assert_eq!(unique.len(), shown.len(), "no job shown twice: {shown:?}");
+        // Every job that stayed shows once; the one that entered after the cursor shows
+        // ({first_or_last} of the rest); those that left after the first page do not.
+        let mut expected: BTreeSet<u64> = ids.iter().copied().collect();
+        expected.remove(&ids[20]);
+        expected.remove(&ids[25]);
+        expected.insert(after_cursor);
+        assert_eq!(unique, expected, "{status}: {first_or_last}");
+        assert!(!unique.contains(&before_cursor));
+        assert_eq!(shown.last(), Some(&after_cursor), "{status}");
+        sqlx::query("DELETE FROM job_queue")
+            .execute(queue.pool())
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_cursor_continues_only_its_own_listing() {
+    let queue = fresh_queue("list_cursor").await;
+    for secs in [0, 0, 60] {
+        insert(&queue, "q", JobStatus::Done, secs).await;
+        insert(&queue, "q", JobStatus::Failed, secs).await;
+    }
+    let done = JobFilter::default().status(JobStatus::Done);
+    let cursor = queue.list(&done, None, 1).await.unwrap().next.unwrap();
+    assert_eq!(cursor.status(), Some(JobStatus::Done));
+    let text = cursor.to_string();
+    assert!(
+        text.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_'),
+        "{text}"
+    );
+    assert_eq!(text.parse::<JobCursor>().unwrap(), cursor);
+    for filter in [
+        JobFilter::default().status(JobStatus::Failed),
+        JobFilter::default(),
+    ] {
+        let err = queue.list(&filter, Some(&cursor), 5).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidSetting {
+                    setting: "cursor",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+    let by_id = queue
+        .list(&JobFilter::default(), None, 1)
+        .await
+        .unwrap()
+        .next
+        .unwrap();
+    let err = queue.list(&done, Some(&by_id), 5).await.unwrap_err();
+    assert!(err.to_string().contains("jobs of every status"), "{err}");
+    // Of a listing by id, the cursor is the id: the `before=` of earlier links still reads.
+    assert_eq!(
+        by_id.to_string().parse::<u64>().ok(),
+        Some(
+            queue
+                .list(&JobFilter::default(), None, 1)
+                .await
+                .unwrap()
+                .jobs[0]
+                .id
+        )
+    );
+    for bad in [
+        "",
+        "done",
+        "done.x.5",
+        "stuck.5.5",
+        "done.5",
+        "-1",
+        "done.5.5.5",
+    ] {
+        assert!(bad.parse::<JobCursor>().is_err(), "{bad:?}");
+    }
+}
