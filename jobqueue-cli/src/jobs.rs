@@ -70,16 +70,6 @@ pub(crate) async fn list_key(
     print_jobs(queue, &jobs, &page, json, hide).await
 }
 
-/// The order of a listing of `status` (see `Queue::list`).
-fn order_of(status: Option<JobStatus>) -> &'static str {
-    match status {
-        None => "newest first",
-        Some(JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled) => "newest finished first",
-        Some(JobStatus::Running) => "soonest lease expiry first",
-        Some(_) => "next to run first",
-    }
-}
-
 /// Prints the jobs matching `query` after `cursor`, at most `limit`.
 pub(crate) async fn list(
     queue: &Queue,
@@ -98,7 +88,7 @@ pub(crate) async fn list(
     };
     let page = Page {
         total,
-        order: order_of(query.status),
+        order: query.order(),
         next: listed.next,
         narrow: "raise --limit or narrow with --status, --queue, --kind, --meta",
     };

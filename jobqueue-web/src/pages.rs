@@ -482,7 +482,7 @@ pub(crate) async fn jobs(
     }
     if let Some(next) = page_.as_ref().and_then(|p| p.next.as_ref()) {
         let sep = if qs.is_empty() { "" } else { "&" };
-        let label = if order_of(query.status).starts_with("newest") {
+        let label = if query.order().starts_with("newest") {
             "Older »"
         } else {
             "Later »"
@@ -539,19 +539,9 @@ pub(crate) async fn jobs(
         esc(&f.meta),
         esc(&f.from),
         esc(&f.to),
-        order = order_of(query.status),
+        order = query.order(),
     );
     Ok(Html(page(&base, "Jobs", "Jobs", f.notice.as_deref(), &body)).into_response())
-}
-
-/// The order of a listing of `status` (see `Queue::list`).
-fn order_of(status: Option<JobStatus>) -> &'static str {
-    match status {
-        None => "newest first",
-        Some(JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled) => "newest finished first",
-        Some(JobStatus::Running) => "soonest lease expiry first",
-        Some(_) => "next to run first",
-    }
 }
 
 fn first_line(s: &str) -> String {

@@ -397,6 +397,21 @@ pub struct JobFilter {
 }
 
 impl JobFilter {
+    /// How a listing with this filter is ordered, in words (see
+    /// [`Queue::list`](crate::Queue::list)): "newest first" without a status, "newest
+    /// finished first" for finished statuses, "soonest lease expiry first" for running jobs,
+    /// "next to run first" for waiting ones.
+    pub fn order(&self) -> &'static str {
+        match self.status {
+            None => "newest first",
+            Some(JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled) => {
+                "newest finished first"
+            }
+            Some(JobStatus::Running) => "soonest lease expiry first",
+            Some(_) => "next to run first",
+        }
+    }
+
     /// Only jobs with this status.
     pub fn status(mut self, status: JobStatus) -> Self {
         self.status = Some(status);

@@ -89,30 +89,43 @@ impl Store {
             let queue = text(r, 0)?;
             let status: JobStatus = text(r, 1)?.parse()?;
             let n = r.try_get::<u64, _>(2)?;
-            let i = match out.iter().position(|g| g.queue == queue) {
-                Some(i) => i,
-                None => {
-                    out.push(QueueGauges {
-                        queue,
-                        ..Default::default()
-                    });
-                    out.len() - 1
-                }
-            };
-            let g = &mut out[i];
-            match status {
-                JobStatus::Scheduled => g.scheduled = n,
-                JobStatus::Ready => {
-                    g.ready = n;
-                    let age: Option<i64> = r.try_get(3)?;
-                    g.oldest_ready_secs = age.map(|us| us.max(0) as f64 / 1e6);
-                }
-                JobStatus::Blocked => g.blocked = n,
-                JobStatus::Running => g.running = n,
-                JobStatus::Failed => g.failed = n,
-                JobStatus::Done | JobStatus::Cancelled => {}
-            }
+            let oldest: Option<i64> = r.try_get(3)?;
+            add_gauge(&mut out, queue, status, n, oldest);
         }
         Ok(out)
+    }
+}
+
+/// Adds the count `n` of `queue`'s jobs in `status` to `gauges` (a row of a read of
+/// `job_queue_gauges`), with the queue's lag when `status` is ready (`oldest_ready_us`: the
+/// age of its oldest ready job, in microseconds).
+pub(super) fn add_gauge(
+    gauges: &mut Vec<QueueGauges>,
+    queue: String,
+    status: JobStatus,
+    n: u64,
+    oldest_ready_us: Option<i64>,
+) {
+    let i = match gauges.iter().position(|g| g.queue == queue) {
+        Some(i) => i,
+        None => {
+            gauges.push(QueueGauges {
+                queue,
+                ..Default::default()
+            });
+            gauges.len() - 1
+        }
+    };
+    let g = &mut gauges[i];
+    match status {
+        JobStatus::Scheduled => g.scheduled = n,
+        JobStatus::Ready => {
+            g.ready = n;
+            g.oldest_ready_secs = oldest_ready_us.map(|us| us.max(0) as f64 / 1e6);
+        }
+        JobStatus::Blocked => g.blocked = n,
+        JobStatus::Running => g.running = n,
+        JobStatus::Failed => g.failed = n,
+        JobStatus::Done | JobStatus::Cancelled => {}
     }
 }

@@ -188,29 +188,8 @@ fn roster_from_rows(rows: &[sqlx::mysql::MySqlRow]) -> Result<RosterRead> {
                 let queue = text(r, 1)?;
                 let status: JobStatus = opt_text(r, 2)?.unwrap_or_default().parse()?;
                 let n = r.try_get::<Option<i64>, _>(3)?.unwrap_or(0).max(0) as u64;
-                let i = match read.gauges.iter().position(|g| g.queue == queue) {
-                    Some(i) => i,
-                    None => {
-                        read.gauges.push(QueueGauges {
-                            queue,
-                            ..Default::default()
-                        });
-                        read.gauges.len() - 1
-                    }
-                };
-                let g = &mut read.gauges[i];
-                match status {
-                    JobStatus::Scheduled => g.scheduled = n,
-                    JobStatus::Ready => {
-                        g.ready = n;
-                        let age: Option<i64> = r.try_get(5)?;
-                        g.oldest_ready_secs = age.map(|us| us.max(0) as f64 / 1e6);
-                    }
-                    JobStatus::Blocked => g.blocked = n,
-                    JobStatus::Running => g.running = n,
-                    JobStatus::Failed => g.failed = n,
-                    JobStatus::Done | JobStatus::Cancelled => {}
-                }
+                let oldest: Option<i64> = r.try_get(5)?;
+                super::gauges::add_gauge(&mut read.gauges, queue, status, n, oldest);
             }
             _ => {}
         }
