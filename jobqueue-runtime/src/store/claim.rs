@@ -101,9 +101,9 @@ pub fn ready_probe_sql(queues: usize) -> String {
 /// handling takes over).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The connection of a worker's idle probes: its own, opened with the pool's options but
-/// outside the pool, so that it never takes a connection the worker's other work needs,
-/// and a probe is one statement (the pool checks each connection it hands out with one).
+/// A connection of a worker's idle probes opened with the pool's options but outside the
+/// pool: on a pool of the application's or a pool of one connection, where the probe must
+/// not hold one of the pool's (see `ProbeConn` in `store/connect.rs`).
 pub(crate) struct ProbeConnection(sqlx::MySqlConnection);
 
 impl std::fmt::Debug for ProbeConnection {

@@ -35,8 +35,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// the worker is idle and given back before each claim, or as soon as the pool has no other
 /// connection to spare (the next probe then takes one only if one is idle, or skips its
 /// slot), so that the probe counts in the pool's size instead of adding a connection and
-/// never holds one that the application or the worker's other work waits for; or one of its own outside the pool, on a
-/// pool of the application's ([`Queue::from_pool`](crate::Queue::from_pool)), which a
+/// never holds one that the application or the worker's other work waits for; or one of
+/// its own outside the pool, on a pool of the application's ([`Queue::from_pool`](crate::Queue::from_pool)), which a
 /// worker should not hold while it idles, and on a pool of one connection, which it would
 /// take from the heartbeat and maintenance.
 pub(crate) enum ProbeConn {
