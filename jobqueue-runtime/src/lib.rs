@@ -61,7 +61,8 @@ pub mod __store {
     pub mod statements {
         pub use crate::store::{
             claim_lock_sql, complete_in_sql, ready_probe_sql, BRING_FORWARD_SELECT, CLAIM_SELECT,
-            COUNT_GAUGES, PROMOTE_PROBE, PROMOTE_SELECT, PRUNE_SELECT, RECLAIM_SELECT,
+            COUNT_GAUGES, COUNT_THROUGHPUT, PROMOTE_PROBE, PROMOTE_SELECT, PRUNE_SELECT,
+            RECLAIM_SELECT,
         };
         // A job's history and output, read by primary key.
         pub use crate::store::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};

@@ -327,12 +327,15 @@ fn reports_slowness(r: &Value) -> bool {
         || (target == "sqlx::pool::acquire" && message(r).contains("exceeded slow threshold"))
 }
 
-/// Whether `r` says that the worker's claims or its maintenance work again after failing
-/// (whichever hit the error first).
+/// Whether `r` says that the worker's claims, its outcome writes or its maintenance work
+/// again after failing (whichever hit the error first: a worker that does not hold the
+/// maintenance turn may meet an outage only in its outcome writes).
 fn recovered(r: &Value) -> bool {
     matches!(
         message(r),
-        "maintenance step recovered" | "database reachable again; claiming resumed"
+        "maintenance step recovered"
+            | "database reachable again; claiming resumed"
+            | "job outcomes recorded again"
     )
 }
 

@@ -58,7 +58,7 @@ use jobqueue_runtime::__store::statements::{
     OUTPUT_AFTER_COMMIT, OUTPUT_SELECT, PROGRESS_UPDATE, PROMOTE_PROBE, PROMOTE_SELECT,
     PRUNE_SELECT, RECLAIM_SELECT,
 };
-use jobqueue_runtime::__store::statements::{ready_probe_sql, COUNT_GAUGES};
+use jobqueue_runtime::__store::statements::{ready_probe_sql, COUNT_GAUGES, COUNT_THROUGHPUT};
 
 /// One row of an `EXPLAIN`.
 #[derive(Debug)]
@@ -284,6 +284,20 @@ async fn maintenance_queries_use_their_indexes() {
             && row.key.as_deref() == Some("job_queue_status_at")
             && row.access == "range"),
         "gauges: {plan:#?}"
+    );
+    // The throughput count reads the finished rows of its few seconds only: a range of the
+    // status-time index from where the last count stopped.
+    let plan = explain(
+        pool,
+        COUNT_THROUGHPUT,
+        &["2026-01-01 00:00:00", "2026-01-01 00:00:05"],
+    )
+    .await;
+    assert!(
+        plan.iter().any(|row| row.table == "job_queue"
+            && row.key.as_deref() == Some("job_queue_status_at")
+            && row.access == "range"),
+        "throughput: {plan:#?}"
     );
     // A job's completion in its own transaction: one row, by primary key, so that it locks
     // nothing else.

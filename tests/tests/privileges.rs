@@ -29,6 +29,8 @@ async fn create_worker_user(root: &Queue, db: &str, user: &str, password: &str) 
             format!("GRANT SELECT, INSERT, DELETE ON `{db}`.job_queue_gauges TO '{user}'@'{host}'"),
             format!("GRANT SELECT, UPDATE ON `{db}`.job_queue_gauge_refresh TO '{user}'@'{host}'"),
             format!("GRANT SELECT, UPDATE ON `{db}`.job_queue_turn TO '{user}'@'{host}'"),
+            format!("GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.job_queue_throughput TO '{user}'@'{host}'"),
+            format!("GRANT SELECT, UPDATE ON `{db}`.job_queue_throughput_mark TO '{user}'@'{host}'"),
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.job_queue_slot TO '{user}'@'{host}'"),
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.job_queue_blocked TO '{user}'@'{host}'"),
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.job_queue_worker TO '{user}'@'{host}'"),

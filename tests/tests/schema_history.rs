@@ -119,6 +119,8 @@ async fn jobqueue_then_app_migrator_then_jobqueue_again() {
             "job_queue_migrations",
             "job_queue_pause",
             "job_queue_slot",
+            "job_queue_throughput",
+            "job_queue_throughput_mark",
             "job_queue_turn",
             "job_queue_worker",
             "orders"

@@ -784,6 +784,103 @@ async fn pause_resume_cancel_and_purge_say_what_changed() {
     );
 }
 
+/// The sum of `queue`'s (done, failed) over a throughput read.
+fn throughput_of(minutes: &[jobqueue::admin::ThroughputMinute], queue: &str) -> (u64, u64) {
+    minutes
+        .iter()
+        .filter(|m| m.queue == queue)
+        .fold((0, 0), |(d, f), m| (d + m.done, f + m.failed))
+}
+
+#[tokio::test]
+async fn the_throughput_is_kept_through_pruning_and_counts_each_job_once() {
+    let queue = fresh_queue("web_throughput").await;
+    // Three jobs done ten minutes ago, two failed now (not yet countable: a count stops 2 s
+    // before now, so they are read from the table at each look).
+    for i in 0..3 {
+        let id = insert_job(&queue, "t", "k", &format!("done-{i}"), "{}", "done", None).await;
+        sqlx::query(
+            "UPDATE job_queue SET finished_at = UTC_TIMESTAMP(6) - INTERVAL 10 MINUTE WHERE id = ?",
+        )
+        .bind(id)
+        .execute(queue.pool())
+        .await
+        .unwrap();
+    }
+    for i in 0..2 {
+        insert_job(
+            &queue,
+            "t",
+            "k",
+            &format!("failed-{i}"),
+            "{}",
+            "failed",
+            Some("e"),
+        )
+        .await;
+    }
+    // No worker has counted: the first look counts what is countable and keeps it.
+    let minutes = queue.throughput(60).await.unwrap();
+    assert_eq!(throughput_of(&minutes, "t"), (3, 2), "{minutes:?}");
+    assert!(
+        minutes
+            .iter()
+            .any(|m| m.queue == "t" && m.done == 3 && (9..=11).contains(&m.minutes_ago)),
+        "the done jobs in their minute: {minutes:?}"
+    );
+    let kept: (i64, i64) = sqlx::query_as(
+        "SELECT CAST(COALESCE(SUM(done), 0) AS SIGNED), CAST(COALESCE(SUM(failed), 0) AS SIGNED) \
+         FROM job_queue_throughput WHERE queue = 't'",
+    )
+    .fetch_one(queue.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        kept,
+        (3, 0),
+        "the done jobs are kept, the failed ones not yet"
+    );
+
+    // Pruned jobs stay in the chart.
+    sqlx::query("DELETE FROM job_queue WHERE status = 'done'")
+        .execute(queue.pool())
+        .await
+        .unwrap();
+    let minutes = queue.throughput(60).await.unwrap();
+    assert_eq!(throughput_of(&minutes, "t"), (3, 2), "{minutes:?}");
+
+    // Once the failed jobs are countable, a count keeps them, and a look reads them from
+    // the kept counts only, not also from the table.
+    wait_for(
+        "the failed jobs to be countable",
+        Duration::from_secs(30),
+        || async {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM job_queue \
+             WHERE status = 'failed' AND finished_at < UTC_TIMESTAMP(6) - INTERVAL 2 SECOND",
+            )
+            .fetch_one(queue.pool())
+            .await
+            .unwrap();
+            (n == 2).then_some(())
+        },
+    )
+    .await;
+    queue.store().count_throughput().await.unwrap();
+    let kept: (i64, i64) = sqlx::query_as(
+        "SELECT CAST(COALESCE(SUM(done), 0) AS SIGNED), CAST(COALESCE(SUM(failed), 0) AS SIGNED) \
+         FROM job_queue_throughput WHERE queue = 't'",
+    )
+    .fetch_one(queue.pool())
+    .await
+    .unwrap();
+    assert_eq!(kept, (3, 2));
+    // A second count adds nothing: each job is counted once.
+    queue.store().count_throughput().await.unwrap();
+    let minutes = queue.throughput(60).await.unwrap();
+    assert_eq!(throughput_of(&minutes, "t"), (3, 2), "{minutes:?}");
+}
+
 #[tokio::test]
 async fn the_overview_shows_each_queue_in_one_statement() {
     let queue = fresh_queue("web_overview").await;

@@ -136,7 +136,7 @@ pub struct ThroughputMinute {
     pub minutes_ago: u32,
     /// The queue.
     pub queue: String,
-    /// Jobs that ended `done` in that minute (and are not yet pruned).
+    /// Jobs that ended `done` in that minute.
     pub done: u64,
     /// Jobs that ended `failed` in that minute.
     pub failed: u64,

@@ -99,10 +99,25 @@ const NEXT_QUEUE_SQL: &str = "\
 const CAPPED_COUNT_SQL: &str = "\
     SELECT COUNT(*) FROM (SELECT 1 FROM job_queue WHERE queue = ? AND status = ? LIMIT ?) t";
 
-const THROUGHPUT_SQL: &str = "\
-    SELECT TIMESTAMPDIFF(MINUTE, finished_at, UTC_TIMESTAMP(6)) AS ago, queue, \
-      CAST(SUM(status = 'done') AS SIGNED), CAST(SUM(status = 'failed') AS SIGNED) \
-    FROM job_queue WHERE status IN ('done', 'failed') AND status_at >= UTC_TIMESTAMP(6) - INTERVAL ? MINUTE \
+/// The kept per-minute counts of the last `?` minutes (see `store/gauges.rs`,
+/// `count_throughput`), and, in the same statement so that both come from one snapshot, where
+/// they stop (`counted_to`, the last column of the one row whose first column is NULL).
+const THROUGHPUT_KEPT_SQL: &str = "\
+    SELECT TIMESTAMPDIFF(MINUTE, minute, UTC_TIMESTAMP(6)), queue, CAST(done AS SIGNED), \
+      CAST(failed AS SIGNED), NULL \
+    FROM job_queue_throughput WHERE minute >= UTC_TIMESTAMP(6) - INTERVAL ? MINUTE \
+    UNION ALL \
+    SELECT NULL, NULL, NULL, NULL, counted_to FROM job_queue_throughput_mark WHERE id = 1";
+
+/// The jobs finished since the kept counts stop (`?`, or the start of the chart's window if
+/// later), per minute and queue: a range of the `(status, status_at, id)` index, a few
+/// seconds of jobs when a worker keeps the counts.
+const THROUGHPUT_TAIL_SQL: &str = "\
+    SELECT TIMESTAMPDIFF(MINUTE, DATE_FORMAT(status_at, '%Y-%m-%d %H:%i:00'), UTC_TIMESTAMP(6)) \
+      AS ago, queue, CAST(SUM(status = 'done') AS SIGNED), CAST(SUM(status = 'failed') AS SIGNED) \
+    FROM job_queue FORCE INDEX (job_queue_status_at) \
+    WHERE status IN ('done', 'failed') \
+      AND status_at >= GREATEST(?, UTC_TIMESTAMP(6) - INTERVAL ? MINUTE) \
     GROUP BY ago, queue";
 
 const WORKERS_SQL: &str = "\
@@ -320,22 +335,79 @@ impl Store {
         Ok(n.max(0) as u64)
     }
 
-    /// Jobs that ended `done` or `failed` per minute and queue over the last `minutes`.
+    /// Jobs that ended `done` or `failed` per minute and queue over the last `minutes`:
+    /// the kept counts, plus the jobs finished since they stop. When nobody kept them for
+    /// [`THROUGHPUT_STALE_AFTER`] (no worker of this release runs), counts them first, if
+    /// this user may.
     pub(crate) async fn throughput(&self, minutes: u32) -> Result<Vec<ThroughputMinute>> {
-        let rows = sqlx::query(THROUGHPUT_SQL)
+        let (mut kept, mut counted_to, age) = self.kept_throughput(minutes).await?;
+        if age.is_none_or(|a| a > THROUGHPUT_STALE_AFTER) {
+            match self.count_throughput().await {
+                Ok(()) => (kept, counted_to, _) = self.kept_throughput(minutes).await?,
+                Err(e) => tracing::debug!(error = %e, "cannot count the throughput"),
+            }
+        }
+        let since = counted_to.unwrap_or_default();
+        let rows = sqlx::query(THROUGHPUT_TAIL_SQL)
+            .bind(since)
             .bind(minutes)
             .fetch_all(&self.pool)
             .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(ThroughputMinute {
-                    minutes_ago: r.try_get::<i64, _>(0)?.max(0) as u32,
+        for r in &rows {
+            let m = ThroughputMinute {
+                minutes_ago: r.try_get::<i64, _>(0)?.max(0) as u32,
+                queue: text(r, 1)?,
+                done: r.try_get::<i64, _>(2)?.max(0) as u64,
+                failed: r.try_get::<i64, _>(3)?.max(0) as u64,
+            };
+            match kept
+                .iter_mut()
+                .find(|k| k.minutes_ago == m.minutes_ago && k.queue == m.queue)
+            {
+                Some(k) => {
+                    k.done += m.done;
+                    k.failed += m.failed;
+                }
+                None => kept.push(m),
+            }
+        }
+        kept.retain(|m| m.minutes_ago < minutes);
+        kept.sort_by(|a, b| (a.minutes_ago, &a.queue).cmp(&(b.minutes_ago, &b.queue)));
+        Ok(kept)
+    }
+
+    /// The kept per-minute counts of the last `minutes`, where they stop, and how long ago
+    /// that is.
+    async fn kept_throughput(
+        &self,
+        minutes: u32,
+    ) -> Result<(
+        Vec<ThroughputMinute>,
+        Option<NaiveDateTime>,
+        Option<Duration>,
+    )> {
+        let rows = sqlx::query(THROUGHPUT_KEPT_SQL)
+            .bind(minutes)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut kept = Vec::with_capacity(rows.len());
+        let mut counted_to = None;
+        for r in &rows {
+            match r.try_get::<Option<i64>, _>(0)? {
+                Some(ago) => kept.push(ThroughputMinute {
+                    minutes_ago: ago.max(0) as u32,
                     queue: text(r, 1)?,
                     done: r.try_get::<i64, _>(2)?.max(0) as u64,
                     failed: r.try_get::<i64, _>(3)?.max(0) as u64,
-                })
-            })
-            .collect()
+                }),
+                None => counted_to = r.try_get::<Option<NaiveDateTime>, _>(4)?,
+            }
+        }
+        let now = chrono::Utc::now().naive_utc();
+        let age = counted_to
+            .filter(|t| t.and_utc().timestamp() > 946_684_800)
+            .map(|t| (now - t).to_std().unwrap_or_default());
+        Ok((kept, counted_to, age))
     }
 
     /// The workers' heartbeat rows; those not seen for `gone_after` are marked gone.
@@ -438,11 +510,19 @@ pub fn dashboard_statements(
                 Arg::Int(OVERVIEW_COUNT_CAP + 1),
             ],
         ),
-        (THROUGHPUT_SQL.to_owned(), vec![Arg::Int(60)]),
+        (THROUGHPUT_KEPT_SQL.to_owned(), vec![Arg::Int(60)]),
+        (
+            THROUGHPUT_TAIL_SQL.to_owned(),
+            vec![Arg::Text("2026-01-01 00:00:00".into()), Arg::Int(60)],
+        ),
         (WORKERS_SQL.to_owned(), Vec::new()),
         (PERIODIC_SQL.to_owned(), Vec::new()),
     ]
 }
+
+/// How old the kept throughput counts may be before a reader counts them itself: a worker
+/// of this release adds to them with the queue gauges, every few seconds.
+pub(crate) const THROUGHPUT_STALE_AFTER: Duration = Duration::from_secs(60);
 
 /// How long a page of [`Store::list`] may read: a filter that no index serves (metadata, a
 /// time range, a kind with a status...) reads rows one by one, and is stopped there rather

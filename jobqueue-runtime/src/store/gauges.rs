@@ -21,6 +21,18 @@ pub const COUNT_GAUGES: &str = "SELECT queue, CAST(status AS CHAR), COUNT(*), MI
      WHERE status IN ('scheduled', 'ready', 'blocked', 'running', 'failed') \
      GROUP BY queue, status";
 
+/// The jobs finished in `[?, ?)` per minute (by the server's clock) and queue, for the kept
+/// throughput counts: a range of the `(status, status_at, id)` index, then the rows (for
+/// `queue`), as many as finished since the last count.
+pub const COUNT_THROUGHPUT: &str = "SELECT DATE_FORMAT(status_at, '%Y-%m-%d %H:%i:00'), queue, \
+     CAST(SUM(status = 'done') AS SIGNED), CAST(SUM(status = 'failed') AS SIGNED) \
+     FROM job_queue FORCE INDEX (job_queue_status_at) \
+     WHERE status IN ('done', 'failed') AND status_at >= ? AND status_at < ? \
+     GROUP BY 1, 2";
+
+/// How many (minute, queue) rows one statement adds to `job_queue_throughput`.
+const THROUGHPUT_ROWS_PER_INSERT: usize = 1_000;
+
 impl Store {
     /// Takes the turn to count the gauges if nobody has within `every`: moves the one
     /// `refreshed_at` forward, which only one of many workers racing for it can do.
@@ -72,6 +84,65 @@ impl Store {
                 }
                 q.execute(&mut *conn).await?;
             }
+            Ok(((), true))
+        })
+    }
+
+    /// Adds the jobs finished since the kept throughput counts stop (at most the last 61
+    /// minutes) to `job_queue_throughput`, up to 2 s before the server's now, and moves
+    /// `counted_to` there; deletes counts older than two hours. One transaction, which holds
+    /// the mark's row locked, so two counts never add the same jobs. A job whose outcome
+    /// commits more than 2 s after its `finished_at` is missed.
+    pub async fn count_throughput(&self) -> Result<()> {
+        transaction!(self, |conn| {
+            let (from, to): (chrono::NaiveDateTime, chrono::NaiveDateTime) = sqlx::query_as(
+                "SELECT GREATEST(counted_to, UTC_TIMESTAMP(6) - INTERVAL 61 MINUTE), \
+                 UTC_TIMESTAMP(6) - INTERVAL 2 SECOND \
+                 FROM job_queue_throughput_mark WHERE id = 1 FOR UPDATE",
+            )
+            .fetch_one(&mut *conn)
+            .await?;
+            if from >= to {
+                return Ok(((), false));
+            }
+            let rows = sqlx::query(COUNT_THROUGHPUT)
+                .bind(from)
+                .bind(to)
+                .fetch_all(&mut *conn)
+                .await?;
+            let mut counted = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let minute = text(r, 0)?;
+                let queue = text(r, 1)?;
+                let done = r.try_get::<i64, _>(2)?.max(0);
+                let failed = r.try_get::<i64, _>(3)?.max(0);
+                counted.push((minute, queue, done, failed));
+            }
+            for chunk in counted.chunks(THROUGHPUT_ROWS_PER_INSERT) {
+                // `VALUES(col)` in ON DUPLICATE KEY UPDATE: MySQL 8.0.20+ deprecates it (a
+                // warning) for a row alias that MariaDB does not have; both run this form.
+                let sql = format!(
+                    "INSERT INTO job_queue_throughput (minute, queue, done, failed) VALUES {} \
+                     ON DUPLICATE KEY UPDATE done = done + VALUES(done), \
+                     failed = failed + VALUES(failed)",
+                    vec!["(?, ?, ?, ?)"; chunk.len()].join(", ")
+                );
+                // One arity per number of rows: not kept prepared.
+                let mut q = sqlx::query(&sql).persistent(false);
+                for (minute, queue, done, failed) in chunk {
+                    q = q.bind(minute).bind(queue).bind(done).bind(failed);
+                }
+                q.execute(&mut *conn).await?;
+            }
+            sqlx::query("UPDATE job_queue_throughput_mark SET counted_to = ? WHERE id = 1")
+                .bind(to)
+                .execute(&mut *conn)
+                .await?;
+            sqlx::query(
+                "DELETE FROM job_queue_throughput WHERE minute < UTC_TIMESTAMP() - INTERVAL 2 HOUR",
+            )
+            .execute(&mut *conn)
+            .await?;
             Ok(((), true))
         })
     }

@@ -49,6 +49,7 @@ pub(super) async fn write_outcomes(
         // hold back every later outcome of this worker.
         let mut refused = 0;
         let mut left = batch.len();
+        let mut failed = false;
         loop {
             // Nothing is written for a claim the renewer has given up on.
             batch.retain(|r| {
@@ -72,8 +73,14 @@ pub(super) async fn write_outcomes(
                 write_singly(&store, &owner, &leases, &metrics, &mut batch).await
             };
             match written {
-                Ok(()) => break,
+                Ok(()) => {
+                    if failed {
+                        tracing::info!("job outcomes recorded again");
+                    }
+                    break;
+                }
                 Err(e) => {
+                    failed = true;
                     // Consecutive refusals: a try that wrote part of the batch starts over.
                     if batch.len() < left {
                         refused = 0;
