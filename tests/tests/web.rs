@@ -792,6 +792,18 @@ fn throughput_of(minutes: &[jobqueue::admin::ThroughputMinute], queue: &str) -> 
         .fold((0, 0), |(d, f), m| (d + m.done, f + m.failed))
 }
 
+/// The (done, failed) of `name` in the kept throughput counts.
+async fn kept_throughput(queue: &Queue, name: &str) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT CAST(COALESCE(SUM(done), 0) AS SIGNED), CAST(COALESCE(SUM(failed), 0) AS SIGNED) \
+         FROM job_queue_throughput WHERE queue = ?",
+    )
+    .bind(name)
+    .fetch_one(queue.pool())
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn the_throughput_is_kept_through_pruning_and_counts_each_job_once() {
     let queue = fresh_queue("web_throughput").await;
@@ -828,13 +840,7 @@ async fn the_throughput_is_kept_through_pruning_and_counts_each_job_once() {
             .any(|m| m.queue == "t" && m.done == 3 && (9..=11).contains(&m.minutes_ago)),
         "the done jobs in their minute: {minutes:?}"
     );
-    let kept: (i64, i64) = sqlx::query_as(
-        "SELECT CAST(COALESCE(SUM(done), 0) AS SIGNED), CAST(COALESCE(SUM(failed), 0) AS SIGNED) \
-         FROM job_queue_throughput WHERE queue = 't'",
-    )
-    .fetch_one(queue.pool())
-    .await
-    .unwrap();
+    let kept = kept_throughput(&queue, "t").await;
     assert_eq!(
         kept,
         (3, 0),
@@ -867,13 +873,7 @@ async fn the_throughput_is_kept_through_pruning_and_counts_each_job_once() {
     )
     .await;
     queue.store().count_throughput().await.unwrap();
-    let kept: (i64, i64) = sqlx::query_as(
-        "SELECT CAST(COALESCE(SUM(done), 0) AS SIGNED), CAST(COALESCE(SUM(failed), 0) AS SIGNED) \
-         FROM job_queue_throughput WHERE queue = 't'",
-    )
-    .fetch_one(queue.pool())
-    .await
-    .unwrap();
+    let kept = kept_throughput(&queue, "t").await;
     assert_eq!(kept, (3, 2));
     // A second count adds nothing: each job is counted once.
     queue.store().count_throughput().await.unwrap();
