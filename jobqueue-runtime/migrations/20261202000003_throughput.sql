@@ -9,8 +9,9 @@
 -- since the last count.
 --
 -- job_queue_throughput_mark holds where the counts stop (`counted_to`): jobs that finished
--- before it are in job_queue_throughput. A count stops 2 s before the server's now, so that
--- an outcome whose transaction commits a little after its `finished_at` is still counted;
+-- before it are in job_queue_throughput. A count stops 15 s before the server's now, so that
+-- an outcome whose transaction commits after its `finished_at` (a job's own transaction,
+-- `complete_in`, may stay open for seconds) is still counted;
 -- one that commits later than that is missed (the chart is approximate by that much).
 -- Rows older than two hours are deleted by the same count.
 --

@@ -334,9 +334,9 @@ impl Queue {
     /// Jobs that ended `done` or `failed` per minute and queue over the last `minutes`
     /// minutes (only minutes with any), by the server's clock. The worker that counts the
     /// queue gauges keeps these counts as jobs finish (so pruned jobs stay counted), up to
-    /// 2 s before its count; this call adds the jobs finished since, read from the table. When
+    /// 15 s before its count; this call adds the jobs finished since, read from the table. When
     /// no worker kept them for a minute, this call counts them first (at most the last hour
-    /// of jobs, once), if its user may. A job whose outcome committed more than 2 s after it
+    /// of jobs, once), if its user may. A job whose outcome committed more than 15 s after it
     /// finished is missed.
     pub async fn throughput(&self, minutes: u32) -> Result<Vec<ThroughputMinute>> {
         self.store().throughput(minutes).await

@@ -38,10 +38,15 @@ pub fn claim_lock_sql(n: usize) -> String {
     )
 }
 
-/// How many candidates [`CLAIM_SELECT`] reads per job a claim wants: the rows at the head
-/// of the queue that other claims hold (their commit not yet made) are read too, and
-/// skipped by the locking read.
+/// How many candidates [`CLAIM_SELECT`] reads per job a claim wants, plus
+/// [`CANDIDATES_EXTRA`]: the rows at the head of the queue that other claims hold (their
+/// commit not yet made) are read too, and skipped by the locking read.
 const CANDIDATES_PER_JOB: usize = 2;
+
+/// Candidates read beyond [`CANDIDATES_PER_JOB`] per job: many workers wanting one job each
+/// read the same head of the queue at once, and each must find rows past those the others
+/// lock, or it would come back empty with a backlog behind them.
+const CANDIDATES_EXTRA: usize = 32;
 
 /// Locks up to `want` ready jobs of `queue` for this transaction and returns their rows (the
 /// columns of [`claim_lock_sql`]) in claim order: candidates by a plain read over the claim
@@ -55,7 +60,7 @@ async fn lock_ready(
     let candidates: Vec<u64> = sqlx::query_scalar(CLAIM_SELECT)
         .bind(queue)
         .bind(queue)
-        .bind((want * CANDIDATES_PER_JOB) as u64)
+        .bind((want * CANDIDATES_PER_JOB + CANDIDATES_EXTRA) as u64)
         .fetch_all(&mut *conn)
         .await?;
     let mut locked = Vec::with_capacity(want.min(candidates.len()));

@@ -250,10 +250,16 @@ impl Store {
         for queue in queues {
             q = q.bind(queue).bind(queue);
         }
-        match tokio::time::timeout(PROBE_TIMEOUT, q.fetch_one(&mut **pooled)).await {
-            Ok(r) => Ok(r?),
+        let result = match tokio::time::timeout(PROBE_TIMEOUT, q.fetch_one(&mut **pooled)).await {
+            Ok(r) => r.map_err(Into::into),
             Err(_) => Err(super::timed_out(PROBE_TIMEOUT).into()),
+        };
+        if result.is_err() {
+            // After a failed or abandoned read the connection's state is unknown: it is
+            // closed when dropped rather than handed to the next user of the pool.
+            pooled.close_on_drop();
         }
+        result
     }
 
     /// Closes the store's pool, waiting for its connections to be returned.

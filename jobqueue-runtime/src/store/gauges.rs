@@ -30,6 +30,11 @@ pub const COUNT_THROUGHPUT: &str = "SELECT DATE_FORMAT(status_at, '%Y-%m-%d %H:%
      WHERE status IN ('done', 'failed') AND status_at >= ? AND status_at < ? \
      GROUP BY 1, 2";
 
+/// How far behind the server's now a throughput count stops, in seconds: a job's `finished_at` is written inside its outcome's transaction,
+/// which commits after it, and a job's own transaction (`JobContext::complete_in`) may stay
+/// open for seconds after it. The jobs finished since are read at each look instead.
+const THROUGHPUT_MARGIN_SECS: u32 = 15;
+
 /// How many (minute, queue) rows one statement adds to `job_queue_throughput`.
 const THROUGHPUT_ROWS_PER_INSERT: usize = 1_000;
 
@@ -89,17 +94,18 @@ impl Store {
     }
 
     /// Adds the jobs finished since the kept throughput counts stop (at most the last 61
-    /// minutes) to `job_queue_throughput`, up to 2 s before the server's now, and moves
-    /// `counted_to` there; deletes counts older than two hours. One transaction, which holds
-    /// the mark's row locked, so two counts never add the same jobs. A job whose outcome
-    /// commits more than 2 s after its `finished_at` is missed.
+    /// minutes) to `job_queue_throughput`, up to `THROUGHPUT_MARGIN_SECS` before the
+    /// server's now, and moves `counted_to` there; deletes counts older than two hours.
+    /// One transaction, which holds the mark's row locked, so two counts never add the same
+    /// jobs. A job whose outcome commits later than that after its `finished_at` is missed.
     pub async fn count_throughput(&self) -> Result<()> {
         transaction!(self, |conn| {
             let (from, to): (chrono::NaiveDateTime, chrono::NaiveDateTime) = sqlx::query_as(
                 "SELECT GREATEST(counted_to, UTC_TIMESTAMP(6) - INTERVAL 61 MINUTE), \
-                 UTC_TIMESTAMP(6) - INTERVAL 2 SECOND \
+                 UTC_TIMESTAMP(6) - INTERVAL ? SECOND \
                  FROM job_queue_throughput_mark WHERE id = 1 FOR UPDATE",
             )
+            .bind(THROUGHPUT_MARGIN_SECS)
             .fetch_one(&mut *conn)
             .await?;
             if from >= to {
