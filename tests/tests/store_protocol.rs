@@ -284,6 +284,37 @@ async fn claim_skips_a_locked_row_without_waiting() {
     assert_eq!(row.lease_owner.as_deref(), Some("worker-b"));
 }
 
+/// Many workers that want one job each read the same head of the queue at once: a claim
+/// finds a row past those the others hold locked, instead of coming back empty while a
+/// backlog waits behind them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_of_one_finds_a_job_past_a_locked_head_of_the_queue() {
+    let queue = fresh_queue("store_locked_head").await;
+    let mut ids = Vec::new();
+    for n in 0..40 {
+        ids.push(queue.enqueue(Task { n }).await.expect("enqueue").id());
+    }
+    let url = tests::database_url(queue.pool()).await;
+    // The first 20 rows in claim order, held by others' claims not yet committed.
+    let mut holder = MySqlConnection::connect(&url).await.expect("holder");
+    let mut tx = holder.begin().await.expect("begin");
+    for id in &ids[..20] {
+        sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await
+            .expect("lock a row");
+    }
+    let claimed = queue
+        .store()
+        .claim("default", "worker-a", 1)
+        .await
+        .expect("claim");
+    let got: Vec<u64> = claimed.iter().map(|c| c.id).collect();
+    assert_eq!(got, [ids[20]], "the first row nobody holds");
+    tx.rollback().await.expect("release");
+}
+
 /// A claim's transaction, held open at the level the queue's sessions run at (READ
 /// COMMITTED), holds up nothing that writes where its locking read went: an enqueue into the
 /// nearly empty queue (whose row goes right after the last ready job the claim read), a
