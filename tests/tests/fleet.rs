@@ -15,8 +15,10 @@ use tests::{
     WorkerTask,
 };
 
-/// The maintenance interval of these tests' workers.
-const INTERVAL: Duration = Duration::from_millis(100);
+/// The maintenance interval of these tests' workers. The turn stays with its holder for 5
+/// intervals without a renewal: 1.5 s, longer than a pass stalls on a loaded 2-core
+/// machine, so that a holder that is alive never loses it here.
+const INTERVAL: Duration = Duration::from_millis(300);
 
 #[job(name = "fleet_turn_noop", queue = "fleet_turn")]
 async fn turn_noop(n: u32) -> Result<(), JobError> {
