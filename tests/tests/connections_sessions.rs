@@ -212,8 +212,8 @@ async fn prepared_statements_per_process_stay_within_the_documented_bound() {
     assert!(held_with_workers <= cap, "{held_with_workers} > {cap}");
     println!("prepared statements: {held} held by three one-connection queues, {held_with_workers} with their workers (cap {cap})");
     for (handle, task) in workers {
-        let m = handle.metrics();
         stop(&handle, task).await;
+        let m = handle.metrics();
         assert_eq!(m.database_errors, 0, "{m:?}");
         assert_eq!(m.lease_lost, 0, "{m:?}");
     }
