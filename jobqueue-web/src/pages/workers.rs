@@ -1,0 +1,103 @@
+//! The workers serving the queues, and the periodic schedules.
+
+use super::*;
+
+pub(crate) async fn workers(State(s): St, orig: OriginalUri, uri: Uri) -> Page {
+    let base = base(&orig, &uri);
+    let workers = s.queue.workers().await?;
+    let running = s.queue.running(None, 500).await?;
+    let mut by_owner: BTreeMap<&str, Vec<&jobqueue::admin::RunningJob>> = BTreeMap::new();
+    for r in &running {
+        by_owner.entry(r.lease_owner.as_str()).or_default().push(r);
+    }
+    let mut rows = String::new();
+    for w in &workers {
+        let jobs: String = by_owner
+            .get(w.owner.as_str())
+            .map(|js| {
+                js.iter()
+                    .map(|r| {
+                        format!(
+                            "<a href=\"{}/jobs/{id}\" title=\"{}\">#{id}</a> <small>{}</small>",
+                            esc(&base),
+                            esc(&r.kind),
+                            if r.lease_left_secs >= 0.0 {
+                                format!("{} left", age(r.lease_left_secs))
+                            } else {
+                                "expired".into()
+                            },
+                            id = r.id
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        let state = if w.gone {
+            "<span class=\"badge failed\">gone</span>"
+        } else {
+            "<span class=\"badge active\">live</span>"
+        };
+        rows.push_str(&format!(
+            "<tr><td>{state}</td><td class=\"key\">{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td>\
+             <td class=\"n\">{} / {}</td><td>{} ago</td><td>{}</td><td>{jobs}</td></tr>",
+            esc(&w.owner),
+            esc(&w.host),
+            w.pid,
+            esc(&w.version),
+            esc(&w.queues.join(", ")),
+            w.running,
+            w.concurrency,
+            age(w.seen_secs_ago),
+            time(&w.started_at),
+        ));
+    }
+    if workers.is_empty() {
+        rows.push_str(
+            "<tr><td colspan=\"10\" class=\"empty\">No worker has written a heartbeat.</td></tr>",
+        );
+    }
+    let body = format!(
+        "<section class=\"card\"><table><thead><tr><th>State</th><th>Owner</th><th>Host</th><th class=\"n\">Pid</th>\
+         <th>Version</th><th>Queues</th><th class=\"n\">Running</th><th>Last heartbeat</th><th>Started (UTC)</th><th>Jobs and leases</th></tr></thead>\
+         <tbody>{rows}</tbody></table><p class=\"muted\">Workers write a heartbeat every {}s; one silent for {}s is shown as gone.</p></section>",
+        jobqueue::admin::HEARTBEAT_INTERVAL.as_secs(),
+        jobqueue::admin::WORKER_GONE_AFTER.as_secs()
+    );
+    Ok(Html(page(&base, "Workers", "Workers", None, &body)).into_response())
+}
+
+pub(crate) async fn periodic(State(s): St, orig: OriginalUri, uri: Uri) -> Page {
+    let base = base(&orig, &uri);
+    let list = s.queue.periodic_jobs().await?;
+    let mut rows = String::new();
+    for p in &list {
+        let last_job = match p.last_job_id {
+            Some(id) => format!("<a href=\"{}/jobs/{id}\">#{id}</a>", esc(&base)),
+            None => "–".into(),
+        };
+        let outcome = match p.last_job_status {
+            Some(st) => badge(st),
+            None if p.last_job_id.is_some() => "<span class=\"muted\">pruned</span>".into(),
+            None => "–".into(),
+        };
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{last_job}</td><td>{outcome}</td><td class=\"error\">{}</td></tr>",
+            esc(&p.kind),
+            esc(p.schedule.as_deref().unwrap_or("unknown")),
+            p.next_tick.as_ref().map(time).unwrap_or_else(|| "–".into()),
+            time(&p.last_tick),
+            esc(&p.last_job_error.as_deref().map(first_line).unwrap_or_default()),
+        ));
+    }
+    if list.is_empty() {
+        rows.push_str(
+            "<tr><td colspan=\"7\" class=\"empty\">No periodic job has ticked yet.</td></tr>",
+        );
+    }
+    let body = format!(
+        "<section class=\"card\"><table><thead><tr><th>Kind</th><th>Schedule</th><th>Next tick (UTC)</th><th>Last tick (UTC)</th>\
+         <th>Last job</th><th>Outcome</th><th>Its error</th></tr></thead><tbody>{rows}</tbody></table></section>"
+    );
+    Ok(Html(page(&base, "Periodic jobs", "Periodic", None, &body)).into_response())
+}
