@@ -2,6 +2,8 @@
 //! to the dashboard's router.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod browser;
+
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use axum::Router;
