@@ -34,19 +34,20 @@ pub(crate) async fn run(queue: &Queue, json: bool) -> Result<(), Failure> {
     }
     writeln!(
         out,
-        "{:<6} {:<40} {:<20} {:>8} {:>9} {:>10}  QUEUES",
-        "STATE", "OWNER", "HOST", "PID", "RUNNING", "SEEN"
+        "{:<6} {:<40} {:<20} {:>8} {:>9} {:>10}  {:<11}  QUEUES",
+        "STATE", "OWNER", "HOST", "PID", "RUNNING", "SEEN", "MAINTENANCE"
     )?;
     for w in &workers {
         writeln!(
             out,
-            "{:<6} {:<40} {:<20} {:>8} {:>9} {:>9.0}s  {}",
+            "{:<6} {:<40} {:<20} {:>8} {:>9} {:>9.0}s  {:<11}  {}",
             if w.gone { "gone" } else { "live" },
             w.owner,
             w.host,
             w.pid,
             format!("{}/{}", w.running, w.concurrency),
             w.seen_secs_ago,
+            if w.maintains { "holds turn" } else { "-" },
             w.queues.join(",")
         )?;
         for r in running.iter().filter(|r| r.lease_owner == w.owner) {

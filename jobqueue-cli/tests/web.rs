@@ -190,4 +190,28 @@ async fn workers_lists_heartbeats_with_their_leases() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["owner"], "app-1:42:aa");
     assert_eq!(v["leases"][0]["id"], 1);
+    assert_eq!(v["maintains"], false, "nobody holds the turn yet");
+
+    // The maintenance turn's holder is shown; an expired hold is not.
+    for (expires, shown) in [
+        ("+ INTERVAL 10 SECOND", true),
+        ("- INTERVAL 1 SECOND", false),
+    ] {
+        sqlx::query(&format!(
+            "UPDATE job_queue_turn SET holder = 'app-1:42:aa', taken_at = UTC_TIMESTAMP(6), \
+             expires_at = UTC_TIMESTAMP(6) {expires} WHERE name = 'maintenance'"
+        ))
+        .execute(queue.pool())
+        .await
+        .unwrap();
+        let out = jobqueue(&url, &["workers"]).output().await.unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.contains("holds turn"), shown, "{text}");
+        let out = jobqueue(&url, &["workers", "--json"])
+            .output()
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["maintains"], shown, "{v}");
+    }
 }

@@ -111,6 +111,20 @@ async fn one_worker_holds_the_maintenance_turn_and_another_takes_it_when_it_stop
         assert_eq!(taken, taken_at, "the turn was taken again");
         tokio::time::sleep(INTERVAL / 4).await;
     }
+    // `Queue::workers` names the holder, and only it.
+    let holders: Vec<String> = queue
+        .workers()
+        .await
+        .expect("workers")
+        .into_iter()
+        .filter(|w| w.maintains)
+        .map(|w| w.owner)
+        .collect();
+    assert_eq!(
+        holders,
+        [holder.clone()],
+        "the workers listing shows the holder"
+    );
     // The holder's passes promote what is due.
     let due = queue
         .enqueue_with(TurnNoop { n: 1 }, EnqueueOptions::default().delay(INTERVAL))

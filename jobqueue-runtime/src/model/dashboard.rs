@@ -170,6 +170,10 @@ pub struct WorkerInfo {
     /// it was killed or lost its host without stopping, and its jobs come back when their
     /// leases expire.
     pub gone: bool,
+    /// True when it holds the maintenance turn: it runs the passes (reclaim, promotion,
+    /// pruning, gauges, throughput counts) for every worker of the database, and the others
+    /// only try to take the turn over (at most one worker holds it at a time).
+    pub maintains: bool,
 }
 
 /// A periodic kind as the schedulers recorded it ([`Queue::periodic_jobs`](crate::Queue::periodic_jobs)).

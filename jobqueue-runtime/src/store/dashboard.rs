@@ -120,10 +120,14 @@ const THROUGHPUT_TAIL_SQL: &str = "\
       AND status_at >= GREATEST(?, UTC_TIMESTAMP(6) - INTERVAL ? MINUTE) \
     GROUP BY ago, queue";
 
+/// With, last, whether the worker holds the maintenance turn (held and not expired).
 const WORKERS_SQL: &str = "\
-    SELECT owner, host, pid, version, queues, concurrency, running, started_at, last_seen, \
-      TIMESTAMPDIFF(MICROSECOND, last_seen, UTC_TIMESTAMP(6)) \
-    FROM job_queue_worker ORDER BY host, owner";
+    SELECT w.owner, w.host, w.pid, w.version, w.queues, w.concurrency, w.running, w.started_at, \
+      w.last_seen, TIMESTAMPDIFF(MICROSECOND, w.last_seen, UTC_TIMESTAMP(6)), \
+      CAST(t.holder IS NOT NULL AS SIGNED) \
+    FROM job_queue_worker w LEFT JOIN job_queue_turn t \
+      ON t.name = 'maintenance' AND t.holder = w.owner AND t.expires_at > UTC_TIMESTAMP(6) \
+    ORDER BY w.host, w.owner";
 
 const PERIODIC_SQL: &str = "\
     SELECT c.kind, c.schedule, c.last_tick, c.last_job_id, CAST(j.status AS CHAR), j.last_error \
@@ -432,6 +436,7 @@ impl Store {
                     last_seen: utc(r, 8)?,
                     seen_secs_ago: ago,
                     gone: ago > gone_after.as_secs_f64(),
+                    maintains: r.try_get::<i64, _>(10)? == 1,
                 })
             })
             .collect()

@@ -33,10 +33,14 @@ pub(crate) async fn workers(State(s): St, orig: OriginalUri, uri: Uri) -> Page {
                     .join(", ")
             })
             .unwrap_or_default();
-        let state = if w.gone {
-            "<span class=\"badge failed\">gone</span>"
-        } else {
-            "<span class=\"badge active\">live</span>"
+        let state = match (w.gone, w.maintains) {
+            (true, _) => "<span class=\"badge failed\">gone</span>",
+            (false, true) => {
+                "<span class=\"badge active\">live</span> <span class=\"badge\" \
+                 title=\"holds the maintenance turn: runs reclaim, promotion, pruning and the \
+                 counts for every worker\">maintenance</span>"
+            }
+            (false, false) => "<span class=\"badge active\">live</span>",
         };
         rows.push_str(&format!(
             "<tr><td>{state}</td><td class=\"key\">{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td>\
@@ -60,7 +64,8 @@ pub(crate) async fn workers(State(s): St, orig: OriginalUri, uri: Uri) -> Page {
     let body = format!(
         "<section class=\"card\"><table><thead><tr><th>State</th><th>Owner</th><th>Host</th><th class=\"n\">Pid</th>\
          <th>Version</th><th>Queues</th><th class=\"n\">Running</th><th>Last heartbeat</th><th>Started (UTC)</th><th>Jobs and leases</th></tr></thead>\
-         <tbody>{rows}</tbody></table><p class=\"muted\">Workers write a heartbeat every {}s; one silent for {}s is shown as gone.</p></section>",
+         <tbody>{rows}</tbody></table><p class=\"muted\">Workers write a heartbeat every {}s; one silent for {}s is shown as gone. \
+         One worker at a time holds the maintenance turn and runs the passes for all.</p></section>",
         jobqueue::admin::HEARTBEAT_INTERVAL.as_secs(),
         jobqueue::admin::WORKER_GONE_AFTER.as_secs()
     );
