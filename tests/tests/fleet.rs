@@ -122,7 +122,7 @@ async fn one_worker_holds_the_maintenance_turn_and_another_takes_it_when_it_stop
         .collect();
     assert_eq!(
         holders,
-        [holder.clone()],
+        std::slice::from_ref(&holder),
         "the workers listing shows the holder"
     );
     // The holder's passes promote what is due.
