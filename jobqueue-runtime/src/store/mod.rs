@@ -203,10 +203,10 @@ pub(crate) mod server;
 mod testing;
 mod workers;
 
-pub(crate) use audit::{AuditRow, AUDIT_PRUNE_BATCH};
 pub use admin::key_history_sql;
 pub use admin::{prune_matching_count, prune_matching_select};
 pub use admin::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
+pub(crate) use audit::{AuditRow, AUDIT_PRUNE_BATCH};
 pub(crate) use claim::ProbeConnection;
 pub use claim::{claim_lock_sql, ready_probe_sql, CLAIM_SELECT};
 pub(crate) use complete_in::complete_in;
