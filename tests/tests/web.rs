@@ -262,7 +262,11 @@ async fn actions_need_the_pages_token_and_a_same_site_request() {
     let restarted = Dashboard::new(queue.clone()).router();
     let expired = post(&restarted, &path, &format!("csrf={token}")).await;
     assert_eq!(expired.status, StatusCode::FORBIDDEN);
-    assert!(expired.body.contains("the form expired"), "{}", expired.body);
+    assert!(
+        expired.body.contains("the form expired"),
+        "{}",
+        expired.body
+    );
     assert_eq!(row(&queue, id).await.status, JobStatus::Failed);
 
     // The same session's token is accepted.
@@ -1004,13 +1008,18 @@ async fn a_token_or_basic_auth_guards_every_page() {
         StatusCode::UNAUTHORIZED
     );
     assert_eq!(
-        send(&router, with("Bearer s3cret-s3cret-s3cret".into())).await.status,
+        send(&router, with("Bearer s3cret-s3cret-s3cret".into()))
+            .await
+            .status,
         StatusCode::OK
     );
     assert_eq!(
-        send(&router, with(format!("Basic {}", b64("any:s3cret-s3cret-s3cret"))))
-            .await
-            .status,
+        send(
+            &router,
+            with(format!("Basic {}", b64("any:s3cret-s3cret-s3cret")))
+        )
+        .await
+        .status,
         StatusCode::OK
     );
 
@@ -1021,9 +1030,12 @@ async fn a_token_or_basic_auth_guards_every_page() {
         })
         .router();
     assert_eq!(
-        send(&router, with(format!("Basic {}", b64("ops:pw-pw-pw-pw-pw"))))
-            .await
-            .status,
+        send(
+            &router,
+            with(format!("Basic {}", b64("ops:pw-pw-pw-pw-pw")))
+        )
+        .await
+        .status,
         StatusCode::OK
     );
     assert_eq!(
@@ -1033,9 +1045,12 @@ async fn a_token_or_basic_auth_guards_every_page() {
         StatusCode::UNAUTHORIZED
     );
     assert_eq!(
-        send(&router, with(format!("Basic {}", b64("eve:pw-pw-pw-pw-pw"))))
-            .await
-            .status,
+        send(
+            &router,
+            with(format!("Basic {}", b64("eve:pw-pw-pw-pw-pw")))
+        )
+        .await
+        .status,
         StatusCode::UNAUTHORIZED
     );
 

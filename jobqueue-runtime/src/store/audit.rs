@@ -77,11 +77,11 @@ impl Store {
                 Ok(AuditEntry {
                     id: r.try_get(0)?,
                     at: r.try_get::<NaiveDateTime, _>(1)?.and_utc(),
-                    actor: r.try_get(2)?,
-                    action: r.try_get(3)?,
+                    actor: text(r, 2)?,
+                    action: text(r, 3)?,
                     job_id: r.try_get(4)?,
-                    queue: r.try_get(5)?,
-                    detail: r.try_get(6)?,
+                    queue: opt_text(r, 5)?,
+                    detail: opt_text(r, 6)?,
                 })
             })
             .collect()
