@@ -74,13 +74,14 @@ pub use security::{
 #[non_exhaustive]
 pub enum Auth {
     /// A secret token: sent as `Authorization: Bearer <token>`, or typed by a browser as
-    /// the password of the login prompt (with any user name).
+    /// the password of the login prompt (with any user name). At least
+    /// [`MIN_TOKEN_CHARS`] characters: `openssl rand -base64 24` makes one.
     Token(String),
     /// A user name and password (HTTP basic authentication).
     Basic {
         /// The user name.
         user: String,
-        /// The password.
+        /// The password: at least [`MIN_PASSWORD_CHARS`] characters.
         password: String,
     },
 }

@@ -645,3 +645,47 @@ async fn bidi_overrides_are_shown_as_marks() {
     assert!(!page.contains('\u{202E}'), "{page}");
     assert!(page.contains("send_\u{FFFD}liame"), "{page}");
 }
+
+/// A job for the worker whose maintenance prunes the audit log; never enqueued.
+#[jobqueue::job(name = "web_safety_noop", queue = "audit_prune")]
+async fn noop(n: u64) {
+    let _ = n;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_prunes_audit_rows_past_the_longest_retention() {
+    let queue = fresh_queue("web_safety_audit_prune").await;
+    // The default retention keeps failed jobs 30 days, the longest: a row of 31 days goes,
+    // one of 29 days stays.
+    for (days, action) in [(31, "old"), (29, "recent")] {
+        sqlx::query(
+            "INSERT INTO job_queue_audit (at, actor, action, job_id) \
+             VALUES (UTC_TIMESTAMP(6) - INTERVAL ? DAY, 'ada', ?, 1)",
+        )
+        .bind(days)
+        .bind(action)
+        .execute(queue.pool())
+        .await
+        .unwrap();
+    }
+    let worker = tests::quick_worker(&queue)
+        .queues(["audit_prune"])
+        .build()
+        .unwrap();
+    let (handle, task) = tests::start(worker);
+    tests::wait_for(
+        "the old audit row to be pruned",
+        // The first maintenance pass prunes; a loaded machine's margin.
+        Duration::from_secs(60),
+        || async {
+            let left: Vec<String> =
+                sqlx::query_scalar("SELECT CAST(action AS CHAR) FROM job_queue_audit ORDER BY id")
+                    .fetch_all(queue.pool())
+                    .await
+                    .unwrap();
+            (left == ["recent"]).then_some(())
+        },
+    )
+    .await;
+    tests::stop(&handle, task).await;
+}
