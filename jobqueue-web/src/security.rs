@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -352,11 +352,10 @@ pub(crate) async fn guard(State(sec): State<Arc<Security>>, req: Request, next: 
             match authorized(auth, req.headers()) {
                 Some(who) => who,
                 None => {
-                    let failures = sec.throttle.lock().expect("throttle").failed(peer, now);
-                    let presented = req.headers().contains_key(header::AUTHORIZATION);
-                    // A browser's first request carries no credentials: only a wrong one is a
-                    // failure worth a warning (and counts: guessing sends one each time).
-                    if presented {
+                    // A browser's first request, or a health probe, carries no credentials:
+                    // only wrong ones count and are logged (a guess always sends some).
+                    if req.headers().contains_key(header::AUTHORIZATION) {
+                        let failures = sec.throttle.lock().expect("throttle").failed(peer, now);
                         tracing::warn!(
                             peer = %peer.map_or_else(|| "unknown".to_owned(), |p| p.to_string()),
                             host = %host,
@@ -389,7 +388,21 @@ pub(crate) async fn guard(State(sec): State<Arc<Security>>, req: Request, next: 
     } else {
         SESSION_COOKIE
     };
-    let (session, fresh) = match session_of(req.headers(), cookie_name) {
+    let session = session_of(req.headers(), cookie_name);
+    // A link followed from another site (chat, a pager) arrives without the `SameSite=Strict`
+    // cookie even when the browser has one: a new session would replace it and expire the
+    // forms of every open tab. The page reloads itself instead, a same-site navigation that
+    // carries the cookie.
+    if session.is_none() && req.method() == Method::GET && cross_site_navigation(req.headers()) {
+        return (
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+             <meta http-equiv=\"refresh\" content=\"0\"><title>jobqueue</title></head>\
+             <body><p>Opening the dashboard…</p></body></html>",
+        )
+            .into_response();
+    }
+    let (session, fresh) = match session {
         Some(s) => (s, false),
         None => {
             let mut bytes = [0u8; 24];
@@ -422,8 +435,14 @@ pub(crate) async fn guard(State(sec): State<Arc<Security>>, req: Request, next: 
         csrf: sec.csrf_token(&session),
         security: sec.clone(),
     };
+    // A request from another site comes without the Strict cookie whatever the browser
+    // holds: a new session set on it would replace the browser's and expire its open forms.
+    let from_other_site = req
+        .headers()
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
     let mut res = REQUEST.scope(info, next.run(req)).await;
-    if fresh {
+    if fresh && !from_other_site {
         let secure_attr = if secure { "; Secure" } else { "" };
         if let Ok(v) = HeaderValue::from_str(&format!(
             "{cookie_name}={session}; Path=/; HttpOnly; SameSite=Strict{secure_attr}"
@@ -432,6 +451,17 @@ pub(crate) async fn guard(State(sec): State<Arc<Security>>, req: Request, next: 
         }
     }
     res
+}
+
+/// Whether the request is a top-level navigation from another site.
+fn cross_site_navigation(headers: &HeaderMap) -> bool {
+    let is = |name: &str, value: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case(value))
+    };
+    is("sec-fetch-site", "cross-site") && is("sec-fetch-mode", "navigate")
 }
 
 /// The session id of the request's cookie `name`, if well formed.

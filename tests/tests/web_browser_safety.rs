@@ -90,6 +90,8 @@ async fn forged_forms_and_rebinding_hosts_are_refused_in_a_browser() {
     // The operator has the dashboard open: the browser holds its session cookie.
     b.goto(&format!("{base}/jobs/{id}")).await.unwrap();
     body_with(&b, "Operator actions").await;
+    let csrf = "return document.querySelector('input[name=csrf]').value";
+    let token = js(&b, csrf).await;
 
     // A page of another origin posts a form to the retry URL: same site by the browser's
     // rules (127.0.0.1, another port), and then from another site (localhost).
@@ -127,9 +129,25 @@ async fn forged_forms_and_rebinding_hosts_are_refused_in_a_browser() {
     assert!(!text.contains("welcome:ada"), "{text}");
     shot(&b, "safety-rebinding-refused").await;
 
-    // The dashboard's own Retry button works, and the action is recorded.
-    b.goto(&format!("{base}/jobs/{id}")).await.unwrap();
+    // A link to the job from another site (a chat message, say) opens it with the browser's
+    // session intact: its Retry button works, and the action is recorded.
+    let chat = attacker_site(format!(
+        "<!doctype html><title>chat</title><a id=l href=\"{base}/jobs/{id}\">job {id}</a>"
+    ))
+    .await;
+    b.goto(&format!("http://localhost:{chat}/")).await.unwrap();
+    b.find(Locator::Id("l"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     body_with(&b, "Operator actions").await;
+    assert_eq!(
+        js(&b, csrf).await,
+        token,
+        "the same session: forms of other open tabs stay valid"
+    );
     b.find(Locator::Css("form[action$='/retry'] button"))
         .await
         .unwrap()

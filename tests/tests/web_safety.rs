@@ -162,6 +162,18 @@ async fn failed_logins_are_throttled_per_address() {
         .auth(Auth::Token(TOKEN.into()))
         .router();
     let attacker = [10, 0, 0, 66];
+    // Requests without credentials (a browser's first, a health probe) do not count.
+    for _ in 0..2 * MAX_LOGIN_FAILURES {
+        let mut req = Request::get("/").body(Body::empty()).unwrap();
+        req.extensions_mut()
+            .insert(ConnectInfo(SocketAddr::from((attacker, 40000))));
+        let r = send(&router, req).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+        assert!(
+            r.headers.contains_key(header::CONTENT_SECURITY_POLICY),
+            "the 401 carries the security headers"
+        );
+    }
     for i in 0..MAX_LOGIN_FAILURES {
         let r = send(&router, login("/", attacker, &format!("Bearer guess-{i}"))).await;
         assert_eq!(r.status, StatusCode::UNAUTHORIZED, "guess {i}");
@@ -275,6 +287,21 @@ async fn the_session_cookie_is_strict_http_only_and_secure_over_https() {
         "{cookie}"
     );
     assert!(!cookie.contains("Secure"), "{cookie}");
+    // A link followed from another site arrives without the Strict cookie: the page reloads
+    // itself (a same-site navigation, with the cookie) instead of replacing the session.
+    let r = send_raw(
+        &plain,
+        Request::get("/jobs")
+            .header(header::HOST, "localhost")
+            .header("sec-fetch-site", "cross-site")
+            .header("sec-fetch-mode", "navigate")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.body.contains("http-equiv=\"refresh\""), "{}", r.body);
+    assert!(r.headers.get(header::SET_COOKIE).is_none());
     // X-Forwarded-Proto counts only when the application says its proxy sets it.
     let forwarded = |router| {
         send_raw(
