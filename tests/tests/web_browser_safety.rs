@@ -171,5 +171,22 @@ async fn forged_forms_and_rebinding_hosts_are_refused_in_a_browser() {
     assert!(text.contains("retry"), "{text}");
     shot(&b, "safety-audit").await;
 
+    // A redacted dashboard: the job's producer-controlled fields are hidden.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let redacted = listener.local_addr().unwrap();
+    let app = jobqueue_web::Dashboard::new(queue.clone())
+        .redact_job_data(true)
+        .router();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    b.goto(&format!("http://{redacted}/jobs/{id}"))
+        .await
+        .unwrap();
+    let text = body_with(&b, "Operator actions").await;
+    for hidden in ["welcome:ada", "mailbox unavailable", "user_id"] {
+        assert!(!text.contains(hidden), "{hidden}: {text}");
+    }
+    assert!(text.contains("(redacted #"), "{text}");
+    shot(&b, "safety-redacted-job").await;
+
     b.close().await.unwrap();
 }

@@ -73,8 +73,9 @@ impl From<jobqueue::Error> for Failure {
 /// `text`, or "(redacted)" when the dashboard redacts job data
 /// ([`Dashboard::redact_job_data`](crate::Dashboard::redact_job_data)): for every field a
 /// job's producer controls (payload, output, errors, metadata, progress, limit keys).
+/// An empty value stays empty, so that "no error" is not shown as a hidden one.
 pub(crate) fn shown<'a>(s: &Shared, text: &'a str) -> Cow<'a, str> {
-    if s.redact {
+    if s.redact && !text.is_empty() {
         Cow::Borrowed("(redacted)")
     } else {
         Cow::Borrowed(text)
