@@ -54,6 +54,8 @@ impl From<jobqueue::Error> for Failure {
             | E::InvalidKey { .. }
             | E::UnknownStatus(_) => Failure(StatusCode::BAD_REQUEST, e.to_string()),
             E::JobNotFound(_) => Failure(StatusCode::NOT_FOUND, e.to_string()),
+            // The filter's fault, and the message says how to narrow it.
+            E::FilterTooSlow { .. } => Failure(StatusCode::BAD_REQUEST, e.to_string()),
             e => {
                 let mut id = [0u8; 6];
                 rand::Rng::fill(&mut rand::thread_rng(), &mut id);
