@@ -17,7 +17,8 @@ pub struct AuditEntry {
     /// When, by the database's clock (UTC).
     pub at: DateTime<Utc>,
     /// Who: the dashboard's user name, `token` (whoever holds the dashboard's token),
-    /// `upstream` (authenticated by the application in front of it) or `loopback`
+    /// `upstream` (authenticated by the application in front of it; `upstream:<user>` when
+    /// it names the user) or `loopback`
     /// (unauthenticated, on the loopback interface).
     pub actor: String,
     /// What: `retry`, `cancel`, `pause`, `resume`, `purge`, `bulk-retry`, `bulk-cancel`...

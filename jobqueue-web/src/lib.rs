@@ -104,6 +104,7 @@ pub struct Dashboard {
     auth: Option<Auth>,
     hosts: Vec<String>,
     upstream: bool,
+    actor_header: Option<header::HeaderName>,
     trust_forwarded_proto: bool,
     secret: Option<Vec<u8>>,
 }
@@ -142,6 +143,7 @@ impl Dashboard {
             auth: None,
             hosts: Vec::new(),
             upstream: false,
+            actor_header: None,
             trust_forwarded_proto: false,
             secret: None,
         }
@@ -201,6 +203,22 @@ impl Dashboard {
         self
     }
 
+    /// With [`Dashboard::authenticated_upstream`]: the request header in which the
+    /// application or its proxy names the user it authenticated (`X-Forwarded-User`, say).
+    /// Actions are then recorded as done by `upstream:<user>`. Only for a header the
+    /// application sets itself and never passes on from a client: anyone can send it.
+    ///
+    /// # Panics
+    ///
+    /// When `name` is not a valid header name.
+    pub fn actor_header(mut self, name: &str) -> Self {
+        self.actor_header = Some(
+            header::HeaderName::from_bytes(name.as_bytes())
+                .unwrap_or_else(|_| panic!("{name:?} is not a valid header name")),
+        );
+        self
+    }
+
     /// The key of the anti-forgery tokens (HMAC-SHA256 of the session cookie) and of the
     /// notices' signatures. Replicas behind one load balancer must share it, or a form
     /// loaded from one is refused by another. Default: derived from the [`Auth`] secret when
@@ -241,6 +259,7 @@ impl Dashboard {
             &self.hosts,
             self.auth,
             self.upstream,
+            self.actor_header,
             self.trust_forwarded_proto,
             self.redact,
             self.secret.as_deref(),

@@ -130,6 +130,8 @@ pub(crate) struct Security {
     pub(crate) hosts: Vec<String>,
     pub(crate) auth: Option<Auth>,
     pub(crate) upstream: bool,
+    /// The header the authenticating application or proxy names the user in.
+    pub(crate) actor_header: Option<header::HeaderName>,
     /// Whether `X-Forwarded-Proto: https` from the proxy in front means HTTPS.
     pub(crate) trust_forwarded_proto: bool,
     /// Whether job data is redacted: the filters over redacted fields are refused too.
@@ -154,6 +156,7 @@ impl Security {
         hosts: &[String],
         auth: Option<Auth>,
         upstream: bool,
+        actor_header: Option<header::HeaderName>,
         trust_forwarded_proto: bool,
         redact: bool,
         secret: Option<&[u8]>,
@@ -189,6 +192,7 @@ impl Security {
             hosts: hosts.iter().map(|h| normalize_host(h)).collect(),
             auth,
             upstream,
+            actor_header,
             trust_forwarded_proto,
             redact,
             key,
@@ -330,7 +334,25 @@ pub(crate) async fn guard(State(sec): State<Arc<Security>>, req: Request, next: 
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
     let actor = match &sec.auth {
-        None if sec.upstream => "upstream".to_owned(),
+        None if sec.upstream => {
+            // The user the application authenticated, when it names one.
+            let named = sec
+                .actor_header
+                .as_ref()
+                .and_then(|h| req.headers().get(h))
+                .and_then(|v| v.to_str().ok())
+                .map(|v| {
+                    v.chars()
+                        .filter(|c| !c.is_control())
+                        .take(100)
+                        .collect::<String>()
+                })
+                .filter(|v| !v.trim().is_empty());
+            match named {
+                Some(user) => format!("upstream:{}", user.trim()),
+                None => "upstream".to_owned(),
+            }
+        }
         None => "loopback".to_owned(),
         Some(auth) => {
             let now = Instant::now();

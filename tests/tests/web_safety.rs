@@ -116,11 +116,27 @@ async fn other_hosts_without_authentication_and_weak_secrets_are_refused_at_buil
     let upstream = Dashboard::new(queue.clone())
         .allowed_hosts(["ops.example.com"])
         .authenticated_upstream(true)
+        .actor_header("x-forwarded-user")
         .router();
     assert_eq!(
         send(&upstream, get_as("/", "ops.example.com")).await.status,
         StatusCode::OK
     );
+    // The user the application names is the actor of its actions.
+    let token = csrf_of(&send(&upstream, get_as("/", "ops.example.com")).await.body);
+    let r = send(
+        &upstream,
+        Request::post("/queues/mail/pause")
+            .header(header::HOST, "ops.example.com")
+            .header(header::ORIGIN, "https://ops.example.com")
+            .header("x-forwarded-user", "grace")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(format!("csrf={token}")))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(queue.audit_log(1).await.unwrap()[0].actor, "upstream:grace");
 
     let weak = Dashboard::new(queue.clone())
         .auth(Auth::Token("s3cret".into()))
