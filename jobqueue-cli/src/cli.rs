@@ -309,8 +309,11 @@ pub(crate) enum Command {
     /// Serve the web dashboard until Ctrl-C.
     ///
     /// It listens on the loopback interface unless told otherwise; on any other address it
-    /// requires a token or a user and password. It takes no --json: it prints only its
-    /// address, on standard error.
+    /// requires a token (16 characters or more) or a user and password (a password of 12
+    /// or more). It answers only requests for the host names localhost, 127.0.0.1, [::1],
+    /// the address it listens on and those of --allow-host (against DNS rebinding). Every
+    /// action is recorded in the audit log (the /audit page). It takes no --json: it
+    /// prints only its address, on standard error.
     #[command(verbatim_doc_comment)]
     Web {
         /// Address and port to listen on.
@@ -336,9 +339,20 @@ pub(crate) enum Command {
         /// Show no actions and refuse them: a dashboard to look at only.
         #[arg(long)]
         read_only: bool,
-        /// Never show job payloads (they may hold personal data), only their size.
+        /// Show no field a job's producer controls (they may hold personal data): payload,
+        /// output, task key (a digest instead), errors, metadata, progress, limit keys; and
+        /// refuse filters on them. (`--hide-payloads`, its former name, still works.)
+        #[arg(long, alias = "hide-payloads")]
+        redact: bool,
+        /// Also answer requests for this host name (repeatable): the name the dashboard is
+        /// reached by, e.g. behind a proxy. Names other than loopback need --token or
+        /// --basic-auth.
+        #[arg(long = "allow-host", value_name = "NAME")]
+        allow_host: Vec<String>,
+        /// Trust `X-Forwarded-Proto: https` from the proxy in front (the session cookie is
+        /// then marked Secure). Only behind a proxy that sets the header itself.
         #[arg(long)]
-        hide_payloads: bool,
+        trust_forwarded_proto: bool,
     },
 
     /// Delete finished jobs older than a given age (their task keys can be used again).

@@ -113,8 +113,14 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
             listen,
             token,
             basic_auth,
+            allow_host,
             ..
-        } => Some(web::auth(*listen, token.as_deref(), basic_auth.as_deref())?),
+        } => Some(web::auth(
+            *listen,
+            token.as_deref(),
+            basic_auth.as_deref(),
+            allow_host,
+        )?),
         _ => None,
     };
     if let Some(failure) = no_target(&command) {
@@ -264,10 +270,18 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
         Command::Web {
             listen,
             read_only,
-            hide_payloads,
+            redact,
+            allow_host,
+            trust_forwarded_proto,
             ..
         } => {
-            web::serve(queue, listen, web_auth.flatten(), read_only, hide_payloads).await?;
+            let options = web::Options {
+                read_only,
+                redact,
+                allow_host,
+                trust_forwarded_proto,
+            };
+            web::serve(queue, listen, web_auth.flatten(), options).await?;
             return Ok(ExitCode::SUCCESS);
         }
         Command::Purge {

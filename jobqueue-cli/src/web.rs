@@ -7,12 +7,23 @@ use jobqueue_web::{Auth, Dashboard};
 
 use crate::failure::Failure;
 
-/// The authentication the flags ask for, refused when the address is reachable from other
-/// machines and none is given.
+/// The flags of `jobqueue web` beside the address and the authentication.
+#[derive(Debug)]
+pub(crate) struct Options {
+    pub(crate) read_only: bool,
+    pub(crate) redact: bool,
+    pub(crate) allow_host: Vec<String>,
+    pub(crate) trust_forwarded_proto: bool,
+}
+
+/// The authentication the flags ask for, refused (before connecting) when the address is
+/// reachable from other machines and none is given, when the secret is too weak to resist
+/// guessing, or when host names other than loopback are allowed without it.
 pub(crate) fn auth(
     listen: SocketAddr,
     token: Option<&str>,
     basic: Option<&str>,
+    allow_host: &[String],
 ) -> Result<Option<Auth>, Failure> {
     let auth = match (
         token.filter(|t| !t.is_empty()),
@@ -38,7 +49,30 @@ pub(crate) fn auth(
         (None, None) => None,
     };
     jobqueue_web::check_listen(listen, auth.as_ref()).map_err(Failure::Usage)?;
+    if let Some(a) = &auth {
+        a.check()
+            .map_err(|e| Failure::Usage(format!("{e} (--token, --basic-auth)")))?;
+    }
+    jobqueue_web::check_hosts(allow_host, auth.as_ref(), false).map_err(|e| {
+        Failure::Usage(format!(
+            "{e}. --allow-host names other than localhost need --token or --basic-auth"
+        ))
+    })?;
     Ok(auth)
+}
+
+/// The host names to answer: those of `--allow-host`, and the address listened on when it
+/// is one address of this machine (a browser that types it sends it as the host).
+fn hosts(listen: SocketAddr, allow_host: Vec<String>) -> Vec<String> {
+    let mut hosts = allow_host;
+    let ip = listen.ip();
+    if !ip.is_unspecified() && !ip.is_loopback() {
+        hosts.push(match ip {
+            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+            v4 => v4.to_string(),
+        });
+    }
+    hosts
 }
 
 /// Serves the dashboard until Ctrl-C.
@@ -46,20 +80,34 @@ pub(crate) async fn serve(
     queue: Queue,
     listen: SocketAddr,
     auth: Option<Auth>,
-    read_only: bool,
-    hide_payloads: bool,
+    options: Options,
 ) -> Result<(), Failure> {
     let mut dashboard = Dashboard::new(queue)
-        .read_only(read_only)
-        .hide_payloads(hide_payloads);
+        .read_only(options.read_only)
+        .redact_job_data(options.redact)
+        .trust_forwarded_proto(options.trust_forwarded_proto)
+        .allowed_hosts(hosts(listen, options.allow_host));
     if let Some(auth) = auth {
         dashboard = dashboard.auth(auth);
     }
+    let router = dashboard
+        .try_router()
+        .map_err(|e| Failure::Usage(e.to_string()))?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let local = listener.local_addr()?;
     eprintln!("jobqueue dashboard on http://{local}/ (Ctrl-C stops it)");
-    axum::serve(listener, dashboard.router())
-        .with_graceful_shutdown(jobqueue::shutdown_signal())
-        .await?;
+    if listen.ip().is_unspecified() {
+        eprintln!(
+            "it answers only the host names localhost, 127.0.0.1 and [::1], and those of --allow-host: \
+             add the name this machine is reached by"
+        );
+    }
+    // The peer's address counts failed logins per address.
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(jobqueue::shutdown_signal())
+    .await?;
     Ok(())
 }

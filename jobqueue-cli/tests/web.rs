@@ -31,8 +31,13 @@ fn jobqueue(url: &str, args: &[&str]) -> Command {
     c
 }
 
-/// One plain HTTP/1.1 GET; returns the status line and the body.
+/// One plain HTTP/1.1 GET for `Host: localhost`; returns the status line and the body.
 async fn http_get(port: u16, path: &str, auth: Option<&str>) -> (String, String) {
+    http_get_as(port, "localhost", path, auth).await
+}
+
+/// One plain HTTP/1.1 GET naming `host`; returns the status line and the body.
+async fn http_get_as(port: u16, host: &str, path: &str, auth: Option<&str>) -> (String, String) {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("connect to the dashboard");
@@ -40,7 +45,7 @@ async fn http_get(port: u16, path: &str, auth: Option<&str>) -> (String, String)
         .map(|a| format!("Authorization: {a}\r\n"))
         .unwrap_or_default();
     s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n")
             .as_bytes(),
     )
     .await
@@ -108,6 +113,30 @@ async fn off_loopback_the_dashboard_needs_a_token_or_a_password() {
     .await
     .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("user:password"));
+    // A token that could be guessed, and a host name without authentication, are refused.
+    let out = jobqueue(
+        "mysql://app@127.0.0.1:1/none",
+        &["web", "--listen", "0.0.0.0:0", "--token", "t0ken"],
+    )
+    .output()
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("openssl rand -base64 24"), "{stderr}");
+    let out = jobqueue(
+        "mysql://app@127.0.0.1:1/none",
+        &["web", "--allow-host", "ops.example.com"],
+    )
+    .output()
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("ops.example.com") && stderr.contains("--token"),
+        "{stderr}"
+    );
     let help = jobqueue("mysql://x@127.0.0.1:1/x", &["web", "--help"])
         .output()
         .await
@@ -132,11 +161,15 @@ async fn the_cli_serves_the_dashboard_and_guards_it_off_loopback() {
         body.contains("mail") && body.contains("badge paused"),
         "{body}"
     );
+    // A name rebound to this address is refused (DNS rebinding).
+    let (status, body) = http_get_as(port, "evil.example", "/", None).await;
+    assert!(status.contains("403"), "{status}");
+    assert!(body.contains("--allow-host evil.example"), "{body}");
     open.kill().await.unwrap();
 
     // Every interface, with a token: nothing without it.
     let mut guarded = jobqueue(&url, &["web", "--listen", "0.0.0.0:0", "--read-only"])
-        .env("JOBQUEUE_WEB_TOKEN", "t0ken")
+        .env("JOBQUEUE_WEB_TOKEN", "t0ken-t0ken-t0ken-t0ken")
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -144,12 +177,22 @@ async fn the_cli_serves_the_dashboard_and_guards_it_off_loopback() {
     let port = listening_port(&mut guarded).await;
     let (status, _) = http_get(port, "/", None).await;
     assert!(status.contains("401"), "{status}");
-    let (status, body) = http_get(port, "/", Some("Bearer t0ken")).await;
+    let (status, body) = http_get(port, "/", Some("Bearer t0ken-t0ken-t0ken-t0ken")).await;
     assert!(status.contains("200"), "{status}");
     assert!(
         !body.contains("method=\"post\""),
         "read-only shows no action: {body}"
     );
+    // Reached by another name, it names the flag that allows it.
+    let (status, body) = http_get_as(
+        port,
+        "ops.example.com",
+        "/",
+        Some("Bearer t0ken-t0ken-t0ken-t0ken"),
+    )
+    .await;
+    assert!(status.contains("403"), "{status}");
+    assert!(body.contains("--allow-host ops.example.com"), "{body}");
     guarded.kill().await.unwrap();
 }
 

@@ -3,6 +3,7 @@
 //! `#[job]` macro.
 
 mod admin;
+mod audit;
 mod complete_in;
 pub mod cron;
 mod data;
@@ -24,6 +25,7 @@ mod trace;
 mod wait;
 mod worker;
 
+pub use audit::{AuditEntry, AUDIT_JOB_ROWS};
 pub use data::{Data, DataNeed};
 pub use enqueue::{EnqueueOptions, MAX_METADATA_BYTES};
 pub use error::{BoxError, Error, JobError, JobRef, Result};

@@ -14,6 +14,8 @@ pub(crate) fn esc(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            // Bidi overrides and isolates would reorder what follows them (`send_<U+202E>liame` shows as `send_email`): shown as a visible mark instead.
+            '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' => out.push('\u{FFFD}'),
             c => out.push(c),
         }
     }
@@ -47,6 +49,7 @@ pub(crate) fn page(
         ("/jobs", "Jobs"),
         ("/workers", "Workers"),
         ("/periodic", "Periodic"),
+        ("/audit", "Audit"),
     ]
     .iter()
     .map(|(path, label)| {

@@ -2,13 +2,15 @@
 //! page, with retry, cancel, pause, resume, bulk actions and purge.
 //!
 //! [`Dashboard::router`] is an axum [`Router`] to mount in your application under a path of
-//! your choice, behind your own authentication layer:
+//! your choice:
 //!
 //! ```no_run
 //! # async fn demo(queue: jobqueue::Queue) {
-//! use jobqueue_web::Dashboard;
-//! let app = axum::Router::new().nest("/jobs", Dashboard::new(queue).read_only(false).router());
-//! // .layer(your_auth_layer)
+//! use jobqueue_web::{Auth, Dashboard};
+//! let dashboard = Dashboard::new(queue)
+//!     .auth(Auth::Token(std::env::var("DASHBOARD_TOKEN").unwrap()))
+//!     .allowed_hosts(["ops.example.com"]);
+//! let app = axum::Router::new().nest("/jobs", dashboard.router());
 //! # let _: axum::Router = app;
 //! # }
 //! ```
@@ -18,38 +20,68 @@
 //! server (every value from the database is HTML-escaped); the stylesheet and a small
 //! script that refreshes the overview every 2 seconds are served from the binary.
 //!
-//! Security: actions are POSTs that carry an anti-forgery token (double-submitted in a cookie) and are refused
-//! when the browser says they come from another site; [`Dashboard::read_only`] hides and
-//! refuses them; [`Dashboard::hide_payloads`] keeps job arguments (which may hold personal
-//! data) off the pages; [`Dashboard::auth`] requires a token or a user and password.
+//! # Security
+//!
+//! Safe by default, on any network:
+//! - **Host allow-list.** It answers only requests whose `Host` is `localhost`, `127.0.0.1`
+//!   or `[::1]` (any port), plus the names given to [`Dashboard::allowed_hosts`]; others get a
+//!   403 that names the host and how to allow it. A web page that rebinds its own name to
+//!   this address (DNS rebinding) is refused.
+//! - **Fails closed.** Other names need authentication: [`Dashboard::auth`], or the
+//!   application's own in front of the router, declared with
+//!   [`Dashboard::authenticated_upstream`]. Without either, [`Dashboard::try_router`] is an
+//!   error (and [`Dashboard::router`] panics).
+//! - **Logins.** Tokens under [`MIN_TOKEN_CHARS`] characters and passwords under
+//!   [`MIN_PASSWORD_CHARS`] are refused. Failed logins are logged at WARN (peer address, host;
+//!   never the secret) and, past [`MAX_LOGIN_FAILURES`] in [`FAILURE_WINDOW`] from one address,
+//!   answered 429 with `Retry-After`. Serve with
+//!   `into_make_service_with_connect_info::<SocketAddr>()` so that failures are counted per
+//!   address; without it they are counted for everyone together.
+//! - **Actions** are POSTs. Each carries a token bound to the browser's session cookie
+//!   (HMAC-SHA256 of the session id, under [`Dashboard::secret`]), is refused when `Origin`
+//!   names another site or `Sec-Fetch-Site` says cross-site, and is recorded: one audit row
+//!   per action in `job_queue_audit` (who, what, which jobs), shown on the job's page and on
+//!   `/audit`, and an INFO log line `dashboard action`.
+//! - [`Dashboard::read_only`] hides and refuses actions; [`Dashboard::redact_job_data`] keeps
+//!   every field a job's producer controls off the pages.
+//! - Error pages name no internals: a database error shows a request id, logged at WARN
+//!   with the full error.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::Request;
+use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use base64::Engine;
 use jobqueue::Queue;
+use sha2::{Digest, Sha256};
 
+mod audit;
 mod html;
 mod pages;
+mod security;
+
+pub use security::{
+    check_hosts, ConfigError, FAILURE_WINDOW, MAX_LOGIN_FAILURES, MIN_PASSWORD_CHARS,
+    MIN_TOKEN_CHARS,
+};
 
 /// Who may see the dashboard, when it is not left to the application's own layer.
 #[derive(Clone)]
 #[non_exhaustive]
 pub enum Auth {
     /// A secret token: sent as `Authorization: Bearer <token>`, or typed by a browser as
-    /// the password of the login prompt (with any user name).
+    /// the password of the login prompt (with any user name). At least
+    /// [`MIN_TOKEN_CHARS`] characters: `openssl rand -base64 24` makes one.
     Token(String),
     /// A user name and password (HTTP basic authentication).
     Basic {
         /// The user name.
         user: String,
-        /// The password.
+        /// The password: at least [`MIN_PASSWORD_CHARS`] characters.
         password: String,
     },
 }
@@ -68,8 +100,13 @@ impl std::fmt::Debug for Auth {
 pub struct Dashboard {
     queue: Queue,
     read_only: bool,
-    hide_payloads: bool,
+    redact: bool,
     auth: Option<Auth>,
+    hosts: Vec<String>,
+    upstream: bool,
+    actor_header: Option<header::HeaderName>,
+    trust_forwarded_proto: bool,
+    secret: Option<Vec<u8>>,
 }
 
 /// What every handler reads.
@@ -77,34 +114,38 @@ pub struct Dashboard {
 pub(crate) struct Shared {
     pub(crate) queue: Queue,
     pub(crate) read_only: bool,
+    /// Whether every field a job's producer controls is kept off the pages
+    /// ([`Dashboard::redact_job_data`]).
+    pub(crate) redact: bool,
+    /// The same as `redact`, under the name of earlier releases.
     pub(crate) hide_payloads: bool,
+    /// The host allow-list and the key of tokens and notices.
+    pub(crate) security: Arc<security::Security>,
     /// The overview's figures and when they were read: every viewer's refresh within
     /// [`pages::OVERVIEW_MAX_AGE`] shares one read (the counts read a whole index).
     pub(crate) overview: tokio::sync::Mutex<Option<pages::OverviewFigures>>,
 }
 
-/// The name of the cookie that holds the browser's anti-forgery token.
-const CSRF_COOKIE: &str = "jobqueue_csrf";
-
-tokio::task_local! {
-    /// The anti-forgery token of the request being handled (see [`csrf_cookie`]).
-    static CSRF: String;
-}
-
-/// The anti-forgery token forms carry and actions must send back.
+/// The anti-forgery token forms carry and actions must send back: bound to the browser's
+/// session cookie.
 pub(crate) fn csrf() -> String {
-    CSRF.try_with(Clone::clone).unwrap_or_default()
+    security::csrf()
 }
 
 impl Dashboard {
-    /// A dashboard of `queue`'s database, with every action enabled, payloads shown and no
-    /// authentication of its own (mount it behind your application's).
+    /// A dashboard of `queue`'s database, with every action enabled, job data shown, no
+    /// authentication of its own, answering the loopback host names only.
     pub fn new(queue: Queue) -> Self {
         Dashboard {
             queue,
             read_only: false,
-            hide_payloads: false,
+            redact: false,
             auth: None,
+            hosts: Vec::new(),
+            upstream: false,
+            actor_header: None,
+            trust_forwarded_proto: false,
+            secret: None,
         }
     }
 
@@ -115,26 +156,120 @@ impl Dashboard {
         self
     }
 
-    /// With `true`, job payloads are never shown (only their size); everything else is.
+    /// With `true`, no field a job's producer controls is shown: payload, output, task key
+    /// (a short keyed digest stands for it, so rows can still be told apart), last error and
+    /// attempt errors, metadata, progress, and concurrency and rate keys; the filters over
+    /// them (key prefix, metadata) are refused. Queue, kind, status, times and counts stay.
     /// Default false.
-    pub fn hide_payloads(mut self, on: bool) -> Self {
-        self.hide_payloads = on;
+    pub fn redact_job_data(mut self, on: bool) -> Self {
+        self.redact = on;
         self
     }
 
-    /// Requires this authentication for every request. Default none: leave it to the layer
-    /// of the application that mounts the router.
+    /// The former name of [`Dashboard::redact_job_data`], which hides more than payloads.
+    #[deprecated(note = "use `redact_job_data`: it hides every field a job's producer controls")]
+    pub fn hide_payloads(self, on: bool) -> Self {
+        self.redact_job_data(on)
+    }
+
+    /// Requires this authentication for every request (see [`Auth::check`] for the
+    /// strength it needs). Default none: only loopback host names are answered, unless
+    /// [`Dashboard::authenticated_upstream`] says the application authenticates.
     pub fn auth(mut self, auth: Auth) -> Self {
         self.auth = Some(auth);
         self
     }
 
+    /// Host names to answer beside `localhost`, `127.0.0.1` and `[::1]`: the names the
+    /// dashboard is reached by (any port; `*` for any name, for a dashboard behind a proxy
+    /// that checks the name itself). Requests naming another host are refused with 403.
+    /// Names other than loopback need [`Dashboard::auth`] or
+    /// [`Dashboard::authenticated_upstream`].
+    pub fn allowed_hosts<I, S>(mut self, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.hosts.extend(hosts.into_iter().map(Into::into));
+        self
+    }
+
+    /// Declares that every request reaches the router only after the application has
+    /// authenticated it (its own layer, a proxy with single sign-on): the dashboard then
+    /// answers the names of [`Dashboard::allowed_hosts`] without authentication of its own,
+    /// and records actions as done by `upstream`. Default false.
+    pub fn authenticated_upstream(mut self, on: bool) -> Self {
+        self.upstream = on;
+        self
+    }
+
+    /// With [`Dashboard::authenticated_upstream`]: the request header in which the
+    /// application or its proxy names the user it authenticated (`X-Forwarded-User`, say).
+    /// Actions are then recorded as done by `upstream:<user>`. Only for a header the
+    /// application sets itself and never passes on from a client: anyone can send it.
+    ///
+    /// # Panics
+    ///
+    /// When `name` is not a valid header name.
+    pub fn actor_header(mut self, name: &str) -> Self {
+        self.actor_header = Some(
+            header::HeaderName::from_bytes(name.as_bytes())
+                .unwrap_or_else(|_| panic!("{name:?} is not a valid header name")),
+        );
+        self
+    }
+
+    /// The key of the anti-forgery tokens (HMAC-SHA256 of the session cookie) and of the
+    /// notices' signatures. Replicas behind one load balancer must share it, or a form
+    /// loaded from one is refused by another. Default: derived from the [`Auth`] secret when
+    /// there is one (replicas with the same token agree, restarts keep forms valid), else
+    /// random per process (a restart expires open forms: "reload the page").
+    pub fn secret(mut self, secret: impl AsRef<[u8]>) -> Self {
+        self.secret = Some(secret.as_ref().to_vec());
+        self
+    }
+
+    /// With `true`, `X-Forwarded-Proto: https` means the browser spoke HTTPS, so the session
+    /// cookie gets `Secure` and the `__Host-` prefix. Only for a proxy in front that sets the
+    /// header itself: anyone can send it. Default false.
+    pub fn trust_forwarded_proto(mut self, on: bool) -> Self {
+        self.trust_forwarded_proto = on;
+        self
+    }
+
     /// The router: mount it with `Router::nest("/jobs", ...)`, or serve it as it is.
+    ///
+    /// # Panics
+    ///
+    /// When the settings are refused (a weak token, host names without authentication):
+    /// see [`Dashboard::try_router`], which returns the error instead.
     pub fn router(self) -> Router {
+        self.try_router().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The router, or why the settings are refused: a token or password too short
+    /// ([`Auth::check`]), or host names other than loopback without authentication
+    /// ([`check_hosts`]).
+    pub fn try_router(self) -> Result<Router, ConfigError> {
+        if let Some(auth) = &self.auth {
+            auth.check()?;
+        }
+        check_hosts(&self.hosts, self.auth.as_ref(), self.upstream)?;
+        let security = Arc::new(security::Security::new(
+            &self.hosts,
+            self.auth,
+            self.upstream,
+            self.actor_header,
+            self.trust_forwarded_proto,
+            self.redact,
+            self.secret.as_deref(),
+        ));
         let shared = Arc::new(Shared {
             queue: self.queue,
             read_only: self.read_only,
-            hide_payloads: self.hide_payloads,
+            redact: self.redact,
+            hide_payloads: self.redact,
+            security: security.clone(),
             overview: tokio::sync::Mutex::new(None),
         });
         let router = Router::new()
@@ -150,17 +285,15 @@ impl Dashboard {
             .route("/queues/{queue}/pause", post(pages::pause))
             .route("/queues/{queue}/resume", post(pages::resume))
             .route("/purge", post(pages::purge))
+            .route("/audit", get(audit::audit_page))
             .route("/assets/style.css", get(style))
             .route("/assets/dashboard.js", get(script))
-            .layer(middleware::from_fn(csrf_cookie))
-            .layer(middleware::from_fn(security_headers))
             .with_state(shared);
-        match self.auth {
-            Some(auth) => {
-                router.layer(middleware::from_fn_with_state(Arc::new(auth), authenticate))
-            }
-            None => router,
-        }
+        // The guard (host, login, session) runs first; the security headers wrap every
+        // answer, its refusals included.
+        Ok(router
+            .layer(middleware::from_fn_with_state(security, security::guard))
+            .layer(middleware::from_fn(security_headers)))
     }
 }
 
@@ -177,96 +310,14 @@ pub fn check_listen(addr: SocketAddr, auth: Option<&Auth>) -> Result<(), String>
     ))
 }
 
-async fn authenticate(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
-    if authorized(&auth, req.headers()) {
-        return next.run(req).await;
-    }
-    (
-        StatusCode::UNAUTHORIZED,
-        [(header::WWW_AUTHENTICATE, "Basic realm=\"jobqueue\", charset=\"UTF-8\"")],
-        "authentication required: send the dashboard's token (Authorization: Bearer <token>, or as the password of the login prompt) or its user and password\n",
-    )
-        .into_response()
-}
-
-fn authorized(auth: &Auth, headers: &HeaderMap) -> bool {
-    let Some(value) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    else {
-        return false;
-    };
-    let basic = value.strip_prefix("Basic ").and_then(|b| {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(b.trim())
-            .ok()?;
-        let text = String::from_utf8(bytes).ok()?;
-        let (u, p) = text.split_once(':')?;
-        Some((u.to_owned(), p.to_owned()))
-    });
-    match auth {
-        Auth::Token(token) => {
-            if let Some(t) = value.strip_prefix("Bearer ") {
-                return same(t.trim(), token);
-            }
-            basic.is_some_and(|(_, p)| same(&p, token))
-        }
-        Auth::Basic { user, password } => {
-            basic.is_some_and(|(u, p)| same(&u, user) & same(&p, password))
-        }
-    }
-}
-
-/// Compares secrets in time that does not depend on where they differ.
+/// Compares secrets in time that depends neither on where they differ nor on their lengths:
+/// their SHA-256 digests are compared byte by byte.
 pub(crate) fn same(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Double-submit anti-forgery token: each browser gets a random token in a `SameSite=Strict`,
-/// `HttpOnly` cookie, every form carries it, and an action is taken only when the form's
-/// token equals the cookie's. A page of another site can neither read the token nor set the
-/// cookie. Unlike a per-process secret, it holds across restarts and across replicas of an
-/// application behind a load balancer.
-async fn csrf_cookie(req: Request, next: Next) -> Response {
-    let existing = req
-        .headers()
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|c| c.trim().split_once('='))
-        .find(|(name, value)| {
-            *name == CSRF_COOKIE
-                && value.len() == 32
-                && value
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
-        .map(|(_, value)| value.to_owned());
-    let (token, fresh) = match existing {
-        Some(t) => (t, false),
-        None => {
-            let mut bytes = [0u8; 24];
-            rand::Rng::fill(&mut rand::thread_rng(), &mut bytes);
-            (
-                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes),
-                true,
-            )
-        }
-    };
-    let mut res = CSRF.scope(token.clone(), next.run(req)).await;
-    if fresh {
-        if let Ok(v) = header::HeaderValue::from_str(&format!(
-            "{CSRF_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
-        )) {
-            res.headers_mut().append(header::SET_COOKIE, v);
-        }
-    }
-    res
+    let (a, b) = (Sha256::digest(a.as_bytes()), Sha256::digest(b.as_bytes()));
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 async fn security_headers(req: Request, next: Next) -> Response {

@@ -166,6 +166,9 @@ pub mod admin {
         Attempt, AttemptOutcome, CancelOutcome, InvalidCursor, JobCursor, JobFilter, JobPage,
         JobRecord, JobRef,
     };
+    // Who did what from the dashboard.
+    #[doc(inline)]
+    pub use jobqueue_runtime::{AuditEntry, AUDIT_JOB_ROWS};
     // Queues, workers and schedules.
     #[doc(inline)]
     pub use jobqueue_runtime::{

@@ -112,6 +112,7 @@ async fn jobqueue_then_app_migrator_then_jobqueue_again() {
         [
             "_sqlx_migrations",
             "job_queue",
+            "job_queue_audit",
             "job_queue_blocked",
             "job_queue_cron",
             "job_queue_gauge_refresh",

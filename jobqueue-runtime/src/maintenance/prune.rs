@@ -34,8 +34,38 @@ pub(super) async fn prune_finished(m: &mut Maintenance) -> Result<()> {
                 }
             }
         }
+        // The audit log is kept as long as the longest-kept finished jobs, so that a job's
+        // page shows who acted on it for as long as the job is there.
+        if let Some(keep) = [r.done, r.cancelled, r.failed].into_iter().flatten().max() {
+            prune_audit(&m.store, keep, deadline).await;
+        }
     }
     Ok(())
+}
+
+/// Deletes audit rows older than `keep` while full batches come back and `deadline` has not
+/// passed. A failure is logged and does not fail the pass: a worker user without DELETE on
+/// `job_queue_audit` (granted for the dashboard's log) still runs every other step.
+async fn prune_audit(store: &Store, keep: Duration, deadline: Instant) {
+    let older_than_us = i64::try_from(keep.as_micros()).unwrap_or(i64::MAX);
+    let mut total = 0;
+    loop {
+        match store.prune_audit_batch(older_than_us).await {
+            Ok(n) => {
+                total += n;
+                if n < crate::store::AUDIT_PRUNE_BATCH || Instant::now() >= deadline {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot prune the audit log (job_queue_audit); grant DELETE on it to prune it");
+                break;
+            }
+        }
+    }
+    if total > 0 {
+        tracing::info!(rows = total, older_than = ?keep, "pruned the audit log");
+    }
 }
 
 /// Rows deleted per pruning statement.

@@ -184,6 +184,7 @@ pub(crate) fn timed_out(limit: Duration) -> sqlx::Error {
 
 // The steps of the protocol, one file each. Declared after the macros above, which they use.
 mod admin;
+mod audit;
 mod claim;
 mod complete_in;
 pub(crate) mod connect;
@@ -205,6 +206,7 @@ mod workers;
 pub use admin::key_history_sql;
 pub use admin::{prune_matching_count, prune_matching_select};
 pub use admin::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
+pub(crate) use audit::{AuditRow, AUDIT_PRUNE_BATCH};
 pub(crate) use claim::ProbeConnection;
 pub use claim::{claim_lock_sql, ready_probe_sql, CLAIM_SELECT};
 pub(crate) use complete_in::complete_in;

@@ -8,8 +8,18 @@ pub(crate) struct Csrf {
     csrf: String,
 }
 
-/// Refuses an action in read-only mode, from another site, or without the page's token.
-async fn check_action(s: &Shared, headers: &HeaderMap, token: &str) -> Result<(), Failure> {
+/// Refuses an action in read-only mode, from another site, or without the token of the
+/// browser's session. Three checks, so that none rests on one header alone:
+/// - `Sec-Fetch-Site` (sent by current browsers) must not say `cross-site` or `same-site`;
+/// - `Origin`, when sent (every current browser sends it on a POST), must be this dashboard:
+///   the request's own host and port, or one of its configured host names;
+/// - the form's token must be the one of the session cookie (HMAC under the dashboard's key),
+///   which a page of another site can neither read nor compute.
+pub(crate) async fn check_action(
+    s: &Shared,
+    headers: &HeaderMap,
+    token: &str,
+) -> Result<(), Failure> {
     if s.read_only {
         return Err(Failure(
             StatusCode::FORBIDDEN,
@@ -20,19 +30,41 @@ async fn check_action(s: &Shared, headers: &HeaderMap, token: &str) -> Result<()
         .get("sec-fetch-site")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v == "cross-site" || v == "same-site");
-    let expected = crate::csrf();
-    if cross || expected.is_empty() || !crate::same(token, &expected) {
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    let foreign_origin = headers
+        .get(header::ORIGIN)
+        .is_some_and(|o| !o.to_str().is_ok_and(|o| s.security.origin_allowed(o, host)));
+    if cross || foreign_origin {
+        tracing::warn!(
+            origin = ?headers.get(header::ORIGIN),
+            host = ?host,
+            "dashboard action refused: it came from another site"
+        );
         return Err(Failure(
             StatusCode::FORBIDDEN,
-            "the action was refused: its form did not come from this dashboard in this browser (or cookies are blocked); reload the page and try again".into(),
+            "the action was refused: it was sent by a page of another site. Use the dashboard's own pages".into(),
+        ));
+    }
+    let expected = crate::csrf();
+    if token.is_empty() || expected.is_empty() || !crate::same(token, &expected) {
+        return Err(Failure(
+            StatusCode::FORBIDDEN,
+            "the form expired: it came from an earlier session of this browser, another browser or a dashboard              restarted since (or cookies are blocked). Reload the page and try again"
+                .into(),
         ));
     }
     Ok(())
 }
 
-fn back(location: String, notice: &str) -> Response {
+/// A redirect to `location` with `notice`, signed so that the page shows it (a notice in a
+/// link someone else wrote is dropped).
+pub(crate) fn back(location: String, notice: &str) -> Response {
     let sep = if location.contains('?') { '&' } else { '?' };
-    let loc = format!("{location}{sep}notice={}", url(notice));
+    let loc = format!(
+        "{location}{sep}notice={}&nsig={}",
+        url(notice),
+        url(&crate::security::notice_sig(notice))
+    );
     let mut res = Redirect::to(&loc).into_response();
     res.headers_mut().insert(
         header::CACHE_CONTROL,
@@ -64,6 +96,9 @@ pub(crate) async fn retry(
 ) -> Page {
     check_action(&s, &headers, &c.csrf).await?;
     let changed = s.queue.retry(id).await?;
+    if changed {
+        crate::audit::record(&s, "retry", &[id], None, "").await;
+    }
     let msg = if changed {
         format!("Job {id} retried: 1 job changed, it is ready to run.")
     } else {
@@ -86,7 +121,15 @@ pub(crate) async fn cancel(
     Form(c): Form<Csrf>,
 ) -> Page {
     check_action(&s, &headers, &c.csrf).await?;
-    let msg = match s.queue.cancel(id).await? {
+    let outcome = s.queue.cancel(id).await?;
+    match outcome {
+        CancelOutcome::Cancelled => crate::audit::record(&s, "cancel", &[id], None, "").await,
+        CancelOutcome::Requested => {
+            crate::audit::record(&s, "cancel", &[id], None, "running: cancellation requested").await
+        }
+        _ => {}
+    }
+    let msg = match outcome {
         CancelOutcome::Cancelled => format!("Job {id} cancelled: 1 job changed."),
         CancelOutcome::Requested => format!("Job {id} is running: cancellation requested (1 job changed); its worker stops it within a third of its lease."),
         CancelOutcome::AlreadyFinished(st) => format!("Job {id} had already ended ({st}): 0 jobs changed."),
@@ -111,6 +154,9 @@ pub(crate) async fn pause(
     check_action(&s, &headers, &c.csrf).await?;
     let was = s.queue.paused_queues().await?.contains(&q);
     s.queue.pause(&q).await?;
+    if !was {
+        crate::audit::record(&s, "pause", &[], Some(&q), "").await;
+    }
     let msg = if was {
         format!("Queue {q} was already paused: 0 queues changed.")
     } else {
@@ -133,6 +179,9 @@ pub(crate) async fn resume(
     check_action(&s, &headers, &c.csrf).await?;
     let was = s.queue.paused_queues().await?.contains(&q);
     s.queue.resume(&q).await?;
+    if was {
+        crate::audit::record(&s, "resume", &[], Some(&q), "").await;
+    }
     let msg = if was {
         format!("Queue {q} resumed: 1 queue changed.")
     } else {
@@ -148,8 +197,32 @@ pub(crate) async fn resume(
 pub(crate) struct PurgeForm {
     #[serde(default)]
     csrf: String,
+    #[serde(default)]
     status: String,
-    older_than_hours: f64,
+    /// Read as text: a number the form cannot hold is a 400 that says so.
+    #[serde(default)]
+    older_than_hours: String,
+}
+
+/// The oldest age a purge takes: 100 years. Past it (or for what is not a number) the
+/// answer is a 400, not a time arithmetic overflow.
+const MAX_PURGE_HOURS: f64 = 100.0 * 366.0 * 24.0;
+
+/// The purge form's age in hours, as a duration.
+fn purge_age(text: &str) -> Result<Duration, Failure> {
+    let bad = || {
+        Failure(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the age {text:?} is not a number of hours from 0 to {MAX_PURGE_HOURS}; write e.g. 24 or 0.5"
+            ),
+        )
+    };
+    let hours: f64 = text.trim().parse().map_err(|_| bad())?;
+    if !(0.0..=MAX_PURGE_HOURS).contains(&hours) {
+        return Err(bad());
+    }
+    Duration::try_from_secs_f64(hours * 3600.0).map_err(|_| bad())
 }
 
 pub(crate) async fn purge(
@@ -169,16 +242,29 @@ pub(crate) async fn purge(
             ),
         )
     })?;
-    if !(f.older_than_hours >= 0.0 && f.older_than_hours.is_finite()) {
+    if !matches!(
+        status,
+        JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled
+    ) {
         return Err(Failure(
             StatusCode::BAD_REQUEST,
-            "the age must be a number of hours, 0 or more".into(),
+            format!("cannot purge {status} jobs: purge done, failed or cancelled jobs"),
         ));
     }
-    let n = s
-        .queue
-        .prune(status, Duration::from_secs_f64(f.older_than_hours * 3600.0))
-        .await?;
+    let age = purge_age(&f.older_than_hours)?;
+    let n = s.queue.prune(status, age).await?;
+    crate::audit::record(
+        &s,
+        "purge",
+        &[],
+        None,
+        &format!(
+            "{status} jobs finished more than {} hours ago: {} deleted",
+            f.older_than_hours.trim(),
+            plural(n, "job")
+        ),
+    )
+    .await;
     let b = action_base(&orig, &uri);
     // What the action changed shows on the next page, not a second later.
     s.overview.lock().await.take();
@@ -187,7 +273,7 @@ pub(crate) async fn purge(
         &format!(
             "Purged {} {status} more than {} hours old.",
             plural(n, "job"),
-            f.older_than_hours
+            f.older_than_hours.trim()
         ),
     ))
 }
@@ -287,6 +373,18 @@ pub(crate) async fn bulk(
         "Cancelled"
     };
     let qs = form.filter.to_query();
+    crate::audit::record(
+        &s,
+        &format!("bulk-{}", form.filter.action),
+        &[],
+        (!form.filter.queue.is_empty()).then_some(form.filter.queue.as_str()),
+        &format!(
+            "jobs matching {}: {} changed",
+            if qs.is_empty() { "every job" } else { &qs },
+            plural(n, "job")
+        ),
+    )
+    .await;
     // What the action changed shows on the next page, not a second later.
     s.overview.lock().await.take();
     Ok(back(

@@ -159,12 +159,12 @@ pub(crate) async fn jobs(
              <td>{}</td><td class=\"n\">{}/{}</td><td>{}</td><td class=\"error\">{}</td></tr>",
             esc(&j.queue),
             esc(&j.kind),
-            esc(&j.task_key),
+            esc(&shown_key(&s, &j.task_key)),
             badge(j.status),
             j.attempts,
             j.max_attempts,
             time(&j.created_at),
-            esc(&j.last_error.as_deref().map(first_line).unwrap_or_default()),
+            esc(&shown(&s, &j.last_error.as_deref().map(first_line).unwrap_or_default())),
             id = j.id,
         ));
     }
@@ -302,7 +302,10 @@ pub(crate) async fn job(
                 esc(&j.kind)
             ),
         ),
-        ("Task key", format!("<code>{}</code>", esc(&j.task_key))),
+        (
+            "Task key",
+            format!("<code>{}</code>", esc(&shown_key(&s, &j.task_key))),
+        ),
         ("Priority", j.priority.to_string()),
         ("Attempts", format!("{} of {}", j.attempts, j.max_attempts)),
         ("Run at", time(&j.run_at)),
@@ -322,7 +325,11 @@ pub(crate) async fn job(
             "Progress",
             match (&j.progress, &j.progress_at) {
                 (Some(p), Some(at)) => {
-                    format!("<code>{}</code> at {}", esc(&p.to_string()), time(at))
+                    format!(
+                        "<code>{}</code> at {}",
+                        esc(&shown(&s, &p.to_string())),
+                        time(at)
+                    )
                 }
                 _ => "–".into(),
             },
@@ -347,17 +354,18 @@ pub(crate) async fn job(
         Some(e) => format!(
             "<section class=\"card\"><h2>Last error <small>attempt {}</small></h2><pre class=\"error\">{}</pre></section>",
             j.attempts,
-            esc(e)
+            esc(&shown(&s, e))
         ),
         None => String::new(),
     };
-    let metadata = match &j.metadata {
-        Some(m) => format!(
+    let metadata =
+        match &j.metadata {
+            Some(m) => format!(
             "<section class=\"card\"><h2>Metadata</h2><pre class=\"payload\">{}</pre></section>",
-            esc(&serde_json::to_string_pretty(m).unwrap_or_default())
+            esc(&shown(&s, &serde_json::to_string_pretty(m).unwrap_or_default()))
         ),
-        None => String::new(),
-    };
+            None => String::new(),
+        };
     let attempts = s.queue.attempts(id).await?;
     let history = if attempts.is_empty() {
         "<p class=\"muted\">No attempt has ended yet.</p>".to_owned()
@@ -378,7 +386,7 @@ pub(crate) async fn job(
                     time(&a.ended_at),
                     esc(a.worker.as_deref().unwrap_or("–")),
                     error = match a.error.as_deref() {
-                        Some(e) if !e.is_empty() => format!("<pre class=\"error\">{}</pre>", esc(e)),
+                        Some(e) if !e.is_empty() => format!("<pre class=\"error\">{}</pre>", esc(&shown(&s, e))),
                         // No error to show (a lease that ran out, a success): no empty box.
                         _ => "<span class=\"muted\">–</span>".to_owned(),
                     },
@@ -436,6 +444,7 @@ pub(crate) async fn job(
         "<div class=\"actions\">{actions}</div><section class=\"card\"><dl class=\"fields\">{dl}</dl></section>\
          {error}{history}{output}{metadata}<section class=\"card\"><h2>Payload</h2>{payload}</section>"
     );
+    let body = body + &crate::audit::audit_section(&s, id).await;
     Ok(Html(page(
         &base,
         &format!("Job {id}"),

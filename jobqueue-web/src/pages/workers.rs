@@ -92,7 +92,7 @@ pub(crate) async fn periodic(State(s): St, orig: OriginalUri, uri: Uri) -> Page 
             esc(p.schedule.as_deref().unwrap_or("unknown")),
             p.next_tick.as_ref().map(time).unwrap_or_else(|| "–".into()),
             time(&p.last_tick),
-            esc(&p.last_job_error.as_deref().map(first_line).unwrap_or_default()),
+            esc(&shown(&s, &p.last_job_error.as_deref().map(first_line).unwrap_or_default())),
         ));
     }
     if list.is_empty() {

@@ -78,15 +78,26 @@ impl Driver {
     }
 
     pub async fn browser(&self) -> Client {
+        self.browser_with(&[]).await
+    }
+
+    /// A browser started with `extra` command-line arguments beside the usual ones.
+    pub async fn browser_with(&self, extra: &[&str]) -> Client {
         let chromium = binary(&["chromium", "chromium-browser"], "chromium");
+        let mut args = vec![
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,860",
+            "--hide-scrollbars",
+            "--force-device-scale-factor=1",
+        ];
+        args.extend_from_slice(extra);
         let mut caps = serde_json::Map::new();
         caps.insert(
             "goog:chromeOptions".into(),
-            json!({
-                "binary": chromium,
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         "--window-size=1280,860", "--hide-scrollbars", "--force-device-scale-factor=1"]
-            }),
+            json!({ "binary": chromium, "args": args }),
         );
         ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
             .capabilities(caps)

@@ -39,16 +39,40 @@ pub async fn insert_job(
     .last_insert_id()
 }
 
-/// A response: status, the `Location` header, the body.
+/// The session cookie every request of these helpers carries (unless it sets its own), as
+/// one browser would: pages' tokens are bound to it.
+pub const SESSION: &str = "testsessiontestsessiontestsessio";
+
+/// The host name the helpers' requests name: one the dashboard answers by default.
+pub const HOST: &str = "localhost";
+
+/// A response: status, the `Location` and `Set-Cookie` headers, the body.
 #[derive(Debug)]
 pub struct Reply {
     pub status: StatusCode,
     pub location: Option<String>,
+    pub headers: axum::http::HeaderMap,
     pub body: String,
 }
 
-/// Sends one request to the router.
-pub async fn send(router: &Router, req: Request<Body>) -> Reply {
+/// Sends one request to the router as a browser on the dashboard's own page would: with
+/// `Host: localhost` and the helpers' session cookie, unless the request names its own.
+pub async fn send(router: &Router, mut req: Request<Body>) -> Reply {
+    let h = req.headers_mut();
+    if !h.contains_key(header::HOST) {
+        h.insert(header::HOST, HOST.parse().unwrap());
+    }
+    if !h.contains_key(header::COOKIE) {
+        h.insert(
+            header::COOKIE,
+            format!("jobqueue_session={SESSION}").parse().unwrap(),
+        );
+    }
+    send_raw(router, req).await
+}
+
+/// Sends one request to the router exactly as it is (no host or cookie added).
+pub async fn send_raw(router: &Router, req: Request<Body>) -> Reply {
     let res = router
         .clone()
         .oneshot(req)
@@ -59,12 +83,14 @@ pub async fn send(router: &Router, req: Request<Body>) -> Reply {
         .headers()
         .get(header::LOCATION)
         .map(|v| v.to_str().expect("ascii location").to_owned());
+    let headers = res.headers().clone();
     let bytes = axum::body::to_bytes(res.into_body(), 16 << 20)
         .await
         .expect("read the body");
     Reply {
         status,
         location,
+        headers,
         body: String::from_utf8(bytes.to_vec()).expect("utf-8 body"),
     }
 }
@@ -74,32 +100,30 @@ pub async fn get(router: &Router, path: &str) -> Reply {
     send(router, Request::get(path).body(Body::empty()).unwrap()).await
 }
 
-/// POST a form to `path`, as a browser on the same origin would: with the anti-forgery
-/// cookie the dashboard gave it, here the token the form carries.
+/// POST a form to `path`, as a browser on the dashboard's page would: same origin, with the
+/// helpers' session cookie, to which the token the form carries (from [`csrf_of`] of a
+/// page got with [`get`]) is bound.
 pub async fn post(router: &Router, path: &str, form: &str) -> Reply {
-    let token = form
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("csrf="))
-        .map(str::to_owned);
-    post_with_cookie(router, path, form, token.as_deref()).await
+    post_with_cookie(router, path, form, Some(SESSION)).await
 }
 
-/// POST a form to `path` with `cookie` as the anti-forgery cookie (none if `None`).
+/// POST a form to `path` with `session` as the session cookie (none if `None`).
 pub async fn post_with_cookie(
     router: &Router,
     path: &str,
     form: &str,
-    cookie: Option<&str>,
+    session: Option<&str>,
 ) -> Reply {
     let mut req = Request::post(path)
+        .header(header::HOST, HOST)
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .header("sec-fetch-site", "same-origin");
-    if let Some(c) = cookie {
-        req = req.header(header::COOKIE, format!("theme=dark; jobqueue_csrf={c}"));
+        .header("sec-fetch-site", "same-origin")
+        .header(header::ORIGIN, format!("http://{HOST}"));
+    if let Some(c) = session {
+        req = req.header(header::COOKIE, format!("theme=dark; jobqueue_session={c}"));
     }
-    send(router, req.body(Body::from(form.to_owned())).unwrap()).await
+    send_raw(router, req.body(Body::from(form.to_owned())).unwrap()).await
 }
-
 /// The anti-forgery token of a page's forms.
 pub fn csrf_of(html: &str) -> String {
     let at = html
