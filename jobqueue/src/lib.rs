@@ -166,6 +166,9 @@ pub mod admin {
         Attempt, AttemptOutcome, CancelOutcome, InvalidCursor, JobCursor, JobFilter, JobPage,
         JobRecord, JobRef,
     };
+    // Actions on jobs picked by id, and what a job list shows beside its rows.
+    #[doc(inline)]
+    pub use jobqueue_runtime::{ListCounts, SelectionOutcome, MAX_NAMES, MAX_SELECTION};
     // Queues, workers and schedules.
     #[doc(inline)]
     pub use jobqueue_runtime::{

@@ -45,17 +45,23 @@ pub(super) fn bind_all<'q>(mut q: Query<'q>, args: &'q [Arg]) -> Query<'q> {
     q
 }
 
-/// `prefix%` for LIKE, with LIKE's own characters escaped.
-fn like_prefix(p: &str) -> String {
-    let mut s = String::with_capacity(p.len() + 1);
-    for c in p.chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            s.push('\\');
+/// `text` for a LIKE pattern with `ESCAPE '!'`: LIKE's own characters and the escape
+/// character are escaped with `!`. Not `\`, which is a plain character under the
+/// `NO_BACKSLASH_ESCAPES` mode a server may set (and the driver keeps).
+fn like_escaped(text: &str) -> String {
+    let mut s = String::with_capacity(text.len() + 2);
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '!') {
+            s.push('!');
         }
         s.push(c);
     }
-    s.push('%');
     s
+}
+
+/// `prefix%` for `LIKE ? ESCAPE '!'`.
+fn like_prefix(p: &str) -> String {
+    format!("{}%", like_escaped(p))
 }
 
 pub(super) fn where_clause(conds: &[&str]) -> String {
@@ -146,8 +152,14 @@ pub(super) fn conditions(query: &JobFilter) -> (Vec<&'static str>, Vec<Arg>) {
         args.push(Arg::Text(k.clone()));
     }
     if let Some(p) = query.key_prefix.as_deref().filter(|p| !p.is_empty()) {
-        conds.push("task_key LIKE ?");
+        conds.push("task_key LIKE ? ESCAPE '!'");
         args.push(Arg::Bytes(like_prefix(p).into_bytes()));
+    }
+    if let Some(e) = query.error_contains.as_deref().filter(|e| !e.is_empty()) {
+        // Not indexed: bounded by the list's time limit. The explicit collation makes the
+        // match ignore case (the column's own is binary).
+        conds.push("last_error COLLATE utf8mb4_general_ci LIKE ? ESCAPE '!'");
+        args.push(Arg::Text(format!("%{}%", like_escaped(e))));
     }
     if let Some((key, value)) = &query.meta {
         // JSON_EXTRACT and JSON_UNQUOTE behave alike on MySQL's JSON type and MariaDB's
