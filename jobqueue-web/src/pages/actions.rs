@@ -9,7 +9,11 @@ pub(crate) struct Csrf {
 }
 
 /// Refuses an action in read-only mode, from another site, or without the page's token.
-async fn check_action(s: &Shared, headers: &HeaderMap, token: &str) -> Result<(), Failure> {
+pub(super) async fn check_action(
+    s: &Shared,
+    headers: &HeaderMap,
+    token: &str,
+) -> Result<(), Failure> {
     if s.read_only {
         return Err(Failure(
             StatusCode::FORBIDDEN,
@@ -30,7 +34,7 @@ async fn check_action(s: &Shared, headers: &HeaderMap, token: &str) -> Result<()
     Ok(())
 }
 
-fn back(location: String, notice: &str) -> Response {
+pub(super) fn back(location: String, notice: &str) -> Response {
     let sep = if location.contains('?') { '&' } else { '?' };
     let loc = format!("{location}{sep}notice={}", url(notice));
     let mut res = Redirect::to(&loc).into_response();
@@ -41,7 +45,7 @@ fn back(location: String, notice: &str) -> Response {
     res
 }
 
-fn action_base(orig: &OriginalUri, uri: &Uri) -> String {
+pub(super) fn action_base(orig: &OriginalUri, uri: &Uri) -> String {
     let full = orig.0.path();
     full.strip_suffix(uri.path()).unwrap_or("").to_owned()
 }
