@@ -119,7 +119,7 @@ pub(crate) fn time_ago(
         _ => format!("{} d", s / 86400),
     };
     let rel = match secs {
-        -4..=4 => "now".to_owned(),
+        -4..=4 => "just now".to_owned(),
         s if s > 0 => format!("{} ago", words(s)),
         s => format!("in {}", words(-s)),
     };

@@ -89,9 +89,17 @@
   control.appendChild(button);
   control.appendChild(label);
   control.appendChild(state);
+  // Beside the page's title, in a row of their own.
   var h1 = document.querySelector("main h1");
-  if (h1) h1.parentNode.insertBefore(control, h1.nextSibling);
-  else live.parentNode.insertBefore(control, live);
+  if (h1) {
+    var row = document.createElement("div");
+    row.className = "title-row";
+    h1.parentNode.insertBefore(row, h1);
+    row.appendChild(h1);
+    row.appendChild(control);
+  } else {
+    live.parentNode.insertBefore(control, live);
+  }
 
   // Why the page does not refresh now, or "" when it may.
   function holdReason() {
@@ -100,7 +108,11 @@
     if (document.hidden) return "hidden";
     if (live.querySelector("input[type=checkbox]:checked")) return "jobs selected";
     var a = document.activeElement;
-    if (a && a !== select && a !== button && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName)) {
+    // A field being typed in or chosen from; a box ticked and unticked again, or a button
+    // pressed, is no edit in progress.
+    var typing = a && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName) &&
+      !/^(checkbox|radio|submit|button|reset)$/.test(a.type);
+    if (typing && a !== select) {
       return "editing";
     }
     return "";
@@ -119,7 +131,7 @@
     else if (why === "off") text = "not refreshing";
     else if (why === "jobs selected") text = "paused while jobs are selected";
     else if (why === "editing") text = "paused while you type";
-    else text = "refreshes every " + interval + " s";
+    else text = "live";
     if (lastRefresh > 0) text += " · updated " + time(new Date(lastRefresh));
     state.textContent = text;
     live.setAttribute("data-refresh-state", why === "" ? "on" : why);
