@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use crate::error::{Error, JobRef, Result};
 use crate::maintenance::GAUGE_INTERVAL;
-use crate::model::{CancelOutcome, JobStatus, StatusCounts, OVERVIEW_COUNT_CAP};
+use crate::model::{
+    CancelOutcome, JobCursor, JobFilter, JobStatus, StatusCounts, OVERVIEW_COUNT_CAP,
+};
 use crate::queue::Queue;
 use crate::store::operator::{Deletion, NameColumn};
 
@@ -211,6 +213,31 @@ impl Queue {
             capped,
             counted_secs_ago: counted.map(|age: Duration| age.as_secs_f64()),
         })
+    }
+
+    /// The cursor of the page before the page of [`Queue::list`] that starts after
+    /// `cursor` ("newer" in a listing newest first): `Ok(Some(None))` when that page is the
+    /// first (list it without a cursor), `Ok(Some(Some(c)))` to list it after `c`. It is
+    /// read now: jobs that entered the listing since the pages were read shift it, as they
+    /// would shift a new first page. `Ok(None)` when a filter no index serves ran into the
+    /// list's time limit. It reads the listing backwards from `cursor`: `limit + 1` index
+    /// entries, through the same index as the page.
+    pub async fn previous_cursor(
+        &self,
+        filter: &JobFilter,
+        cursor: &JobCursor,
+        limit: u32,
+    ) -> Result<Option<Option<JobCursor>>> {
+        if cursor.status() != filter.status {
+            return Err(Error::InvalidSetting {
+                setting: "cursor",
+                reason: format!(
+                    "cursor {cursor} continues a listing of another status than this filter's: \
+                     start this listing without a cursor"
+                ),
+            });
+        }
+        self.store().previous_cursor(filter, cursor, limit).await
     }
 
     /// Counts the queue gauges if this caller wins the turn. Returns whether it counted.

@@ -808,3 +808,83 @@ async fn the_new_statements_are_served_by_their_indexes() {
         }
     }
 }
+
+/// The ids of the jobs a list page shows, in its order.
+fn page_ids(body: &str) -> Vec<u64> {
+    body.split("<td class=\"n\"><a href=\"/jobs/")
+        .skip(1)
+        .map(|s| s[..s.find('"').unwrap()].parse().unwrap())
+        .collect()
+}
+
+/// The pager's link `rel` ("next", "prev"), as a path.
+fn pager_link(body: &str, rel: &str) -> Option<String> {
+    let at = body.find(&format!("\" rel=\"{rel}\""))?;
+    let head = &body[..at];
+    Some(head[head.rfind("href=\"")? + 6..].replace("&amp;", "&"))
+}
+
+#[tokio::test]
+async fn newer_pages_lead_back_through_the_pages_older_ones_led_to() {
+    let queue = fresh_queue("web_lists_newer").await;
+    for i in 0..230u32 {
+        let (q, status) = match i % 3 {
+            0 => ("alpha", "done"),
+            1 => ("beta", "ready"),
+            _ => ("alpha", "ready"),
+        };
+        insert_job(&queue, q, "k", &format!("newer:{i}"), "{}", status, None).await;
+    }
+    // Ties: ready jobs sharing one due time are ordered by id.
+    sqlx::query(
+        "UPDATE job_queue SET run_at = '2026-01-01 00:00:00' WHERE status = 'ready' AND id % 4 = 0",
+    )
+    .execute(queue.pool())
+    .await
+    .unwrap();
+    let router = Dashboard::new(queue.clone()).router();
+    for start in [
+        "/jobs",
+        "/jobs?status=done",
+        "/jobs?status=ready",
+        "/jobs?queue=alpha&status=ready",
+        "/jobs?queue=alpha",
+    ] {
+        // Forwards with "Older"/"Later", then back with "Newer"/"Earlier": the same pages.
+        let mut pages = Vec::new();
+        let mut path = start.to_owned();
+        loop {
+            let body = get(&router, &path).await.body;
+            pages.push(page_ids(&body));
+            match pager_link(&body, "next") {
+                Some(next) => path = next,
+                None => break,
+            }
+        }
+        assert!(
+            pages.len() >= 2 || start.contains("status=done"),
+            "{start}: {pages:?}"
+        );
+        let first = get(&router, start).await.body;
+        assert_eq!(
+            pager_link(&first, "prev"),
+            None,
+            "no newer page before the first"
+        );
+        let mut back = vec![pages.last().unwrap().clone()];
+        loop {
+            let body = get(&router, &path).await.body;
+            match pager_link(&body, "prev") {
+                Some(prev) => {
+                    path = prev;
+                    back.push(page_ids(&get(&router, &path).await.body));
+                }
+                None => break,
+            }
+        }
+        back.reverse();
+        assert_eq!(back, pages, "{start}");
+        // The last step back lands on the first page itself, without a cursor.
+        assert_eq!(path.split("cursor=").count(), 1, "{start}: {path}");
+    }
+}

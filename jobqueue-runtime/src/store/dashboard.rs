@@ -546,7 +546,7 @@ pub(crate) const LIST_TIME_LIMIT: Duration = Duration::from_secs(1);
 /// as a comment (before 12.0); MySQL reads the first as a comment and obeys the hint,
 /// `MAX_EXECUTION_TIME(<milliseconds>)`, which it applies to a read-only SELECT only.
 /// Either stops the statement with an error ([`DbErrorKind::StatementTimeout`]).
-fn time_limited(sql: &str, limit: Duration) -> String {
+pub(super) fn time_limited(sql: &str, limit: Duration) -> String {
     let hinted = sql.replacen(
         "SELECT ",
         &format!("SELECT /*+ MAX_EXECUTION_TIME({}) */ ", limit.as_millis()),
@@ -561,7 +561,7 @@ fn time_limited(sql: &str, limit: Duration) -> String {
 /// Whether a listing of `status` goes newest first (finished jobs, by when they finished)
 /// rather than next first (waiting jobs by when they are due, running ones by when their
 /// lease expires).
-fn newest_first(status: JobStatus) -> bool {
+pub(super) fn newest_first(status: JobStatus) -> bool {
     matches!(
         status,
         JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled

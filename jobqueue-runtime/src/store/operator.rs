@@ -6,10 +6,15 @@
 
 use std::time::Duration;
 
+use chrono::NaiveDateTime;
 use sqlx::Row;
 
+use super::dashboard::{
+    bind_all, conditions, newest_first, time_limited, where_clause, Arg, LIST_TIME_LIMIT,
+};
 use super::*;
-use crate::model::{JobStatus, StatusCounts};
+use crate::model::{JobCursor, JobFilter, JobStatus, StatusCounts};
+use crate::store::errors::{classify, DbErrorKind};
 
 /// Makes a `scheduled` job ready now: what promotion does when its `run_at` comes, with
 /// `run_at` moved to now so that it keeps its place among the ready jobs of its priority.
@@ -230,4 +235,105 @@ impl Store {
         };
         Ok(n.max(0) as u64)
     }
+
+    /// Where the page before the one starting after `cursor` starts: the cursor of the row
+    /// `limit` places before the first row of that page (`Some(None)`: the page before is the
+    /// first). `None` when the statement ran into the list's time limit.
+    pub(crate) async fn previous_cursor(
+        &self,
+        query: &JobFilter,
+        cursor: &JobCursor,
+        limit: u32,
+    ) -> Result<Option<Option<JobCursor>>> {
+        let (sql, args) = previous_statement(query, cursor, limit);
+        let sql = time_limited(&sql, LIST_TIME_LIMIT);
+        let rows = match bind_all(sqlx::query(&sql), &args)
+            .fetch_all(&self.pool)
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) if classify(&e) == Some(DbErrorKind::StatementTimeout) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let Some(r) = rows.get(limit as usize) else {
+            return Ok(Some(None));
+        };
+        Ok(Some(Some(JobCursor {
+            status: query.status,
+            at: match query.status {
+                Some(_) => r.try_get::<Option<NaiveDateTime>, _>(1)?,
+                None => None,
+            },
+            id: r.try_get(0)?,
+        })))
+    }
+}
+
+/// The statement of [`Store::previous_cursor`]: the listing of `query` read backwards
+/// from `cursor` (which is included: it is the last row of the page before), `limit + 1`
+/// rows of ids and times. The same indexes and ranges as a page of the list, the other way.
+pub(crate) fn previous_statement(
+    query: &JobFilter,
+    cursor: &JobCursor,
+    limit: u32,
+) -> (String, Vec<Arg>) {
+    let (mut conds, mut args) = conditions(query);
+    let (index, order) = match query.status {
+        None => {
+            conds.push("id >= ?");
+            args.push(Arg::Int(cursor.id));
+            let index = if query.queue.is_some() {
+                " FORCE INDEX (job_queue_list_queue)"
+            } else if query.kind.is_some() {
+                " FORCE INDEX (job_queue_list_kind)"
+            } else {
+                ""
+            };
+            (index, "id")
+        }
+        Some(status) => {
+            // Backwards through a listing newest first is forwards in time, and the other
+            // way; rows without a time are at the newest end of neither.
+            let forwards_in_time = newest_first(status);
+            match (forwards_in_time, cursor.at) {
+                (true, Some(at)) => {
+                    conds.push("(status_at > ? OR (status_at = ? AND id >= ?))");
+                    args.extend([Arg::Time(at), Arg::Time(at), Arg::Int(cursor.id)]);
+                }
+                (true, None) => {
+                    conds.push("(status_at IS NOT NULL OR id >= ?)");
+                    args.push(Arg::Int(cursor.id));
+                }
+                (false, Some(at)) => {
+                    conds.push(
+                        "(status_at < ? OR (status_at = ? AND id <= ?) OR status_at IS NULL)",
+                    );
+                    args.extend([Arg::Time(at), Arg::Time(at), Arg::Int(cursor.id)]);
+                }
+                (false, None) => {
+                    conds.push("(status_at IS NULL AND id <= ?)");
+                    args.push(Arg::Int(cursor.id));
+                }
+            }
+            let index = if query.queue.is_some() {
+                " FORCE INDEX (job_queue_queue_status_at)"
+            } else {
+                " FORCE INDEX (job_queue_status_at)"
+            };
+            let order = if forwards_in_time {
+                "status_at, id"
+            } else {
+                "status_at DESC, id DESC"
+            };
+            (index, order)
+        }
+    };
+    args.push(Arg::Int(u64::from(limit) + 1));
+    (
+        format!(
+            "SELECT id, status_at FROM job_queue{index} {} ORDER BY {order} LIMIT ?",
+            where_clause(&conds)
+        ),
+        args,
+    )
 }

@@ -245,7 +245,27 @@ pub(crate) async fn jobs(
     }
     let qs = f.to_query();
     let mut pager = String::new();
-    if cursor.is_some() {
+    if let (Some(c), Some(_)) = (&cursor, &page_) {
+        pager.push_str(&format!("<a href=\"{b}/jobs?{}\">« First</a>", esc(&qs)));
+        // The page before this one, read backwards from where this one starts (nothing
+        // when that read runs into the time limit).
+        if let Some(prev) = s.queue.previous_cursor(&query, c, PAGE_SIZE).await? {
+            let href = match prev {
+                Some(p) if qs.is_empty() => format!("cursor={}", url(&p.to_string())),
+                Some(p) => format!("{qs}&cursor={}", url(&p.to_string())),
+                None => qs.clone(),
+            };
+            let label = if query.order().starts_with("newest") {
+                "‹ Newer"
+            } else {
+                "‹ Earlier"
+            };
+            pager.push_str(&format!(
+                "<a href=\"{b}/jobs?{}\" rel=\"prev\">{label}</a>",
+                esc(&href)
+            ));
+        }
+    } else if cursor.is_some() {
         pager.push_str(&format!("<a href=\"{b}/jobs?{}\">« First</a>", esc(&qs)));
     }
     if let Some(next) = page_.as_ref().and_then(|p| p.next.as_ref()) {
