@@ -85,6 +85,8 @@ pub mod __store {
             CAPPED_QUEUE_STATUS_COUNT, CAPPED_STATUS_COUNT, NEXT_KIND_NAME, NEXT_QUEUE_NAME,
             RUN_NOW_UPDATE,
         };
+        // The job list's "Newer" page: its listing read backwards, with its arguments.
+        pub use crate::store::previous_statement;
         // An operator's prune of the jobs matching a filter: its count and its batch's
         // locking read, with their arguments.
         pub use crate::store::{prune_matching_count, prune_matching_select};

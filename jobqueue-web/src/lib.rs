@@ -16,7 +16,8 @@
 //! `jobqueue web --listen 127.0.0.1:8080` serves it stand-alone. Everything it shows and
 //! does goes through the operator API of [`jobqueue::Queue`]. Pages are rendered on the
 //! server (every value from the database is HTML-escaped); the stylesheet and a small
-//! script that refreshes the overview every 2 seconds are served from the binary.
+//! script that refreshes the live pages (every 5 seconds, with a pause control) are served
+//! from the binary.
 //!
 //! Security: actions are POSTs that carry an anti-forgery token (double-submitted in a cookie) and are refused
 //! when the browser says they come from another site; [`Dashboard::read_only`] hides and

@@ -752,8 +752,8 @@ async fn the_status_tabs_count_capped_and_by_queue() {
 #[tokio::test]
 async fn the_new_statements_are_served_by_their_indexes() {
     use jobqueue_runtime::__store::statements::{
-        Arg, CAPPED_QUEUE_STATUS_COUNT, CAPPED_STATUS_COUNT, NEXT_KIND_NAME, NEXT_QUEUE_NAME,
-        RUN_NOW_UPDATE,
+        previous_statement, Arg, CAPPED_QUEUE_STATUS_COUNT, CAPPED_STATUS_COUNT, NEXT_KIND_NAME,
+        NEXT_QUEUE_NAME, RUN_NOW_UPDATE,
     };
     let queue = fresh_queue("web_lists_plans").await;
     // Rows of every status, so that the plans are those of a table in use.
@@ -806,6 +806,35 @@ async fn the_new_statements_are_served_by_their_indexes() {
             assert_eq!(p.2.as_deref(), Some(key), "{sql}: {plan:?}");
             assert!(!p.4.contains("filesort"), "{sql}: {plan:?}");
         }
+    }
+    // The "Newer" page's backwards read goes through the index of the page it leads to.
+    for (filter, cursor, key) in [
+        (JobFilter::default(), "1500", "PRIMARY"),
+        (
+            JobFilter::default().queue("q1"),
+            "1500",
+            "job_queue_list_queue",
+        ),
+        (
+            JobFilter::default().kind("k1"),
+            "1500",
+            "job_queue_list_kind",
+        ),
+        (
+            JobFilter::default().status(JobStatus::Done),
+            "done.1764662400123456.1500",
+            "job_queue_status_at",
+        ),
+        (
+            JobFilter::default().status(JobStatus::Ready).queue("q1"),
+            "ready.1764662400123456.1500",
+            "job_queue_queue_status_at",
+        ),
+    ] {
+        let (sql, args) = previous_statement(&filter, &cursor.parse().unwrap(), 50);
+        let plan = store.explain(&sql, &args).await.unwrap();
+        assert_eq!(plan[0].2.as_deref(), Some(key), "{sql}: {plan:?}");
+        assert!(!plan[0].4.contains("filesort"), "{sql}: {plan:?}");
     }
 }
 

@@ -230,6 +230,7 @@ pub use limits::{
 };
 pub use maintenance::DEFAULT_MAX_LEASE_EXPIRIES;
 pub use maintenance::{PROMOTE_PROBE, PROMOTE_SELECT, PRUNE_SELECT, RECLAIM_SELECT};
+pub use operator::previous_statement;
 pub use operator::{
     CAPPED_QUEUE_STATUS_COUNT, CAPPED_STATUS_COUNT, NEXT_KIND_NAME, NEXT_QUEUE_NAME, RUN_NOW_UPDATE,
 };
