@@ -269,7 +269,7 @@ impl Store {
     }
 }
 
-/// The statement of [`Store::previous_cursor`]: the listing of `query` read backwards
+/// The statement of `Queue::previous_cursor`: the listing of `query` read backwards
 /// from `cursor` (which is included: it is the last row of the page before), `limit + 1`
 /// rows of ids and times. The same indexes and ranges as a page of the list, the other way.
 pub fn previous_statement(query: &JobFilter, cursor: &JobCursor, limit: u32) -> (String, Vec<Arg>) {
