@@ -186,8 +186,16 @@ async fn the_daily_workflows_work_in_a_real_browser() {
         row(&queue, seeded.failed[2]).await.status,
         JobStatus::Failed
     );
-    // Back on the failed jobs: only the one not ticked is left.
+    // Back on the failed jobs: only the one not ticked is left, and counted.
     assert_eq!(listed(&b).await, [seeded.failed[2]]);
+    let tab = b
+        .find(Locator::Css("nav.tabs a.active"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(tab, "failed 1");
     shot(&b, "lists-retried").await;
 
     // Run a scheduled job now, from the list of scheduled jobs.

@@ -109,6 +109,10 @@ async fn ticked_jobs_are_retried_run_cancelled_and_deleted_with_a_notice() {
     for id in [failed1, failed2, ready] {
         assert_eq!(row(&queue, id).await.status, JobStatus::Ready);
     }
+    // The tabs count what the action changed at once.
+    let page = get(&router, "/jobs").await.body;
+    assert_eq!(tab_count(&page, "failed"), "0");
+    assert_eq!(tab_count(&page, "ready"), "3");
 
     // Run now: the scheduled job becomes ready now, the ready one is left alone.
     let r = post(

@@ -169,8 +169,7 @@ pub(crate) async fn selection(
         }
         e => e.into(),
     })?;
-    // What the action changed shows on the next page, not a second later.
-    s.overview.lock().await.take();
+    recount(&s).await;
     Ok(back(location, &summary(act, &out)))
 }
 
@@ -186,7 +185,7 @@ pub(crate) async fn delete(
     check_action(&s, &headers, &c.csrf).await?;
     let base = action_base(&orig, &uri);
     let deleted = s.queue.delete(id).await.map_err(not_found(id))?;
-    s.overview.lock().await.take();
+    recount(&s).await;
     if deleted {
         Ok(back(
             format!("{base}/jobs"),
@@ -225,11 +224,21 @@ pub(crate) async fn run_now(
             .unwrap_or_else(|| "gone".into());
         format!("Job {id} is {status}, not scheduled: it was not changed (0 jobs changed).")
     };
-    s.overview.lock().await.take();
+    recount(&s).await;
     Ok(back(
         format!("{}/jobs/{id}", action_base(&orig, &uri)),
         &msg,
     ))
+}
+
+/// What an action changed shows on the next page, not a few seconds later: the overview's
+/// kept figures are dropped and the queue gauges (the list's tabs) counted again. A user
+/// without the right to write the gauges sees them as the workers count them.
+async fn recount(s: &Shared) {
+    s.overview.lock().await.take();
+    if let Err(e) = s.queue.recount_gauges().await {
+        tracing::debug!(error = %e, "cannot count the queue gauges");
+    }
 }
 
 /// The anti-forgery token of a one-button form.
