@@ -14,6 +14,7 @@ pub mod key;
 mod maintenance;
 mod metrics;
 mod model;
+mod operator;
 mod progress;
 mod queue;
 pub mod registry;
@@ -41,6 +42,7 @@ pub use model::{
     MAX_ATTEMPT_HISTORY, MAX_OUTPUT_BYTES, OVERVIEW_COUNT_CAP,
 };
 pub use model::{InvalidCursor, JobCursor, JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
+pub use operator::{ListCounts, SelectionOutcome, MAX_NAMES, MAX_SELECTION};
 pub use progress::MAX_PROGRESS_BYTES;
 pub use queue::{pool_options, redact_url, Queue, QueueConfig};
 pub use retry::Backoff;
@@ -80,6 +82,13 @@ pub mod __store {
         // The operator dashboard's statements for a filter, with their arguments; run one
         // with `Store::explain`.
         pub use crate::store::{dashboard_statements, Arg};
+        // The job list's pickers and status tabs, and an operator's "run now".
+        pub use crate::store::{
+            CAPPED_QUEUE_STATUS_COUNT, CAPPED_STATUS_COUNT, NEXT_KIND_NAME, NEXT_QUEUE_NAME,
+            RUN_NOW_UPDATE,
+        };
+        // The job list's "Newer" page: its listing read backwards, with its arguments.
+        pub use crate::store::previous_statement;
         // An operator's prune of the jobs matching a filter: its count and its batch's
         // locking read, with their arguments.
         pub use crate::store::{prune_matching_count, prune_matching_select};

@@ -76,7 +76,11 @@ pub(crate) fn page(
          <title>{title} · jobqueue</title>\
          <link rel=\"stylesheet\" href=\"{b}/assets/style.css\">\
          <script src=\"{b}/assets/dashboard.js\" defer></script></head>\
-         <body><header><span class=\"brand\">jobqueue</span><nav>{nav}</nav></header>\
+         <body><header><span class=\"brand\">jobqueue</span><nav>{nav}</nav>\
+         <form method=\"get\" action=\"{b}/search\" class=\"search\" role=\"search\">\
+         <input type=\"search\" name=\"q\" placeholder=\"Job id or task key\" \
+         aria-label=\"Find a job by id or task key\" autocomplete=\"off\">\
+         <button type=\"submit\">Find</button></form></header>\
          <main>{notice}<h1>{title}</h1>{body}</main></body></html>",
         title = esc(title),
         b = esc(base),
@@ -102,6 +106,44 @@ pub(crate) fn age(secs: f64) -> String {
 /// A database time (UTC) for a table cell.
 pub(crate) fn time(t: &chrono::DateTime<chrono::Utc>) -> String {
     format!("<time>{}</time>", t.format("%Y-%m-%d %H:%M:%S"))
+}
+
+/// A time as how long ago it is (or how far ahead), with the UTC time as its title: "3 min
+/// ago", "in 2 h". `now` is the database's clock, which wrote the time.
+pub(crate) fn time_ago(
+    t: &chrono::DateTime<chrono::Utc>,
+    now: &chrono::DateTime<chrono::Utc>,
+) -> String {
+    let secs = (*now - *t).num_seconds();
+    let words = |s: i64| match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min", s / 60),
+        3600..=86399 => format!("{} h", s / 3600),
+        _ => format!("{} d", s / 86400),
+    };
+    let rel = match secs {
+        -4..=4 => "just now".to_owned(),
+        s if s > 0 => format!("{} ago", words(s)),
+        s => format!("in {}", words(-s)),
+    };
+    format!(
+        "<time datetime=\"{}\" title=\"{} UTC\">{rel}</time>",
+        t.format("%Y-%m-%dT%H:%M:%S%.6fZ"),
+        t.format("%Y-%m-%d %H:%M:%S")
+    )
+}
+
+/// `n` with thousands separators: `12,345`.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// A POST form with one button, carrying the anti-forgery token.

@@ -18,7 +18,8 @@
 //! `jobqueue web --listen 127.0.0.1:8080` serves it stand-alone. Everything it shows and
 //! does goes through the operator API of [`jobqueue::Queue`]. Pages are rendered on the
 //! server (every value from the database is HTML-escaped); the stylesheet and a small
-//! script that refreshes the overview every 2 seconds are served from the binary.
+//! script that refreshes the live pages (every 5 seconds, with a pause control) are served
+//! from the binary.
 //!
 //! # Security
 //!
@@ -282,6 +283,10 @@ impl Dashboard {
             .route("/bulk", get(pages::bulk_confirm).post(pages::bulk))
             .route("/jobs/{id}/retry", post(pages::retry))
             .route("/jobs/{id}/cancel", post(pages::cancel))
+            .route("/jobs/selection", post(pages::selection))
+            .route("/jobs/{id}/delete", post(pages::delete))
+            .route("/jobs/{id}/run-now", post(pages::run_now))
+            .route("/search", get(pages::search))
             .route("/queues/{queue}/pause", post(pages::pause))
             .route("/queues/{queue}/resume", post(pages::resume))
             .route("/purge", post(pages::purge))

@@ -169,6 +169,9 @@ pub mod admin {
     // Who did what from the dashboard.
     #[doc(inline)]
     pub use jobqueue_runtime::{AuditEntry, AUDIT_JOB_ROWS};
+    // Actions on jobs picked by id, and what a job list shows beside its rows.
+    #[doc(inline)]
+    pub use jobqueue_runtime::{ListCounts, SelectionOutcome, MAX_NAMES, MAX_SELECTION};
     // Queues, workers and schedules.
     #[doc(inline)]
     pub use jobqueue_runtime::{

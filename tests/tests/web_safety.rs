@@ -568,6 +568,16 @@ async fn redaction_hides_every_field_a_producer_controls() {
         let r = get(&router, path).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{path}");
     }
+    // The search box finds by id, never by a guessed key.
+    let r = get(&router, "/search?q=key-secret%3Aada%40example.invalid").await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert!(!r.body.contains(&format!("/jobs/{id}")), "{}", r.body);
+    let r = get(&router, &format!("/search?q={id}")).await;
+    assert_eq!(
+        r.location.as_deref(),
+        Some(format!("/jobs/{id}").as_str()),
+        "found by id"
+    );
 }
 
 #[tokio::test]

@@ -394,6 +394,8 @@ pub struct JobFilter {
     /// Only jobs whose metadata has this key with this value (a JSON string equal to it, or
     /// a number or boolean that prints as it: `42`, `true`).
     pub meta: Option<(String, String)>,
+    /// Only jobs whose last error contains this text (see [`JobFilter::error_contains`]).
+    pub error_contains: Option<String>,
 }
 
 impl JobFilter {
@@ -453,6 +455,18 @@ impl JobFilter {
     /// a queue on a large table.
     pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.meta = Some((key.into(), value.into()));
+        self
+    }
+
+    /// Only jobs whose `last_error` contains `text`, ignoring case (`%` and `_` are plain
+    /// characters here; an empty text matches every job).
+    ///
+    /// Errors are not indexed: like [`JobFilter::meta`], the list reads the jobs the other
+    /// filters select and tests each, and a page of [`Queue::list`](crate::Queue::list)
+    /// stops after a second ([`Error::FilterTooSlow`](crate::Error::FilterTooSlow)). Combine
+    /// it with a status (`failed`) and a queue on a large table.
+    pub fn error_contains(mut self, text: impl Into<String>) -> Self {
+        self.error_contains = Some(text.into());
         self
     }
 }

@@ -45,17 +45,23 @@ pub(super) fn bind_all<'q>(mut q: Query<'q>, args: &'q [Arg]) -> Query<'q> {
     q
 }
 
-/// `prefix%` for LIKE, with LIKE's own characters escaped.
-fn like_prefix(p: &str) -> String {
-    let mut s = String::with_capacity(p.len() + 1);
-    for c in p.chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            s.push('\\');
+/// `text` for a LIKE pattern with `ESCAPE '!'`: LIKE's own characters and the escape
+/// character are escaped with `!`. Not `\`, which is a plain character under the
+/// `NO_BACKSLASH_ESCAPES` mode a server may set (and the driver keeps).
+fn like_escaped(text: &str) -> String {
+    let mut s = String::with_capacity(text.len() + 2);
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '!') {
+            s.push('!');
         }
         s.push(c);
     }
-    s.push('%');
     s
+}
+
+/// `prefix%` for `LIKE ? ESCAPE '!'`.
+fn like_prefix(p: &str) -> String {
+    format!("{}%", like_escaped(p))
 }
 
 pub(super) fn where_clause(conds: &[&str]) -> String {
@@ -150,8 +156,14 @@ pub(super) fn conditions(query: &JobFilter) -> (Vec<&'static str>, Vec<Arg>) {
         args.push(Arg::Text(k.clone()));
     }
     if let Some(p) = query.key_prefix.as_deref().filter(|p| !p.is_empty()) {
-        conds.push("task_key LIKE ?");
+        conds.push("task_key LIKE ? ESCAPE '!'");
         args.push(Arg::Bytes(like_prefix(p).into_bytes()));
+    }
+    if let Some(e) = query.error_contains.as_deref().filter(|e| !e.is_empty()) {
+        // Not indexed: bounded by the list's time limit. The explicit collation makes the
+        // match ignore case (the column's own is binary).
+        conds.push("last_error COLLATE utf8mb4_general_ci LIKE ? ESCAPE '!'");
+        args.push(Arg::Text(format!("%{}%", like_escaped(e))));
     }
     if let Some((key, value)) = &query.meta {
         // JSON_EXTRACT and JSON_UNQUOTE behave alike on MySQL's JSON type and MariaDB's
@@ -539,7 +551,7 @@ pub(crate) const LIST_TIME_LIMIT: Duration = Duration::from_secs(1);
 /// as a comment (before 12.0); MySQL reads the first as a comment and obeys the hint,
 /// `MAX_EXECUTION_TIME(<milliseconds>)`, which it applies to a read-only SELECT only.
 /// Either stops the statement with an error ([`DbErrorKind::StatementTimeout`]).
-fn time_limited(sql: &str, limit: Duration) -> String {
+pub(super) fn time_limited(sql: &str, limit: Duration) -> String {
     let hinted = sql.replacen(
         "SELECT ",
         &format!("SELECT /*+ MAX_EXECUTION_TIME({}) */ ", limit.as_millis()),
@@ -554,7 +566,7 @@ fn time_limited(sql: &str, limit: Duration) -> String {
 /// Whether a listing of `status` goes newest first (finished jobs, by when they finished)
 /// rather than next first (waiting jobs by when they are due, running ones by when their
 /// lease expires).
-fn newest_first(status: JobStatus) -> bool {
+pub(super) fn newest_first(status: JobStatus) -> bool {
     matches!(
         status,
         JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled

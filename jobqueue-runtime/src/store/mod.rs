@@ -197,6 +197,7 @@ mod lease;
 pub(crate) mod limits;
 mod maintenance;
 pub(crate) mod migrate;
+pub(crate) mod operator;
 mod outcome;
 mod progress;
 pub(crate) mod server;
@@ -231,6 +232,10 @@ pub use limits::{
 };
 pub use maintenance::DEFAULT_MAX_LEASE_EXPIRIES;
 pub use maintenance::{PROMOTE_PROBE, PROMOTE_SELECT, PRUNE_SELECT, RECLAIM_SELECT};
+pub use operator::previous_statement;
+pub use operator::{
+    CAPPED_QUEUE_STATUS_COUNT, CAPPED_STATUS_COUNT, NEXT_KIND_NAME, NEXT_QUEUE_NAME, RUN_NOW_UPDATE,
+};
 pub use progress::PROGRESS_UPDATE;
 pub use server::ServerInfo;
 pub use testing::{BLOCKED_IN_QUEUE, BRING_FORWARD_SELECT};

@@ -73,7 +73,7 @@ pub(crate) fn back(location: String, notice: &str) -> Response {
     res
 }
 
-fn action_base(orig: &OriginalUri, uri: &Uri) -> String {
+pub(super) fn action_base(orig: &OriginalUri, uri: &Uri) -> String {
     let full = orig.0.path();
     full.strip_suffix(uri.path()).unwrap_or("").to_owned()
 }

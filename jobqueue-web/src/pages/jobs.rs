@@ -1,6 +1,10 @@
 //! The job list with its filters, and one job's page.
 
 use super::*;
+use crate::html::{thousands, time_ago};
+
+/// The longest text the error filter searches for.
+const MAX_ERROR_TEXT: usize = 200;
 
 #[derive(Debug, Deserialize, Default, Clone)]
 pub(crate) struct Filter {
@@ -15,6 +19,9 @@ pub(crate) struct Filter {
     /// `key=value` over the jobs' metadata.
     #[serde(default)]
     pub(super) meta: String,
+    /// Text the last error contains.
+    #[serde(default)]
+    pub(super) error: String,
     #[serde(default)]
     pub(super) from: String,
     #[serde(default)]
@@ -63,6 +70,18 @@ impl Filter {
             };
             q = q.meta(key, value);
         }
+        if !self.error.is_empty() {
+            // A substring search costs the text's length per character of each error read:
+            // a short text keeps a row's test short, so that the list's time limit holds.
+            let n = self.error.chars().count();
+            if n > MAX_ERROR_TEXT {
+                return Err(Failure(
+                    StatusCode::BAD_REQUEST,
+                    format!("the error text to find is {n} characters long: search with at most {MAX_ERROR_TEXT}"),
+                ));
+            }
+            q = q.error_contains(self.error.clone());
+        }
         Ok(q.created(parse_time(&self.from)?, parse_time(&self.to)?))
     }
 
@@ -89,6 +108,7 @@ impl Filter {
             ("status", &self.status),
             ("key", &self.key),
             ("meta", &self.meta),
+            ("error", &self.error),
             ("from", &self.from),
             ("to", &self.to),
         ]
@@ -106,6 +126,7 @@ impl Filter {
             ("status", &self.status),
             ("key", &self.key),
             ("meta", &self.meta),
+            ("error", &self.error),
             ("from", &self.from),
             ("to", &self.to),
         ]
@@ -132,10 +153,26 @@ fn parse_time(s: &str) -> Result<Option<DateTime<Utc>>, Failure> {
     ))
 }
 
+/// The statuses of the list's tabs, in the order a job goes through them.
+const TABS: [JobStatus; 7] = [
+    JobStatus::Scheduled,
+    JobStatus::Ready,
+    JobStatus::Blocked,
+    JobStatus::Running,
+    JobStatus::Failed,
+    JobStatus::Done,
+    JobStatus::Cancelled,
+];
+
+/// The header the page's own refresh sends: its reply is read only for the live part, so
+/// the pickers' names are not looked up again.
+const REFRESH_HEADER: &str = "x-jobqueue-refresh";
+
 pub(crate) async fn jobs(
     State(s): St,
     orig: OriginalUri,
     uri: Uri,
+    headers: HeaderMap,
     Query(f): Query<Filter>,
 ) -> Page {
     let base = base(&orig, &uri);
@@ -151,34 +188,84 @@ pub(crate) async fn jobs(
         }
         Err(e) => return Err(e.into()),
     };
+    let now = s.queue.now().await?;
+    let selectable = !s.read_only;
     let jobs = page_.as_ref().map_or(&[][..], |p| &p.jobs[..]);
     let mut rows = String::new();
     for j in jobs {
+        let check = if selectable {
+            format!(
+                "<td class=\"check\"><input type=\"checkbox\" name=\"id\" value=\"{id}\" aria-label=\"Select job {id}\"></td>",
+                id = j.id
+            )
+        } else {
+            String::new()
+        };
+        // The time the job's status waits on: when it is due, when its lease ends, when
+        // it finished.
+        let when = match j.status {
+            JobStatus::Scheduled | JobStatus::Ready | JobStatus::Blocked => {
+                format!("due {}", time_ago(&j.run_at, &now))
+            }
+            JobStatus::Running => j
+                .lease_until
+                .as_ref()
+                .map(|t| format!("lease ends {}", time_ago(t, &now)))
+                .unwrap_or_default(),
+            _ => j
+                .finished_at
+                .as_ref()
+                .map(|t| format!("ended {}", time_ago(t, &now)))
+                .unwrap_or_default(),
+        };
         rows.push_str(&format!(
-            "<tr><td class=\"n\"><a href=\"{b}/jobs/{id}\">{id}</a></td><td>{}</td><td>{}</td><td class=\"key\">{}</td>\
-             <td>{}</td><td class=\"n\">{}/{}</td><td>{}</td><td class=\"error\">{}</td></tr>",
+            "<tr>{check}<td class=\"n\"><a href=\"{b}/jobs/{id}\">{id}</a></td><td>{}</td><td>{}</td><td class=\"key\">{}</td>\
+             <td>{}</td><td class=\"n\">{}/{}</td><td>{}</td><td class=\"when\">{when}</td><td class=\"error\">{}</td></tr>",
             esc(&j.queue),
             esc(&j.kind),
             esc(&shown_key(&s, &j.task_key)),
             badge(j.status),
             j.attempts,
             j.max_attempts,
-            time(&j.created_at),
+            time_ago(&j.created_at, &now),
             esc(&shown(&s, &j.last_error.as_deref().map(first_line).unwrap_or_default())),
             id = j.id,
         ));
     }
+    let columns = if selectable { 10 } else { 9 };
     if let Some(e) = &stopped {
         rows.push_str(&format!(
-            "<tr><td colspan=\"8\" class=\"empty warn\">{}</td></tr>",
+            "<tr><td colspan=\"{columns}\" class=\"empty warn\">{}</td></tr>",
             esc(&e.to_string())
         ));
     } else if jobs.is_empty() {
-        rows.push_str("<tr><td colspan=\"8\" class=\"empty\">No job matches.</td></tr>");
+        rows.push_str(&format!(
+            "<tr><td colspan=\"{columns}\" class=\"empty\">No job matches.</td></tr>"
+        ));
     }
     let qs = f.to_query();
     let mut pager = String::new();
-    if cursor.is_some() {
+    if let (Some(c), Some(_)) = (&cursor, &page_) {
+        pager.push_str(&format!("<a href=\"{b}/jobs?{}\">« First</a>", esc(&qs)));
+        // The page before this one, read backwards from where this one starts (nothing
+        // when that read runs into the time limit).
+        if let Some(prev) = s.queue.previous_cursor(&query, c, PAGE_SIZE).await? {
+            let href = match prev {
+                Some(p) if qs.is_empty() => format!("cursor={}", url(&p.to_string())),
+                Some(p) => format!("{qs}&cursor={}", url(&p.to_string())),
+                None => qs.clone(),
+            };
+            let label = if query.order().starts_with("newest") {
+                "‹ Newer"
+            } else {
+                "‹ Earlier"
+            };
+            pager.push_str(&format!(
+                "<a href=\"{b}/jobs?{}\" rel=\"prev\">{label}</a>",
+                esc(&href)
+            ));
+        }
+    } else if cursor.is_some() {
         pager.push_str(&format!("<a href=\"{b}/jobs?{}\">« First</a>", esc(&qs)));
     }
     if let Some(next) = page_.as_ref().and_then(|p| p.next.as_ref()) {
@@ -211,6 +298,7 @@ pub(crate) async fn jobs(
         format!("<option value=\"{st}\"{sel}>{label}</option>")
     })
     .collect();
+    let tabs = tabs(&s, &base, &f).await?;
     let bulk = if s.read_only {
         String::new()
     } else {
@@ -221,28 +309,206 @@ pub(crate) async fn jobs(
             q = esc(&qs)
         )
     };
+    let table = format!(
+        "<table class=\"jobs\"><thead><tr>{check}<th class=\"n\">Id</th><th>Queue</th><th>Kind</th><th>Key</th>\
+         <th>Status</th><th class=\"n\">Attempts</th><th>Enqueued</th><th>When</th><th>Last error</th></tr></thead>\
+         <tbody>{rows}</tbody></table><nav class=\"pager\">{pager}</nav>",
+        check = if selectable {
+            // Shown by the script, which is what makes it work.
+            "<th class=\"check\"><input type=\"checkbox\" class=\"select-all\" hidden aria-label=\"Select every job on this page\"></th>"
+        } else {
+            ""
+        },
+    );
+    let heading = format!("<h2>Jobs <small>{}</small></h2>", esc(query.order()));
+    let list = if selectable {
+        // A plain form: the checkboxes and buttons work without the script. `back` is
+        // where the action returns to: this page.
+        let back = match &cursor {
+            Some(c) if !qs.is_empty() => format!("{qs}&cursor={}", url(&c.to_string())),
+            Some(c) => format!("cursor={}", url(&c.to_string())),
+            None => qs.clone(),
+        };
+        format!(
+            "<form method=\"post\" action=\"{b}/jobs/selection\" class=\"card selection\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"><input type=\"hidden\" name=\"back\" value=\"{back}\">\
+             <div class=\"list-head\">{heading}<div class=\"selection-actions\"><span class=\"muted\">With the selected jobs:</span>\
+             <button type=\"submit\" name=\"action\" value=\"retry\">Retry</button>\
+             <button type=\"submit\" name=\"action\" value=\"run_now\">Run now</button>\
+             <button type=\"submit\" name=\"action\" value=\"cancel\" class=\"danger\">Cancel</button>\
+             <button type=\"submit\" name=\"action\" value=\"delete\" class=\"danger\">Delete</button></div></div>\
+             {table}</form>",
+            csrf = esc(&crate::csrf()),
+            back = esc(&back),
+        )
+    } else {
+        format!("<section class=\"card\">{heading}{table}</section>")
+    };
+    // The page's own refresh reads only the live part: the pickers are not looked up.
+    let (queues, kinds) = if headers.contains_key(REFRESH_HEADER) {
+        (Vec::new(), Vec::new())
+    } else {
+        (
+            s.queue.queue_names(PICKER_NAMES).await?,
+            s.queue.kind_names(PICKER_NAMES).await?,
+        )
+    };
+    let datalist = |id: &str, names: &[String]| {
+        let options: String = names
+            .iter()
+            .map(|n| format!("<option value=\"{}\"></option>", esc(n)))
+            .collect();
+        format!("<datalist id=\"{id}\">{options}</datalist>")
+    };
     let body = format!(
         "<form method=\"get\" action=\"{b}/jobs\" class=\"filters card\">\
-         <label>Queue <input name=\"queue\" value=\"{}\"></label>\
-         <label>Kind <input name=\"kind\" value=\"{}\"></label>\
+         <label>Queue <input name=\"queue\" list=\"queue-names\" value=\"{}\" autocomplete=\"off\"></label>\
+         <label>Kind <input name=\"kind\" list=\"kind-names\" value=\"{}\" autocomplete=\"off\"></label>\
          <label>Status <select name=\"status\">{statuses}</select></label>\
          <label>Key prefix <input name=\"key\" value=\"{}\"></label>\
+         <label>Error contains <input name=\"error\" value=\"{}\"></label>\
          <label>Metadata <input name=\"meta\" placeholder=\"tenant=acme\" value=\"{}\"></label>\
          <label>Enqueued from <input type=\"datetime-local\" name=\"from\" value=\"{}\"></label>\
          <label>to <input type=\"datetime-local\" name=\"to\" value=\"{}\"></label>\
-         <button type=\"submit\">Filter</button></form>{bulk}\
-         <section class=\"card\"><h2>Jobs <small>{order}</small></h2><table class=\"jobs\"><thead><tr><th class=\"n\">Id</th><th>Queue</th><th>Kind</th><th>Key</th>\
-         <th>Status</th><th class=\"n\">Attempts</th><th>Enqueued (UTC)</th><th>Last error</th></tr></thead>\
-         <tbody>{rows}</tbody></table><nav class=\"pager\">{pager}</nav></section>",
+         <button type=\"submit\">Filter</button>{}{}</form>{bulk}\
+         <div id=\"live\" data-refresh=\"page\">{tabs}{list}</div>",
         esc(&f.queue),
         esc(&f.kind),
         esc(&f.key),
+        esc(&f.error),
         esc(&f.meta),
         esc(&f.from),
         esc(&f.to),
-        order = query.order(),
+        datalist("queue-names", &queues),
+        datalist("kind-names", &kinds),
     );
     Ok(Html(page(&base, "Jobs", "Jobs", f.notice.as_deref(), &body)).into_response())
+}
+
+/// The most queue and kind names each picker offers (each is one index lookup); other names
+/// can still be typed.
+const PICKER_NAMES: usize = 200;
+
+/// One tab per status with its count, in the filter's queue when it names one (an index
+/// serves that); links keep the other filters.
+async fn tabs(s: &Shared, base: &str, f: &Filter) -> Result<String, Failure> {
+    let queue = Some(f.queue.as_str()).filter(|q| !q.is_empty());
+    let counts = s.queue.list_counts(queue).await?;
+    let others = Filter {
+        status: String::new(),
+        ..f.clone()
+    }
+    .to_query();
+    let link = |status: &str| {
+        let mut q = others.clone();
+        if !status.is_empty() {
+            if !q.is_empty() {
+                q.push('&');
+            }
+            q.push_str("status=");
+            q.push_str(status);
+        }
+        format!("{}/jobs?{}", esc(base), esc(&q))
+    };
+    let mut out = format!(
+        "<a href=\"{}\"{}>All</a>",
+        link(""),
+        if f.status.is_empty() {
+            " class=\"active\" aria-current=\"page\""
+        } else {
+            ""
+        }
+    );
+    for status in TABS {
+        let n = counts.counts.get(status);
+        let shown = if counts.capped.contains(&status) {
+            format!("{}+", thousands(n))
+        } else {
+            thousands(n)
+        };
+        let active = f.status == status.as_str();
+        out.push_str(&format!(
+            "<a href=\"{}\" class=\"tab {st}{}\"{}>{st} <span class=\"count{}\">{shown}</span></a>",
+            link(status.as_str()),
+            if active { " active" } else { "" },
+            if active { " aria-current=\"page\"" } else { "" },
+            if n == 0 { " zero" } else { "" },
+            st = status.as_str(),
+        ));
+    }
+    let scope = match queue {
+        Some(q) => format!("counts of queue {}", esc(q)),
+        None => "counts of every queue".to_owned(),
+    };
+    let narrowed = !(f.kind.is_empty()
+        && f.key.is_empty()
+        && f.meta.is_empty()
+        && f.error.is_empty()
+        && f.from.is_empty()
+        && f.to.is_empty());
+    let scope = if narrowed {
+        format!("{scope}, before the other filters")
+    } else {
+        scope
+    };
+    let age = counts
+        .counted_secs_ago
+        .map(|a| format!("; waiting, running and failed jobs counted {} ago", age(a)))
+        .unwrap_or_default();
+    Ok(format!(
+        "<nav class=\"tabs\" aria-label=\"Statuses\">{out}<span class=\"muted scope\" title=\"done and cancelled jobs are counted up to {cap}{age}\">{scope}</span></nav>",
+        cap = thousands(OVERVIEW_COUNT_CAP),
+    ))
+}
+
+/// Finds a job from the search box of every page: a number is a job id (or, if no job has
+/// it, a task key), other text a task key; with no job of that exact key, the list of
+/// the jobs whose key starts with it.
+pub(crate) async fn search(
+    State(s): St,
+    orig: OriginalUri,
+    uri: Uri,
+    Query(q): Query<SearchQuery>,
+) -> Page {
+    let base = base(&orig, &uri);
+    let text = q.q.trim();
+    if text.is_empty() {
+        return Ok(Redirect::to(&format!("{base}/jobs")).into_response());
+    }
+    let id = text.strip_prefix('#').unwrap_or(text).parse::<u64>().ok();
+    if let Some(id) = id {
+        if s.queue.job(id).await?.is_some() {
+            return Ok(Redirect::to(&format!("{base}/jobs/{id}")).into_response());
+        }
+    }
+    // Task keys are the producers' data: with redaction on, the box finds jobs by id only,
+    // or it would tell whether a job with a guessed key exists.
+    if s.redact {
+        return Err(Failure(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "{text:?} is not the id of a job: while job data is redacted, the search box \
+                 finds jobs by id only"
+            ),
+        ));
+    }
+    if let Some(job) = s.queue.job_by_key(text).await? {
+        return Ok(Redirect::to(&format!("{base}/jobs/{}", job.id)).into_response());
+    }
+    if let Some(id) = id {
+        return Err(Failure(
+            StatusCode::NOT_FOUND,
+            format!("there is no job with id {id} (it may have been deleted or pruned), and no job has the task key {text:?}"),
+        ));
+    }
+    Ok(Redirect::to(&format!("{base}/jobs?key={}", url(text))).into_response())
+}
+
+/// The search box's query.
+#[derive(Debug, Deserialize, Default)]
+pub(crate) struct SearchQuery {
+    #[serde(default)]
+    q: String,
 }
 
 pub(crate) async fn job(
@@ -439,10 +705,11 @@ pub(crate) async fn job(
                 &[],
             ));
         }
+        actions.push_str(&job_buttons(&base, id, j.status));
     }
     let body = format!(
-        "<div class=\"actions\">{actions}</div><section class=\"card\"><dl class=\"fields\">{dl}</dl></section>\
-         {error}{history}{output}{metadata}<section class=\"card\"><h2>Payload</h2>{payload}</section>"
+        "<div id=\"live\" data-refresh=\"page\"><div class=\"actions\">{actions}</div><section class=\"card\"><dl class=\"fields\">{dl}</dl></section>\
+         {error}{history}{output}{metadata}<section class=\"card\"><h2>Payload</h2>{payload}</section></div>"
     );
     let body = body + &crate::audit::audit_section(&s, id).await;
     Ok(Html(page(

@@ -126,9 +126,11 @@ pub(crate) fn first_line(s: &str) -> String {
 mod actions;
 mod jobs;
 mod overview;
+mod selection;
 mod workers;
 
 pub(crate) use actions::*;
 pub(crate) use jobs::*;
 pub(crate) use overview::*;
+pub(crate) use selection::*;
 pub(crate) use workers::*;
