@@ -9,7 +9,11 @@ pub(crate) struct Csrf {
 }
 
 /// Refuses an action in read-only mode, from another site, or without the page's token.
-async fn check_action(s: &Shared, headers: &HeaderMap, token: &str) -> Result<(), Failure> {
+pub(super) async fn check_action(
+    s: &Shared,
+    headers: &HeaderMap,
+    token: &str,
+) -> Result<(), Failure> {
     if s.read_only {
         return Err(Failure(
             StatusCode::FORBIDDEN,
