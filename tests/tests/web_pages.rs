@@ -65,7 +65,7 @@ async fn the_kinds_page_shows_each_kinds_figures_sorted_and_escaped() {
         "the failed jobs link to the list: {body}"
     );
     assert!(body.contains("16.7%"), "the failure rate: {body}");
-    assert!(body.contains("2.0 s"), "the mean wait: {body}");
+    assert!(body.contains("2.0\u{a0}s"), "the mean wait: {body}");
     assert!(
         body.contains("send&lt;b&gt;x") && !body.contains("send<b>"),
         "{body}"

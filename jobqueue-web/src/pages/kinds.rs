@@ -29,8 +29,13 @@ const SORTS: [(&str, &str, SortKey); 6] = [
     }),
 ];
 
-/// A duration for a table cell: `850 µs`, `12 ms`, `1.4 s`, `3m 5s`.
+/// A duration for a table cell: `850 µs`, `12 ms`, `1.4 s`, `3m 5s`, with no-break spaces
+/// so that a narrow column does not wrap it.
 pub(crate) fn duration(d: Duration) -> String {
+    duration_text(d).replace(' ', "\u{a0}")
+}
+
+fn duration_text(d: Duration) -> String {
     let s = d.as_secs_f64();
     if s < 0.001 {
         format!("{} µs", d.as_micros())
@@ -83,7 +88,7 @@ pub(crate) async fn kinds(
         // The last bucket has no upper bound: its estimate is a floor.
         let pct = |q: f64| match k.runtime_percentile(q) {
             Some(d) if d >= jobqueue::admin::KIND_RUNTIME_BOUNDS[10] => {
-                format!("≥ {}", duration(d))
+                format!("≥\u{a0}{}", duration(d))
             }
             other => opt(other),
         };

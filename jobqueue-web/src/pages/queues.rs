@@ -71,7 +71,13 @@ fn state_card(s: &Shared, base: &str, q: &QueueDetail) -> String {
             .map(|s| format!("{} old", age(s)))
             .unwrap_or_else(|| "none ready".into()),
         q.counted_secs_ago
-            .map(|s| format!("{} ago (scheduled to failed: the queue gauges)", age(s)))
+            .map(|s| {
+                format!(
+                    "scheduled to failed {} ago (the queue gauges); done and cancelled now, up to {}",
+                    age(s),
+                    jobqueue::admin::OVERVIEW_COUNT_CAP
+                )
+            })
             .unwrap_or_else(|| "not yet: no worker has counted the gauges".into()),
         b = esc(base),
     )
@@ -100,10 +106,7 @@ fn counts_card(base: &str, q: &QueueDetail) -> String {
                 esc(base)
             )
         };
-        format!(
-            "<td class=\"n\">{} <div class=\"count\">{value}</div></td>",
-            badge(st)
-        )
+        format!("<td>{}<div class=\"count\">{value}</div></td>", badge(st))
     })
     .collect();
     format!(
