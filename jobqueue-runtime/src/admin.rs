@@ -469,7 +469,7 @@ impl Queue {
     /// Enqueues one job of the periodic kind `kind` now, beside its schedule, as an
     /// operator's "run now". Its task key is `"{kind}@{now} run now"` (the database's clock,
     /// to the microsecond), which no tick's key can equal (those end in the tick's time), so
-    /// it never takes a tick's place, and [`TickJob::manual`] tells it apart. It does not
+    /// it never takes a tick's place, and [`TickJob::manual`](crate::TickJob::manual) tells it apart. It does not
     /// move the schedule: the next tick comes when it would have, and a kind that does not
     /// allow overlap does not hold its next tick back for a manual run.
     ///
