@@ -510,3 +510,26 @@ async fn a_queue_page_shows_its_limits_their_holders_and_its_workers() {
     assert!(!quiet.paused && quiet.limits.is_empty() && quiet.workers.is_empty());
     assert!(queue.queue_detail("bad queue!").await.is_err());
 }
+
+#[tokio::test]
+async fn the_throughput_is_kept_when_the_per_kind_figures_cannot_be() {
+    let queue = fresh_queue("kind_stats_missing").await;
+    finished(&queue, "q", "k", "done", 1, Some((10, 10))).await;
+    // As for a user not granted the table (or a database not migrated that far).
+    sqlx::query("DROP TABLE job_queue_kind_stats")
+        .execute(queue.pool())
+        .await
+        .unwrap();
+    queue.store().count_throughput().await.unwrap();
+    let done: i64 = sqlx::query_scalar(
+        "SELECT CAST(COALESCE(SUM(done), 0) AS SIGNED) FROM job_queue_throughput WHERE queue = 'q'",
+    )
+    .fetch_one(queue.pool())
+    .await
+    .unwrap();
+    assert_eq!(done, 1);
+    assert!(
+        queue.kind_stats(1).await.is_err(),
+        "the read says the table is missing"
+    );
+}

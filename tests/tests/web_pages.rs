@@ -206,6 +206,32 @@ async fn the_periodic_page_runs_pauses_and_resumes_a_schedule() {
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
     assert!(r.body.contains("no periodic schedule"), "{}", r.body);
 
+    // A kind name with a slash, a space and markup: escaped on the page, encoded in the
+    // action's path, and found again by the action.
+    sqlx::query(
+        "INSERT INTO job_queue_cron (kind, last_tick, updated_at, schedule) VALUES \
+         ('billing/monthly <b>', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), '0 0 0 1 * *')",
+    )
+    .execute(queue.pool())
+    .await
+    .unwrap();
+    let page = get(&router, "/periodic").await.body;
+    assert!(
+        page.contains("billing/monthly &lt;b&gt;") && !page.contains("monthly <b>"),
+        "{page}"
+    );
+    let action = "/periodic/billing%2Fmonthly%20%3Cb%3E/pause";
+    assert!(page.contains(&format!("action=\"{action}\"")), "{page}");
+    let r = post(&router, action, &format!("csrf={token}")).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let paused: bool = sqlx::query_scalar(
+        "SELECT paused_at IS NOT NULL FROM job_queue_cron WHERE kind = 'billing/monthly <b>'",
+    )
+    .fetch_one(queue.pool())
+    .await
+    .unwrap();
+    assert!(paused);
+
     // Read-only: no buttons, and the actions are refused.
     let ro = Dashboard::new(queue.clone()).read_only(true).router();
     let page = get(&ro, "/periodic").await.body;

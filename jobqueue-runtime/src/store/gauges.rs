@@ -60,7 +60,8 @@ const KIND_ROWS_PER_INSERT: usize = 500;
 /// open for all of them.
 const KIND_STATS_DELETE_LIMIT: u32 = 10_000;
 
-/// Whether a count found it may not write `job_queue_kind_stats` (logged once).
+/// Whether a count of this process found it may not write `job_queue_kind_stats` (logged
+/// at INFO the first time only).
 static KIND_STATS_DENIED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The per-kind figures of one (bucket, queue, kind), as the count adds them up.
@@ -210,19 +211,22 @@ impl Store {
                 }
                 q.execute(&mut *conn).await?;
             }
-            if !KIND_STATS_DENIED.load(std::sync::atomic::Ordering::Relaxed) {
-                let kinds: Vec<_> = kinds.into_iter().collect();
-                if let Err(e) = add_kind_stats(conn, &kinds).await {
-                    // A user granted the tables of an earlier release only, or a database
-                    // not migrated yet: the throughput is kept all the same (a failed
-                    // statement does not end the transaction), the kinds page stays empty.
-                    match classify(&e) {
-                        Some(DbErrorKind::TableDenied | DbErrorKind::MissingTable) => {
-                            KIND_STATS_DENIED.store(true, std::sync::atomic::Ordering::Relaxed);
+            let kinds: Vec<_> = kinds.into_iter().collect();
+            if let Err(e) = add_kind_stats(conn, &kinds).await {
+                // A user granted the tables of an earlier release only, or a database not
+                // migrated yet: the throughput is kept all the same (a failed statement does
+                // not end the transaction), the kinds page stays empty. Logged once per
+                // process at INFO, then at DEBUG: each count tries again, so a grant or a
+                // migration takes effect without a restart.
+                match classify(&e) {
+                    Some(DbErrorKind::TableDenied | DbErrorKind::MissingTable) => {
+                        if !KIND_STATS_DENIED.swap(true, std::sync::atomic::Ordering::Relaxed) {
                             tracing::info!(error = %e, "the per-kind figures (`job_queue_kind_stats`) cannot be kept, so the dashboard's kinds page stays empty; apply the migrations, and grant the table as the deployment guide's least-privilege section shows");
+                        } else {
+                            tracing::debug!(error = %e, "the per-kind figures cannot be kept");
                         }
-                        _ => return Err(e),
                     }
+                    _ => return Err(e),
                 }
             }
             sqlx::query("UPDATE job_queue_throughput_mark SET counted_to = ? WHERE id = 1")
