@@ -93,6 +93,11 @@ async fn seed(queue: &Queue) {
         .execute(pool)
         .await
         .unwrap();
+        sqlx::query("UPDATE job_queue_cron SET last_job_id = ? WHERE kind = 'nightly_report'")
+            .bind(id)
+            .execute(pool)
+            .await
+            .unwrap();
     }
 
     // The `mail` queue: a running job holds the one slot of `smtp:relay-1`, three wait.
@@ -168,21 +173,38 @@ async fn text(b: &Client, css: &str) -> String {
 }
 
 /// Clicks the button of the form whose action ends with `action`, and returns the notice
-/// of the page it leads to.
+/// of the page it leads to (waiting for that page: the page clicked on may have a notice of
+/// its own).
 async fn click(b: &Client, action: &str) -> String {
+    js(b, "window.__clicked_from = true").await;
     b.find(Locator::Css(&format!("form[action$='{action}'] button")))
         .await
         .unwrap_or_else(|e| panic!("no form {action}: {e}"))
         .click()
         .await
         .unwrap();
-    b.wait()
-        .for_element(Locator::Css(".notice"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    wait_for(
+        &format!("the page after {action}"),
+        Duration::from_secs(10),
+        || {
+            let b = b.clone();
+            async move {
+                let state = b
+                    .execute(
+                        "return window.__clicked_from === undefined && document.readyState === 'complete' \
+                         && document.querySelector('.notice') !== null",
+                        vec![],
+                    )
+                    .await
+                    .ok()?;
+                if state != serde_json::json!(true) {
+                    return None;
+                }
+                b.find(Locator::Css(".notice")).await.ok()?.text().await.ok()
+            }
+        },
+    )
+    .await
 }
 
 #[tokio::test]

@@ -77,6 +77,13 @@ pub(crate) async fn periodic(
                 )
             )
         };
+        // The latest tick's job as the schedulers recorded it: in the list below unless it
+        // was pruned or more jobs of the kind came since.
+        let last_job = match (j.last_job_id, j.last_job_status) {
+            (Some(id), Some(st)) => format!("<a href=\"{b}/jobs/{id}\">#{id}</a> {}", badge(st)),
+            (Some(id), None) => format!("#{id} <span class=\"muted\">pruned</span>"),
+            (None, _) => "<span class=\"muted\">none yet</span>".into(),
+        };
         let mut ticks = String::new();
         for t in &p.recent {
             ticks.push_str(&tick_row(&base, t));
@@ -89,7 +96,8 @@ pub(crate) async fn periodic(
         cards.push_str(&format!(
             "<section class=\"card periodic\" id=\"periodic-{kind}\"><h2><a href=\"{b}/jobs?kind={kind}\">{}</a> \
              <code>{}</code> {state}</h2>\
-             <dl class=\"fields\"><dt>Next tick (UTC)</dt><dd>{next}</dd><dt>Last tick dealt with (UTC)</dt><dd>{}</dd></dl>\
+             <dl class=\"fields\"><dt>Next tick (UTC)</dt><dd>{next}</dd><dt>Last tick dealt with (UTC)</dt><dd>{}</dd>\
+             <dt>Latest tick's job</dt><dd>{last_job}</dd></dl>\
              {buttons}<table class=\"ticks\"><thead><tr><th>Job</th><th>Due (UTC)</th><th>Status</th><th class=\"n\">Runtime</th>\
              <th>Started (UTC)</th><th>Error</th></tr></thead><tbody>{ticks}</tbody></table></section>",
             esc(&j.kind),
