@@ -416,3 +416,49 @@ pub struct SlotHolder {
     /// The worker running it.
     pub lease_owner: Option<String>,
 }
+
+#[cfg(test)]
+mod kind_stats_tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn with(histogram: [u64; 12]) -> KindStats {
+        KindStats {
+            kind: "k".into(),
+            queues: vec!["q".into()],
+            done: histogram.iter().sum(),
+            failed: 0,
+            retries: 0,
+            timed: histogram.iter().sum(),
+            total_runtime: Duration::ZERO,
+            total_wait: Duration::ZERO,
+            runtime_histogram: histogram,
+        }
+    }
+
+    #[test]
+    fn a_percentile_is_interpolated_within_the_bucket_holding_its_rank() {
+        // Ten jobs under 10 ms, ten in [1, 3) s.
+        let k = with([10, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0]);
+        // Rank 10 of 20: the last of the first bucket, at its upper bound.
+        assert_eq!(k.runtime_percentile(0.5), Some(Duration::from_millis(10)));
+        // Rank 19: nine tenths into [1, 3) s.
+        assert_eq!(
+            k.runtime_percentile(0.95),
+            Some(Duration::from_millis(2_800))
+        );
+        // The fastest: a tenth into [0, 10) ms.
+        assert_eq!(k.runtime_percentile(0.0), Some(Duration::from_millis(1)));
+        assert_eq!(k.runtime_percentile(1.0), Some(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn the_open_last_bucket_gives_its_lower_bound_and_nothing_gives_none() {
+        let k = with([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3]);
+        assert_eq!(k.runtime_percentile(0.5), Some(Duration::from_secs(1000)));
+        let none = with([0; 12]);
+        assert_eq!(none.runtime_percentile(0.5), None);
+        assert_eq!(none.mean_runtime(), None);
+        assert_eq!(none.failure_rate(), None);
+    }
+}
