@@ -108,7 +108,7 @@ async fn the_periodic_page_runs_pauses_and_resumes_a_schedule() {
         "nightly_export@2026-12-01T03:00:00.000000Z",
         "{\"full\": true}",
         "failed",
-        Some("disk <full>"),
+        Some("disk <full>\n  at export (backup.rs:12)"),
     )
     .await;
     let router = Dashboard::new(queue.clone()).router();
@@ -122,6 +122,10 @@ async fn the_periodic_page_runs_pauses_and_resumes_a_schedule() {
             && page.contains("badge failed")
             && page.contains("disk &lt;full&gt;"),
         "its recent tick: {page}"
+    );
+    assert!(
+        !page.contains("backup.rs"),
+        "the error's first line only: {page}"
     );
     assert!(
         page.contains("action=\"/periodic/nightly_export/run\""),

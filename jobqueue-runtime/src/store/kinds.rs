@@ -29,10 +29,11 @@ const KIND_STATS_SQL: &str = "\
     GROUP BY queue, kind";
 
 /// The newest jobs of one kind, newest first: a range of the `(kind, id)` index read
-/// backwards, `?` rows. The error is cut on the server, so a long one costs nothing.
+/// backwards, `?` rows. The error is cut on the server, so a long one costs nothing
+/// (`CHAR(10 USING utf8mb4)`, not `'\n'`, which means two characters under `NO_BACKSLASH_ESCAPES`).
 const RECENT_OF_KIND_SQL: &str = "\
     SELECT id, task_key, CAST(status AS CHAR), run_at, claimed_at, finished_at, \
-      LEFT(SUBSTRING_INDEX(last_error, '\\n', 1), 240) \
+      LEFT(SUBSTRING_INDEX(last_error, CHAR(10 USING utf8mb4), 1), 240) \
     FROM job_queue FORCE INDEX (job_queue_list_kind) WHERE kind = ? ORDER BY id DESC LIMIT ?";
 
 /// The newest job of a kind, with what a manual run copies from it.
