@@ -16,6 +16,7 @@ use crate::model::{
     Attempt, CancelOutcome, JobCursor, JobFilter, JobPage, JobRecord, JobStatus, PeriodicJob,
     QueueOverview, QueueStats, RunningJob, ThroughputMinute, WorkerInfo,
 };
+use crate::model::{Enqueued, KindStats, PeriodicTicks, QueueDetail};
 use crate::queue::Queue;
 use crate::store::JobLookup;
 use crate::worker::WORKER_GONE_AFTER;
@@ -385,4 +386,170 @@ fn check_prunable_query(filter: &JobFilter) -> Result<()> {
 
 fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+// The daily workflows: per-kind figures, periodic schedules' pause and manual runs, one
+// queue's page.
+impl Queue {
+    /// What the jobs of each kind did over the last `hours` hours (at most 48, the time the
+    /// figures are kept; a larger number reads 48): how many ended done or failed, their
+    /// retries, and their runtimes and waits, from which [`KindStats`] estimates the median
+    /// and 95th percentile. One per kind that finished a job in the window, by kind name.
+    ///
+    /// The figures are counted as jobs finish, in 5-minute buckets, by the worker that
+    /// counts the queue gauges (from the jobs it reads for the throughput, so it costs no
+    /// read of its own), and stop where those counts stop, 15 to 20 seconds before now; the
+    /// window is the buckets that end within it, so it covers `hours` hours and up to
+    /// 5 minutes more. Pruned jobs stay counted. When no worker counted for a minute, this
+    /// call counts first (at most the last hour of jobs), if its user may. The read is a
+    /// range of the figures' table: 12 rows per hour per kind and queue.
+    pub async fn kind_stats(&self, hours: u32) -> Result<Vec<KindStats>> {
+        self.store().kind_stats(hours.min(48)).await
+    }
+
+    /// Every periodic kind the schedulers have recorded ([`Queue::periodic_jobs`]), with its
+    /// pause and its `recent` newest jobs (at most 100), newest first: its ticks, its manual
+    /// runs ([`Queue::run_periodic_now`]) and any job of the kind enqueued otherwise. Each
+    /// kind's jobs are one range of the `(kind, id)` index, however large the table.
+    pub async fn periodic_ticks(&self, recent: u32) -> Result<Vec<PeriodicTicks>> {
+        let store = self.store();
+        let schedules = store.periodic_jobs().await?;
+        let pauses = store.periodic_pauses().await?;
+        let mut out = Vec::with_capacity(schedules.len());
+        for schedule in schedules {
+            let paused_at = pauses
+                .iter()
+                .find(|(k, _)| *k == schedule.kind)
+                .and_then(|(_, at)| *at)
+                .map(|at| at.and_utc());
+            let recent = store
+                .recent_of_kind(&schedule.kind, recent.min(100))
+                .await?;
+            out.push(PeriodicTicks {
+                schedule,
+                paused_at,
+                recent,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Pauses the schedule of the periodic kind `kind` on every node: no tick of it is
+    /// enqueued until [`Queue::resume_periodic`]. Jobs of the kind already enqueued, and
+    /// manual runs, are not affected; the kind's queue is not paused. Returns false if it was
+    /// paused already. An error ([`Error::InvalidSetting`]) if the schedulers have no
+    /// schedule of that kind (a worker that registers it creates one when it starts).
+    ///
+    /// Workers of releases before this one do not read the pause: pause schedules once
+    /// every worker runs this release.
+    pub async fn pause_periodic(&self, kind: &str) -> Result<bool> {
+        let changed = self
+            .store()
+            .set_periodic_paused(kind, true)
+            .await?
+            .ok_or_else(|| no_schedule(kind))?;
+        tracing::info!(job.kind = kind, changed, "periodic schedule paused");
+        Ok(changed)
+    }
+
+    /// Resumes a paused schedule. The ticks that fell due while it was paused are not
+    /// enqueued, not even the latest: the schedule goes on with its next tick after now.
+    /// Returns false if it was not paused. An error ([`Error::InvalidSetting`]) if there is
+    /// no schedule of that kind.
+    pub async fn resume_periodic(&self, kind: &str) -> Result<bool> {
+        let changed = self
+            .store()
+            .set_periodic_paused(kind, false)
+            .await?
+            .ok_or_else(|| no_schedule(kind))?;
+        tracing::info!(job.kind = kind, changed, "periodic schedule resumed");
+        Ok(changed)
+    }
+
+    /// Enqueues one job of the periodic kind `kind` now, beside its schedule, as an
+    /// operator's "run now". Its task key is `"{kind}@{now} run now"` (the database's clock,
+    /// to the microsecond), which no tick's key can equal (those end in the tick's time), so
+    /// it never takes a tick's place, and [`TickJob::manual`](crate::TickJob::manual) tells it apart. It does not
+    /// move the schedule: the next tick comes when it would have, and a kind that does not
+    /// allow overlap does not hold its next tick back for a manual run.
+    ///
+    /// Its arguments and options are those a tick gets when this binary registers the kind
+    /// (its default arguments, queue, priority, attempts, lease and limits); otherwise (a
+    /// stand-alone dashboard, which does not know the application's kinds) they are copied
+    /// from the kind's newest job. It runs whether the schedule is paused or not: a pause
+    /// stops the schedule, not an operator (it waits while the kind's queue is paused).
+    /// An error ([`Error::InvalidSetting`]) if there is no schedule of that kind, or if it is
+    /// not registered here and has no job to copy.
+    pub async fn run_periodic_now(&self, kind: &str) -> Result<Enqueued> {
+        let store = self.store();
+        if !store.has_schedule(kind).await? {
+            return Err(no_schedule(kind));
+        }
+        let now = store.now().await?;
+        let key = format!(
+            "{kind}@{}{}",
+            now.format("%Y-%m-%dT%H:%M:%S%.6fZ"),
+            crate::model::RUN_NOW_SUFFIX
+        );
+        let registered = match crate::registry::lookup(kind) {
+            Some(d) => crate::maintenance::tick_template(d)?,
+            None => None,
+        };
+        let job = match registered {
+            Some(template) => crate::model::NewJob { key, ..template },
+            None => store
+                .copy_of_latest(kind, key)
+                .await?
+                .ok_or_else(|| Error::InvalidSetting {
+                    setting: "kind",
+                    reason: format!(
+                        "periodic kind `{kind}` is not registered in this program and has no job yet to copy its arguments from; \
+                         run it now from a program that registers it, or after its first tick"
+                    ),
+                })?,
+        };
+        crate::key::validate_queue(&job.queue)?;
+        let enqueued = store.insert_autocommit(&job).await?;
+        if matches!(enqueued, Enqueued::New(_)) {
+            self.wake_workers();
+        }
+        tracing::info!(job.kind = kind, key = %job.key, outcome = ?enqueued, "periodic job run now");
+        Ok(enqueued)
+    }
+
+    /// One queue's page: whether it is paused, its counts by status, the age of its oldest
+    /// ready job, the limit keys its blocked jobs wait for (with their limits, their
+    /// holders and how many jobs wait for each), and the workers serving it. Every read is
+    /// bounded: the counts come from the queue gauges (as last counted) and capped counts,
+    /// the keys from the queue's first 500 blocked jobs (at most 20 keys, 20 holders each),
+    /// the workers from their heartbeat rows (at most 100). See [`QueueDetail`].
+    pub async fn queue_detail(&self, queue: &str) -> Result<QueueDetail> {
+        validate_queue(queue)?;
+        let store = self.store();
+        let (paused, counts, capped, oldest_ready_secs, counted_secs_ago, limits, blocked_read) =
+            store.queue_figures(queue).await?;
+        let workers = store.queue_workers(queue, WORKER_GONE_AFTER).await?;
+        Ok(QueueDetail {
+            queue: queue.to_owned(),
+            paused,
+            counts,
+            capped,
+            oldest_ready_secs,
+            counted_secs_ago,
+            limits,
+            blocked_read,
+            workers,
+        })
+    }
+}
+
+/// The error for a periodic kind without a schedule row.
+fn no_schedule(kind: &str) -> Error {
+    Error::InvalidSetting {
+        setting: "kind",
+        reason: format!(
+            "no periodic schedule of kind `{kind}`: a worker that registers a periodic kind records its schedule when it starts; \
+             check the kind's name (`jobqueue periodic` or the dashboard's periodic page lists them)"
+        ),
+    }
 }

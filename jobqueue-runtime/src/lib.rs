@@ -41,6 +41,10 @@ pub use model::{
     QueueOverview, QueueStats, Retention, RunningJob, StatusCounts, MAX_ATTEMPT_ERROR_BYTES,
     MAX_ATTEMPT_HISTORY, MAX_OUTPUT_BYTES, OVERVIEW_COUNT_CAP,
 };
+pub use model::{
+    BlockingKey, KindStats, LimitKind, PeriodicTicks, QueueDetail, SlotHolder, TickJob,
+    KIND_RUNTIME_BOUNDS,
+};
 pub use model::{InvalidCursor, JobCursor, JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use operator::{ListCounts, SelectionOutcome, MAX_NAMES, MAX_SELECTION};
 pub use progress::MAX_PROGRESS_BYTES;

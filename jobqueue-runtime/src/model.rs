@@ -10,6 +10,11 @@ mod dashboard;
 mod protocol;
 mod record;
 
+pub(crate) use dashboard::RUN_NOW_SUFFIX;
+pub use dashboard::{
+    BlockingKey, KindStats, LimitKind, PeriodicTicks, QueueDetail, SlotHolder, TickJob,
+    KIND_RUNTIME_BOUNDS,
+};
 pub use dashboard::{InvalidCursor, JobCursor, JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use protocol::{Claimed, EmptyClaim, Finish, LeaseState, Reclaimed};
 pub(crate) use protocol::{JobLimits, NewJob, QueueGauges, TickPass};

@@ -47,6 +47,7 @@ pub(crate) fn page(
     let nav = [
         ("", "Overview"),
         ("/jobs", "Jobs"),
+        ("/kinds", "Kinds"),
         ("/workers", "Workers"),
         ("/periodic", "Periodic"),
         ("/audit", "Audit"),

@@ -178,6 +178,12 @@ pub mod admin {
         PeriodicJob, QueueOverview, QueueStats, RunningJob, StatusCounts, ThroughputMinute,
         WorkerInfo, OVERVIEW_COUNT_CAP,
     };
+    // Per-kind figures, periodic schedules' recent jobs, one queue's page.
+    #[doc(inline)]
+    pub use jobqueue_runtime::{
+        BlockingKey, KindStats, LimitKind, PeriodicTicks, QueueDetail, SlotHolder, TickJob,
+        KIND_RUNTIME_BOUNDS,
+    };
     // Live workers: how often each writes its heartbeat, and when it counts as gone.
     #[doc(inline)]
     pub use jobqueue_runtime::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};

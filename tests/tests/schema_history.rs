@@ -117,6 +117,7 @@ async fn jobqueue_then_app_migrator_then_jobqueue_again() {
             "job_queue_cron",
             "job_queue_gauge_refresh",
             "job_queue_gauges",
+            "job_queue_kind_stats",
             "job_queue_migrations",
             "job_queue_pause",
             "job_queue_slot",

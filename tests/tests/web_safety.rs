@@ -548,6 +548,9 @@ async fn redaction_hides_every_field_a_producer_controls() {
         "/".into(),
         "/workers".into(),
         "/periodic".into(),
+        "/kinds".into(),
+        "/queues/mail".into(),
+        "/audit".into(),
     ] {
         let r = get(&router, &path).await;
         assert_eq!(r.status, StatusCode::OK, "{path}");

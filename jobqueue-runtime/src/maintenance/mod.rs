@@ -33,7 +33,7 @@ mod reclaim;
 use gauges::refresh_gauges;
 pub(crate) use gauges::{publish_gauges, Gauges, GAUGE_INTERVAL};
 use periodic::enqueue_ticks;
-pub(crate) use periodic::Scheduler;
+pub(crate) use periodic::{tick_template, Scheduler};
 use promote::promote_due;
 use prune::prune_finished;
 use reclaim::reclaim_expired;

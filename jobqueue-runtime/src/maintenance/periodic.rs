@@ -42,6 +42,10 @@ pub(super) async fn enqueue_ticks(
 ///   burst.
 /// - Overlap: unless the kind sets `overlap = true`, a tick is skipped (and counted as dealt
 ///   with) while the previous tick's job is still scheduled, ready or running.
+/// - Pause: while an operator has paused the kind (`Queue::pause_periodic`), a pass that
+///   finds its row paused (read with the row locked) enqueues nothing, and this node looks
+///   again at the next tick. The resume moves `last_tick` to its own time, so no tick due
+///   while the kind was paused is enqueued: the schedule goes on with the next one.
 #[derive(Debug)]
 pub(crate) struct Scheduler {
     entries: Vec<Entry>,
@@ -135,38 +139,13 @@ impl Scheduler {
                 // Not enqueued and not dealt with: after `resume`, the catch-up rule decides.
                 continue;
             }
-            let Some(make) = e.descriptor.cron_payload() else {
+            let Some(template) = or_next_kind!(tick_template(e.descriptor)) else {
                 continue;
             };
-            let payload = or_next_kind!(make().map_err(|source| Error::Serialize { kind, source }))
-                .to_string();
-            let lease_ms = or_next_kind!(crate::enqueue::lease_ms(kind, o.lease));
-            // A tick's arguments are the defaults: its limit keys are theirs, so that a tick
-            // shares its slots with enqueued jobs of the same key.
-            let (concurrency_key, rate_key) = e.descriptor.cron_keys();
-            let limits = or_next_kind!(crate::enqueue::job_limits(
-                kind,
-                o,
-                || concurrency_key,
-                || rate_key
-            ));
             let job_of = |tick: chrono::NaiveDateTime| NewJob {
-                kind: kind.to_owned(),
-                queue: o.queue.to_owned(),
                 key: tick_key(kind, tick.and_utc()),
-                payload: payload.clone(),
-                priority: o.priority,
-                max_attempts: o.max_attempts,
-                lease_ms,
                 run_at: Some(tick),
-                delay_us: 0,
-                // A tick is started by the schedule, not by traced code.
-                traceparent: None,
-                // Each tick has its own key, enqueued once (`job_queue_cron` sees to it):
-                // the kind's policy has nothing to free.
-                unique: crate::model::Uniqueness::UntilPruned,
-                metadata: None,
-                limits: limits.clone(),
+                ..template.clone()
             };
             let (schedule, window) = (&e.schedule, self.window);
             let due = |last: chrono::NaiveDateTime| {
@@ -186,6 +165,8 @@ impl Scheduler {
                 }));
             match pass {
                 TickPass::Busy => {}
+                // Looked at again at its next tick: no transaction until then.
+                TickPass::Paused => e.last = Some(now),
                 TickPass::Started(at) => {
                     tracing::info!(job.kind = kind, from = %at.and_utc(), "periodic job scheduled from now on; no earlier tick runs");
                     e.last = Some(at.and_utc());
@@ -212,6 +193,43 @@ impl Scheduler {
         }
         first_error.map_or(Ok(new), Err)
     }
+}
+
+/// The job a tick of the periodic kind `d` enqueues, without its key and time: its default
+/// arguments, its queue, priority, attempts, lease and limits. `None` if the kind has no
+/// default arguments (not a periodic kind).
+pub(crate) fn tick_template(d: &JobDescriptor) -> Result<Option<NewJob>> {
+    let kind = d.kind();
+    let o = d.options();
+    let Some(make) = d.cron_payload() else {
+        return Ok(None);
+    };
+    let payload = make()
+        .map_err(|source| Error::Serialize { kind, source })?
+        .to_string();
+    let lease_ms = crate::enqueue::lease_ms(kind, o.lease)?;
+    // A tick's arguments are the defaults: its limit keys are theirs, so that a tick
+    // shares its slots with enqueued jobs of the same key.
+    let (concurrency_key, rate_key) = d.cron_keys();
+    let limits = crate::enqueue::job_limits(kind, o, || concurrency_key, || rate_key)?;
+    Ok(Some(NewJob {
+        kind: kind.to_owned(),
+        queue: o.queue.to_owned(),
+        key: String::new(),
+        payload,
+        priority: o.priority,
+        max_attempts: o.max_attempts,
+        lease_ms,
+        run_at: None,
+        delay_us: 0,
+        // A tick is started by the schedule, not by traced code.
+        traceparent: None,
+        // Each tick has its own key, enqueued once (`job_queue_cron` sees to it):
+        // the kind's policy has nothing to free.
+        unique: crate::model::Uniqueness::UntilPruned,
+        metadata: None,
+        limits,
+    }))
 }
 
 /// The ticks of `schedule` after `last` and at or before `now` that a pass enqueues: all of

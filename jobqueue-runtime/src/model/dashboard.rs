@@ -196,3 +196,273 @@ pub struct PeriodicJob {
     /// That job's last error, if it has one.
     pub last_job_error: Option<String>,
 }
+
+/// The upper bounds of the runtime buckets of [`KindStats::runtime_histogram`] but the last
+/// (which holds every runtime of 1,000 s or more): 10 ms, 30 ms, 100 ms, 300 ms, 1 s, 3 s,
+/// 10 s, 30 s, 100 s, 300 s, 1,000 s.
+pub const KIND_RUNTIME_BOUNDS: [std::time::Duration; 11] = [
+    std::time::Duration::from_millis(10),
+    std::time::Duration::from_millis(30),
+    std::time::Duration::from_millis(100),
+    std::time::Duration::from_millis(300),
+    std::time::Duration::from_secs(1),
+    std::time::Duration::from_secs(3),
+    std::time::Duration::from_secs(10),
+    std::time::Duration::from_secs(30),
+    std::time::Duration::from_secs(100),
+    std::time::Duration::from_secs(300),
+    std::time::Duration::from_secs(1000),
+];
+
+/// What the jobs of one kind did over a window of hours ([`Queue::kind_stats`](crate::Queue::kind_stats)):
+/// how many finished and how, how long they ran and waited.
+///
+/// Counted as jobs finish (by the worker that counts the queue gauges, in 5-minute
+/// buckets), so pruned jobs stay counted; jobs still running or waiting are not in it.
+/// Runtimes and waits are those of each job's last attempt: the runtime from its claim to
+/// its end (`finished_at - claimed_at`), the wait from when it was due to its claim
+/// (`claimed_at - run_at`, which includes time blocked by a limit or in a paused queue).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct KindStats {
+    /// The job kind.
+    pub kind: String,
+    /// The queues its jobs finished in, by name.
+    pub queues: Vec<String>,
+    /// Jobs that ended `done`.
+    pub done: u64,
+    /// Jobs that ended `failed` (every attempt used, or a permanent error).
+    pub failed: u64,
+    /// Attempts of those jobs beyond their first: retries after an error or a lost lease,
+    /// and operators' retries.
+    pub retries: u64,
+    /// How many of those jobs have a claim time, over which the runtimes and waits are
+    /// taken (jobs finished by workers older than the attempt history have none).
+    pub timed: u64,
+    /// The sum of their runtimes.
+    pub total_runtime: std::time::Duration,
+    /// The sum of their waits.
+    pub total_wait: std::time::Duration,
+    /// Their runtimes per bucket: under each bound of [`KIND_RUNTIME_BOUNDS`] (and at or
+    /// over the one before), then 1,000 s or more.
+    pub runtime_histogram: [u64; 12],
+}
+
+impl KindStats {
+    /// The share of finished jobs that failed (0 to 1); `None` when none finished.
+    pub fn failure_rate(&self) -> Option<f64> {
+        let all = self.done + self.failed;
+        (all > 0).then(|| self.failed as f64 / all as f64)
+    }
+
+    /// The mean runtime; `None` when no job was timed.
+    pub fn mean_runtime(&self) -> Option<std::time::Duration> {
+        (self.timed > 0).then(|| self.total_runtime.div_f64(self.timed as f64))
+    }
+
+    /// The mean wait; `None` when no job was timed.
+    pub fn mean_wait(&self) -> Option<std::time::Duration> {
+        (self.timed > 0).then(|| self.total_wait.div_f64(self.timed as f64))
+    }
+
+    /// The runtime under which a share `q` (0 to 1: 0.5 for the median, 0.95 for the 95th
+    /// percentile) of the timed jobs ran, estimated from [`KindStats::runtime_histogram`]:
+    /// the bucket that holds that rank, interpolated linearly inside it, so the estimate is
+    /// always within the bounds of the bucket that holds the true value. In the last bucket
+    /// (1,000 s or more) it is that bucket's lower bound: read it as "at least". `None` when
+    /// no job was timed.
+    pub fn runtime_percentile(&self, q: f64) -> Option<std::time::Duration> {
+        let n: u64 = self.runtime_histogram.iter().sum();
+        if n == 0 {
+            return None;
+        }
+        // The rank of the job at that share, from 1 (the fastest) to n.
+        let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as u64).clamp(1, n);
+        let mut before = 0;
+        for (i, &count) in self.runtime_histogram.iter().enumerate() {
+            if count > 0 && before + count >= rank {
+                let low = if i == 0 {
+                    0.0
+                } else {
+                    KIND_RUNTIME_BOUNDS[i - 1].as_secs_f64()
+                };
+                let Some(high) = KIND_RUNTIME_BOUNDS.get(i) else {
+                    return Some(std::time::Duration::from_secs_f64(low));
+                };
+                let within = (rank - before) as f64 / count as f64;
+                return Some(std::time::Duration::from_secs_f64(
+                    low + (high.as_secs_f64() - low) * within,
+                ));
+            }
+            before += count;
+        }
+        None
+    }
+}
+
+/// A periodic kind's schedule with its pause and its recent jobs
+/// ([`Queue::periodic_ticks`](crate::Queue::periodic_ticks)).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PeriodicTicks {
+    /// The schedule as the schedulers recorded it.
+    pub schedule: PeriodicJob,
+    /// When an operator paused it ([`Queue::pause_periodic`](crate::Queue::pause_periodic));
+    /// `None` while it runs.
+    pub paused_at: Option<DateTime<Utc>>,
+    /// The newest jobs of the kind, newest first: its ticks and its manual runs
+    /// ([`Queue::run_periodic_now`](crate::Queue::run_periodic_now)), and any job of the
+    /// kind enqueued otherwise.
+    pub recent: Vec<TickJob>,
+}
+
+/// One recent job of a periodic kind ([`PeriodicTicks::recent`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct TickJob {
+    /// The job's id.
+    pub id: u64,
+    /// Its task key: `kind@<tick>` for a tick, `kind@<time> run now` for a manual run.
+    pub task_key: String,
+    /// True for a run an operator asked for ([`Queue::run_periodic_now`](crate::Queue::run_periodic_now)).
+    pub manual: bool,
+    /// Its status.
+    pub status: JobStatus,
+    /// When it was due: the tick's time for a tick.
+    pub run_at: DateTime<Utc>,
+    /// When its last attempt started, if one did.
+    pub claimed_at: Option<DateTime<Utc>>,
+    /// When it finished, if it did.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The first line of its last error, cut to 240 characters, if it has one.
+    pub last_error: Option<String>,
+}
+
+/// The suffix of a manual run's task key: a tick's key ends in the tick's time and `Z`,
+/// never in this, so the two cannot collide.
+pub(crate) const RUN_NOW_SUFFIX: &str = " run now";
+
+/// One queue's page ([`Queue::queue_detail`](crate::Queue::queue_detail)): its state, its
+/// counts, the limits its blocked jobs wait for, and the workers that serve it. Every
+/// figure comes from a bounded read: see the fields.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct QueueDetail {
+    /// The queue.
+    pub queue: String,
+    /// Whether an operator paused it.
+    pub paused: bool,
+    /// Its jobs per status: scheduled, ready, blocked, running and failed from the queue
+    /// gauges (as last counted), done and cancelled counted now up to
+    /// [`OVERVIEW_COUNT_CAP`](crate::OVERVIEW_COUNT_CAP).
+    pub counts: super::StatusCounts,
+    /// The statuses whose count reached the cap (at least that many).
+    pub capped: Vec<JobStatus>,
+    /// The age of its oldest ready job, in seconds (as the gauges last counted it).
+    pub oldest_ready_secs: Option<f64>,
+    /// How long ago the gauges were counted, in seconds (`None`: never).
+    pub counted_secs_ago: Option<f64>,
+    /// The limit keys its blocked jobs wait for, most waiting first, read from its first
+    /// [`QueueDetail::blocked_read`] blocked jobs in claim order, at most 20 keys.
+    pub limits: Vec<BlockingKey>,
+    /// How many of its blocked jobs were read to find the keys (at most 500).
+    pub blocked_read: u64,
+    /// The workers whose heartbeat says they claim from it (at most 100), gone ones
+    /// included.
+    pub workers: Vec<WorkerInfo>,
+}
+
+/// Which limit a key is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub enum LimitKind {
+    /// At most `limit` jobs of the key run at once.
+    Concurrency,
+    /// At most `limit` jobs of the key start per window.
+    Rate,
+}
+
+/// A limit key that holds blocked jobs of a queue ([`QueueDetail::limits`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct BlockingKey {
+    /// Concurrency or rate.
+    pub limit_kind: LimitKind,
+    /// The key (its bytes read as UTF-8, lossily).
+    pub key: String,
+    /// Its limit, as the first blocked job of the queue read carries it.
+    pub limit: u32,
+    /// The window of a rate limit.
+    pub window: Option<std::time::Duration>,
+    /// How many of the queue's blocked jobs read wait for it.
+    pub blocked_here: u64,
+    /// How many jobs wait for it in all, in every queue, counted up to 10,000.
+    pub waiting: u64,
+    /// True when `waiting` reached that cap.
+    pub waiting_capped: bool,
+    /// Concurrency: the slots held by running jobs. Rate: the starts within the current
+    /// window.
+    pub busy: u32,
+    /// Rate: seconds until the next start is allowed (`None`: now, or a concurrency key).
+    pub next_start_secs: Option<f64>,
+    /// Concurrency: the jobs holding its slots, at most 20.
+    pub holders: Vec<SlotHolder>,
+}
+
+/// A job holding a concurrency slot ([`BlockingKey::holders`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SlotHolder {
+    /// The job's id.
+    pub id: u64,
+    /// Its kind, queue and status, if it is still in the table.
+    pub job: Option<(String, String, JobStatus)>,
+    /// The worker running it.
+    pub lease_owner: Option<String>,
+}
+
+#[cfg(test)]
+mod kind_stats_tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn with(histogram: [u64; 12]) -> KindStats {
+        KindStats {
+            kind: "k".into(),
+            queues: vec!["q".into()],
+            done: histogram.iter().sum(),
+            failed: 0,
+            retries: 0,
+            timed: histogram.iter().sum(),
+            total_runtime: Duration::ZERO,
+            total_wait: Duration::ZERO,
+            runtime_histogram: histogram,
+        }
+    }
+
+    #[test]
+    fn a_percentile_is_interpolated_within_the_bucket_holding_its_rank() {
+        // Ten jobs under 10 ms, ten in [1, 3) s.
+        let k = with([10, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0]);
+        // Rank 10 of 20: the last of the first bucket, at its upper bound.
+        assert_eq!(k.runtime_percentile(0.5), Some(Duration::from_millis(10)));
+        // Rank 19: nine tenths into [1, 3) s.
+        assert_eq!(
+            k.runtime_percentile(0.95),
+            Some(Duration::from_millis(2_800))
+        );
+        // The fastest: a tenth into [0, 10) ms.
+        assert_eq!(k.runtime_percentile(0.0), Some(Duration::from_millis(1)));
+        assert_eq!(k.runtime_percentile(1.0), Some(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn the_open_last_bucket_gives_its_lower_bound_and_nothing_gives_none() {
+        let k = with([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3]);
+        assert_eq!(k.runtime_percentile(0.5), Some(Duration::from_secs(1000)));
+        let none = with([0; 12]);
+        assert_eq!(none.runtime_percentile(0.5), None);
+        assert_eq!(none.mean_runtime(), None);
+        assert_eq!(none.failure_rate(), None);
+    }
+}

@@ -62,6 +62,8 @@ pub(crate) enum TickPass {
     Busy,
     /// The kind had no row; it has one now, starting at this time, and got no tick.
     Started(NaiveDateTime),
+    /// An operator paused the kind's schedule: no tick was enqueued.
+    Paused,
     /// The latest tick dealt with now, the ids of the jobs enqueued, and how many ticks were
     /// skipped because the previous tick's job had not finished.
     Advanced {

@@ -126,7 +126,8 @@ const THROUGHPUT_TAIL_SQL: &str = "\
       AND status_at >= GREATEST(?, UTC_TIMESTAMP(6) - INTERVAL ? MINUTE) \
     GROUP BY ago, queue";
 
-/// With, last, whether the worker holds the maintenance turn (held and not expired).
+/// With, last, whether the worker holds the maintenance turn (held and not expired). Read
+/// by [`worker_from_row`], as is `QUEUE_WORKERS_SQL`, which has the same columns.
 const WORKERS_SQL: &str = "\
     SELECT w.owner, w.host, w.pid, w.version, w.queues, w.concurrency, w.running, w.started_at, \
       w.last_seen, TIMESTAMPDIFF(MICROSECOND, w.last_seen, UTC_TIMESTAMP(6)), \
@@ -430,27 +431,7 @@ impl Store {
     pub(crate) async fn workers(&self, gone_after: Duration) -> Result<Vec<WorkerInfo>> {
         let rows = sqlx::query(WORKERS_SQL).fetch_all(&self.pool).await?;
         rows.iter()
-            .map(|r| {
-                let ago = r.try_get::<Option<i64>, _>(9)?.unwrap_or(0) as f64 / 1e6;
-                Ok(WorkerInfo {
-                    owner: text(r, 0)?,
-                    host: text(r, 1)?,
-                    pid: r.try_get(2)?,
-                    version: text(r, 3)?,
-                    queues: text(r, 4)?
-                        .split(',')
-                        .filter(|q| !q.is_empty())
-                        .map(str::to_owned)
-                        .collect(),
-                    concurrency: r.try_get(5)?,
-                    running: r.try_get(6)?,
-                    started_at: utc(r, 7)?,
-                    last_seen: utc(r, 8)?,
-                    seen_secs_ago: ago,
-                    gone: ago > gone_after.as_secs_f64(),
-                    maintains: r.try_get::<i64, _>(10)? == 1,
-                })
-            })
+            .map(|r| worker_from_row(r, gone_after))
             .collect()
     }
 
@@ -680,5 +661,31 @@ fn opt_text_lossy(r: &MySqlRow, i: usize) -> sqlx::Result<Option<String>> {
     r.try_get::<Option<String>, _>(i).or_else(|_| {
         r.try_get::<Option<Vec<u8>>, _>(i)
             .map(|b| b.map(|b| String::from_utf8_lossy(&b).into_owned()))
+    })
+}
+
+/// A row of `WORKERS_SQL` or `QUEUE_WORKERS_SQL`; a worker silent for `gone_after` is gone.
+pub(super) fn worker_from_row(
+    r: &sqlx::mysql::MySqlRow,
+    gone_after: Duration,
+) -> Result<WorkerInfo> {
+    let ago = r.try_get::<Option<i64>, _>(9)?.unwrap_or(0) as f64 / 1e6;
+    Ok(WorkerInfo {
+        owner: text(r, 0)?,
+        host: text(r, 1)?,
+        pid: r.try_get(2)?,
+        version: text(r, 3)?,
+        queues: text(r, 4)?
+            .split(',')
+            .filter(|q| !q.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        concurrency: r.try_get(5)?,
+        running: r.try_get(6)?,
+        started_at: utc(r, 7)?,
+        last_seen: utc(r, 8)?,
+        seen_secs_ago: ago,
+        gone: ago > gone_after.as_secs_f64(),
+        maintains: r.try_get::<i64, _>(10)? == 1,
     })
 }

@@ -249,7 +249,8 @@ impl Store {
     /// kind's `job_queue_cron` row locked (SKIP LOCKED: a node that finds it locked leaves
     /// the pass to the node holding it).
     ///
-    /// A kind without a row gets one starting at `now`, and no tick. Otherwise `due` turns
+    /// A kind without a row gets one starting at `now`, and no tick; a paused kind
+    /// (`paused_at` set) gets no tick and keeps its row as it is. Otherwise `due` turns
     /// the recorded `last_tick` into the ticks to deal with; each is enqueued (`job_of`
     /// builds its job), or skipped when `overlap` is off and the previous tick's job is
     /// still scheduled, ready or running. The row then moves to the last of them, fenced by
@@ -263,14 +264,14 @@ impl Store {
         job_of: impl Fn(NaiveDateTime) -> NewJob,
     ) -> Result<TickPass> {
         let pass: Result<Result<TickPass>> = transaction!(self, |conn| {
-            let row: Option<(NaiveDateTime, Option<u64>)> = sqlx::query_as(
-                "SELECT last_tick, last_job_id FROM job_queue_cron WHERE kind = ? \
-                 FOR UPDATE SKIP LOCKED",
+            let row: Option<(NaiveDateTime, Option<u64>, bool)> = sqlx::query_as(
+                "SELECT last_tick, last_job_id, paused_at IS NOT NULL FROM job_queue_cron \
+                 WHERE kind = ? FOR UPDATE SKIP LOCKED",
             )
             .bind(kind)
             .fetch_optional(&mut *conn)
             .await?;
-            let Some((last, mut last_job)) = row else {
+            let Some((last, mut last_job, paused)) = row else {
                 // No row, or another node holds it. A plain read tells which without waiting
                 // for that node's lock (an insert would wait for it, to check the key).
                 let exists: bool = sqlx::query_scalar(
@@ -296,6 +297,11 @@ impl Store {
                     Err(e) => Err(e),
                 };
             };
+            if paused {
+                // Read with the row locked: a pause committed before this pass holds it
+                // back. The resume moves `last_tick` to its own time.
+                return Ok((Ok(TickPass::Paused), false));
+            }
             let ticks = due(last);
             let Some(&end) = ticks.last() else {
                 return Ok((

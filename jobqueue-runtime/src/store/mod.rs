@@ -193,6 +193,7 @@ mod decode;
 mod enqueue;
 pub(crate) mod errors;
 mod gauges;
+mod kinds;
 mod lease;
 pub(crate) mod limits;
 mod maintenance;

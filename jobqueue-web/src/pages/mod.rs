@@ -125,12 +125,18 @@ pub(crate) fn first_line(s: &str) -> String {
 
 mod actions;
 mod jobs;
+mod kinds;
 mod overview;
+mod periodic;
+mod queues;
 mod selection;
 mod workers;
 
 pub(crate) use actions::*;
 pub(crate) use jobs::*;
+pub(crate) use kinds::*;
 pub(crate) use overview::*;
+pub(crate) use periodic::*;
+pub(crate) use queues::*;
 pub(crate) use selection::*;
 pub(crate) use workers::*;

@@ -169,7 +169,7 @@ fn queue_row(s: &Shared, base: &str, q: &QueueOverview, (done_h, failed_h): (u64
         String::new()
     };
     format!(
-        "<tr><th><a href=\"{b}/jobs?queue={name}\">{qn}</a></th><td>{state}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+        "<tr><th><a href=\"{b}/queues/{name}\">{qn}</a></th><td>{state}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
          <td class=\"n\">{}{expired}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
          <td class=\"n\">{done_h}</td><td class=\"n\">{failed_h}</td><td>{button}</td></tr>",
         link(JobStatus::Scheduled, q.counts.scheduled),

@@ -1,4 +1,4 @@
-//! The workers serving the queues, and the periodic schedules.
+//! The workers serving the queues.
 
 use super::*;
 
@@ -70,39 +70,4 @@ pub(crate) async fn workers(State(s): St, orig: OriginalUri, uri: Uri) -> Page {
         jobqueue::admin::WORKER_GONE_AFTER.as_secs()
     );
     Ok(Html(page(&base, "Workers", "Workers", None, &body)).into_response())
-}
-
-pub(crate) async fn periodic(State(s): St, orig: OriginalUri, uri: Uri) -> Page {
-    let base = base(&orig, &uri);
-    let list = s.queue.periodic_jobs().await?;
-    let mut rows = String::new();
-    for p in &list {
-        let last_job = match p.last_job_id {
-            Some(id) => format!("<a href=\"{}/jobs/{id}\">#{id}</a>", esc(&base)),
-            None => "–".into(),
-        };
-        let outcome = match p.last_job_status {
-            Some(st) => badge(st),
-            None if p.last_job_id.is_some() => "<span class=\"muted\">pruned</span>".into(),
-            None => "–".into(),
-        };
-        rows.push_str(&format!(
-            "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{last_job}</td><td>{outcome}</td><td class=\"error\">{}</td></tr>",
-            esc(&p.kind),
-            esc(p.schedule.as_deref().unwrap_or("unknown")),
-            p.next_tick.as_ref().map(time).unwrap_or_else(|| "–".into()),
-            time(&p.last_tick),
-            esc(&shown(&s, &p.last_job_error.as_deref().map(first_line).unwrap_or_default())),
-        ));
-    }
-    if list.is_empty() {
-        rows.push_str(
-            "<tr><td colspan=\"7\" class=\"empty\">No periodic job has ticked yet.</td></tr>",
-        );
-    }
-    let body = format!(
-        "<section class=\"card\"><table><thead><tr><th>Kind</th><th>Schedule</th><th>Next tick (UTC)</th><th>Last tick (UTC)</th>\
-         <th>Last job</th><th>Outcome</th><th>Its error</th></tr></thead><tbody>{rows}</tbody></table></section>"
-    );
-    Ok(Html(page(&base, "Periodic jobs", "Periodic", None, &body)).into_response())
 }
