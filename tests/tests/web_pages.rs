@@ -346,10 +346,22 @@ async fn the_queue_page_shows_its_counts_limits_and_workers() {
         "{body}"
     );
 
-    // Pause from the page, through the queue's existing action.
+    // Pause from the page, through the queue's existing action, which returns to the page
+    // that sent it.
+    assert!(
+        body.contains("<input type=\"hidden\" name=\"to\" value=\"queue\">"),
+        "{body}"
+    );
     let token = csrf_of(&body);
-    let r = post(&router, "/queues/mail/pause", &format!("csrf={token}")).await;
+    let r = post(
+        &router,
+        "/queues/mail/pause",
+        &format!("csrf={token}&to=queue"),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
+    let to = r.location.unwrap();
+    assert!(to.starts_with("/queues/mail?notice="), "{to}");
     let body = get(&router, "/queues/mail").await.body;
     assert!(
         body.contains("badge paused") && body.contains("action=\"/queues/mail/resume\""),

@@ -8,6 +8,29 @@ pub(crate) struct Csrf {
     csrf: String,
 }
 
+/// The form of pause and resume: the token, and `to=queue` when the queue's own page sent
+/// it (the action returns there rather than to the overview).
+#[derive(Debug, Deserialize)]
+pub(crate) struct QueueForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    to: String,
+}
+
+/// Where pause and resume of `q` return: the queue's page when it sent them, else the
+/// overview.
+fn after_queue_action(orig: &OriginalUri, uri: &Uri, q: &str, form: &QueueForm) -> String {
+    let b = action_base(orig, uri);
+    if form.to == "queue" {
+        format!("{b}/queues/{}", url(q))
+    } else if b.is_empty() {
+        "/".into()
+    } else {
+        b
+    }
+}
+
 /// Refuses an action in read-only mode, from another site, or without the token of the
 /// browser's session. Three checks, so that none rests on one header alone:
 /// - `Sec-Fetch-Site` (sent by current browsers) must not say `cross-site` or `same-site`;
@@ -149,7 +172,7 @@ pub(crate) async fn pause(
     uri: Uri,
     headers: HeaderMap,
     Path(q): Path<String>,
-    Form(c): Form<Csrf>,
+    Form(c): Form<QueueForm>,
 ) -> Page {
     check_action(&s, &headers, &c.csrf).await?;
     let was = s.queue.paused_queues().await?.contains(&q);
@@ -162,10 +185,9 @@ pub(crate) async fn pause(
     } else {
         format!("Queue {q} paused: 1 queue changed.")
     };
-    let b = action_base(&orig, &uri);
     // What the action changed shows on the next page, not a second later.
     s.overview.lock().await.take();
-    Ok(back(if b.is_empty() { "/".into() } else { b }, &msg))
+    Ok(back(after_queue_action(&orig, &uri, &q, &c), &msg))
 }
 
 pub(crate) async fn resume(
@@ -174,7 +196,7 @@ pub(crate) async fn resume(
     uri: Uri,
     headers: HeaderMap,
     Path(q): Path<String>,
-    Form(c): Form<Csrf>,
+    Form(c): Form<QueueForm>,
 ) -> Page {
     check_action(&s, &headers, &c.csrf).await?;
     let was = s.queue.paused_queues().await?.contains(&q);
@@ -187,10 +209,9 @@ pub(crate) async fn resume(
     } else {
         format!("Queue {q} was not paused: 0 queues changed.")
     };
-    let b = action_base(&orig, &uri);
     // What the action changed shows on the next page, not a second later.
     s.overview.lock().await.take();
-    Ok(back(if b.is_empty() { "/".into() } else { b }, &msg))
+    Ok(back(after_queue_action(&orig, &uri, &q, &c), &msg))
 }
 
 #[derive(Debug, Deserialize)]

@@ -46,7 +46,7 @@ fn state_card(s: &Shared, base: &str, q: &QueueDetail) -> String {
                 &crate::csrf(),
                 "Resume",
                 "primary",
-                &[],
+                &[("to", "queue")],
             ),
         )
     } else {
@@ -58,7 +58,7 @@ fn state_card(s: &Shared, base: &str, q: &QueueDetail) -> String {
                 &crate::csrf(),
                 "Pause",
                 "",
-                &[],
+                &[("to", "queue")],
             ),
         )
     };
