@@ -38,6 +38,10 @@ pub use model::{
     QueueOverview, QueueStats, Retention, RunningJob, StatusCounts, MAX_ATTEMPT_ERROR_BYTES,
     MAX_ATTEMPT_HISTORY, MAX_OUTPUT_BYTES, OVERVIEW_COUNT_CAP,
 };
+pub use model::{
+    BulkProgress, JobDetail, JobSummary, JobSummaryPage, QueueOverviewPage, StoredJson, StoredText,
+    DETAIL_HISTORY_BYTES, DETAIL_TEXT_BYTES, SUMMARY_ERROR_CHARS,
+};
 pub use model::{InvalidCursor, JobCursor, JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use progress::MAX_PROGRESS_BYTES;
 pub use queue::{pool_options, redact_url, Queue, QueueConfig};

@@ -10,6 +10,10 @@ mod dashboard;
 mod protocol;
 mod record;
 
+pub use dashboard::{
+    BulkProgress, JobDetail, JobSummary, JobSummaryPage, QueueOverviewPage, StoredJson, StoredText,
+    DETAIL_HISTORY_BYTES, DETAIL_TEXT_BYTES, SUMMARY_ERROR_CHARS,
+};
 pub use dashboard::{InvalidCursor, JobCursor, JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use protocol::{Claimed, EmptyClaim, Finish, LeaseState, Reclaimed};
 pub(crate) use protocol::{JobLimits, NewJob, QueueGauges, TickPass};

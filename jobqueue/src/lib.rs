@@ -166,6 +166,13 @@ pub mod admin {
         Attempt, AttemptOutcome, CancelOutcome, InvalidCursor, JobCursor, JobFilter, JobPage,
         JobRecord, JobRef,
     };
+    // What the dashboard reads: rows without their payloads, one job as stored text, a
+    // bounded overview, a bulk action's progress.
+    #[doc(inline)]
+    pub use jobqueue_runtime::{
+        BulkProgress, JobDetail, JobSummary, JobSummaryPage, QueueOverviewPage, StoredJson,
+        StoredText, DETAIL_HISTORY_BYTES, DETAIL_TEXT_BYTES, SUMMARY_ERROR_CHARS,
+    };
     // Queues, workers and schedules.
     #[doc(inline)]
     pub use jobqueue_runtime::{

@@ -8,7 +8,9 @@ use sqlx::Row;
 
 use super::dashboard::{bind_all, conditions, where_clause as dashboard_where, Arg};
 use super::*;
-use crate::model::{CancelOutcome, JobFilter, JobRecord, JobStatus, QueueStats, RunningJob};
+use crate::model::{
+    BulkProgress, CancelOutcome, JobFilter, JobRecord, JobStatus, QueueStats, RunningJob,
+};
 
 // An operator's retry is a fresh start: one more attempt, and the bounds on expired leases,
 // on waiting for a worker that can run the job and on snoozes count again from zero.
@@ -126,10 +128,19 @@ impl Store {
     }
 
     /// Puts every `failed` or `cancelled` job matching `filter` back to `ready`, a batch at a
-    /// time. Returns how many.
-    pub(crate) async fn retry_matching(&self, filter: &JobFilter) -> Result<u64> {
-        self.bulk(RETRY_SET, filter, "status IN ('failed', 'cancelled')")
-            .await
+    /// time, within `bound`.
+    pub(crate) async fn retry_matching(
+        &self,
+        filter: &JobFilter,
+        bound: BulkBound,
+    ) -> Result<BulkProgress> {
+        self.bulk(
+            RETRY_SET,
+            filter,
+            &[JobStatus::Failed, JobStatus::Cancelled],
+            bound,
+        )
+        .await
     }
 
     /// One job, by id or by task key.
