@@ -4,11 +4,14 @@
 //! with a warning (keeping the job's actions), and the process's memory stays bounded.
 //! Its own binary: the memory figures are the process's.
 
+#[path = "web_support/hostile.rs"]
+mod hostile;
 mod web_support;
 
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
+use hostile::{seed, BIG_ARRAY_ITEMS};
 use jobqueue::Queue;
 use jobqueue_web::Dashboard;
 use tests::fresh_queue;
@@ -25,13 +28,6 @@ const PAGE_BOUND: Duration = Duration::from_secs(5);
 /// alone has 160 MiB of payloads among its rows, and reads none of them.
 const MEMORY_BOUND_KIB: u64 = 64 * 1024;
 
-/// The big payloads: 40 JSON arrays of 4 MiB each, built by the server.
-const BIG_JOBS: usize = 40;
-const BIG_ARRAY_ITEMS: usize = 2 * 1024 * 1024;
-
-/// Distinct queues, each with one ready job.
-const QUEUES: usize = 20_000;
-
 /// A line of `/proc/self/status` in KiB (`VmHWM`: the peak resident size; `VmRSS`: now).
 fn proc_status_kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
@@ -40,178 +36,6 @@ fn proc_status_kib(field: &str) -> u64 {
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or_else(|| panic!("{field} in /proc/self/status"))
-}
-
-/// The hostile jobs' ids.
-struct Hostile {
-    /// `{"n": 1e400}` in the payload of a failed job.
-    payload: u64,
-    /// `[1e400]` in the metadata of a failed job.
-    metadata: u64,
-    /// `1e400` as the progress of a running job.
-    progress: u64,
-    /// Every JSON column out of range at once, on a ready job.
-    all: u64,
-    /// A done job whose output is not JSON.
-    output: u64,
-    /// A failed job whose attempt history is not JSON.
-    history: u64,
-    /// A failed job with the longest error the column holds (64 KiB - 1).
-    long_error: u64,
-    /// A failed job whose payload is 4 MiB (the newest of them).
-    big: u64,
-}
-
-async fn seed(queue: &Queue) -> Hostile {
-    let pool = queue.pool();
-    // 20,000 queues, each with one ready job, in rows of 1,000 per statement.
-    for chunk in 0..QUEUES / 1000 {
-        let values: Vec<String> = (0..1000)
-            .map(|i| {
-                let n = chunk * 1000 + i;
-                format!("('q{n:05}', 'many', 'many:{n}', '{{}}', 'ready')")
-            })
-            .collect();
-        sqlx::query(&format!(
-            "INSERT INTO job_queue (queue, kind, task_key, payload, status) VALUES {}",
-            values.join(",")
-        ))
-        .execute(pool)
-        .await
-        .expect("insert the queues' jobs");
-    }
-    let payload = insert_job(
-        queue,
-        "hostile",
-        "poison",
-        "poison:payload",
-        r#"{"n": 1e400}"#,
-        "failed",
-        Some("boom"),
-    )
-    .await;
-    let metadata = insert_job(
-        queue,
-        "hostile",
-        "poison",
-        "poison:metadata",
-        "{}",
-        "failed",
-        None,
-    )
-    .await;
-    sqlx::query("UPDATE job_queue SET metadata = '[1e400]' WHERE id = ?")
-        .bind(metadata)
-        .execute(pool)
-        .await
-        .expect("set the metadata");
-    let progress = insert_job(
-        queue,
-        "hostile",
-        "poison",
-        "poison:progress",
-        "{}",
-        "running",
-        None,
-    )
-    .await;
-    sqlx::query(
-        "UPDATE job_queue SET progress = '1e400', progress_at = UTC_TIMESTAMP(6), \
-         lease_owner = 'w', lease_until = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, attempts = 1 WHERE id = ?",
-    )
-    .bind(progress)
-    .execute(pool)
-    .await
-    .expect("set the progress");
-    let all = insert_job(
-        queue,
-        "hostile",
-        "poison",
-        "poison:all",
-        "[1e400]",
-        "ready",
-        None,
-    )
-    .await;
-    sqlx::query(
-        "UPDATE job_queue SET metadata = '{\"t\": 1e400}', progress = '[1e400]', \
-         progress_at = UTC_TIMESTAMP(6) WHERE id = ?",
-    )
-    .bind(all)
-    .execute(pool)
-    .await
-    .expect("set every JSON column");
-    let output = insert_job(
-        queue,
-        "hostile",
-        "poison",
-        "poison:output",
-        "{}",
-        "done",
-        None,
-    )
-    .await;
-    sqlx::query("UPDATE job_queue SET output = 'not json <b>at all</b>' WHERE id = ?")
-        .bind(output)
-        .execute(pool)
-        .await
-        .expect("set the output");
-    let history = insert_job(
-        queue,
-        "hostile",
-        "poison",
-        "poison:history",
-        "{}",
-        "failed",
-        Some("failed"),
-    )
-    .await;
-    sqlx::query("UPDATE job_queue SET attempt_log = 'not a history <i>' WHERE id = ?")
-        .bind(history)
-        .execute(pool)
-        .await
-        .expect("set the history");
-    let long_error = insert_job(
-        queue,
-        "hostile",
-        "poison",
-        "poison:error",
-        "{}",
-        "failed",
-        None,
-    )
-    .await;
-    sqlx::query(
-        "UPDATE job_queue SET last_error = CONCAT('<e>', REPEAT('e', 65535 - 4), '!') WHERE id = ?",
-    )
-    .bind(long_error)
-    .execute(pool)
-    .await
-    .expect("set the long error");
-    // The big payloads last: the newest jobs, the first page of the list.
-    let mut big = 0;
-    for i in 0..BIG_JOBS {
-        big = sqlx::query(
-            "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, last_error, finished_at) \
-             VALUES ('big', 'huge', ?, CONCAT('[', REPEAT('0,', ?), '0]'), 'failed', 1, 'too big', UTC_TIMESTAMP(6))",
-        )
-        .bind(format!("big:{i}"))
-        .bind((BIG_ARRAY_ITEMS - 1) as u64)
-        .execute(pool)
-        .await
-        .expect("insert a big job")
-        .last_insert_id();
-    }
-    Hostile {
-        payload,
-        metadata,
-        progress,
-        all,
-        output,
-        history,
-        long_error,
-        big,
-    }
 }
 
 /// GET `path`, timed: it answers 200 within [`PAGE_BOUND`], or, for a filter no index

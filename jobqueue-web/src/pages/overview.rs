@@ -94,10 +94,15 @@ async fn overview_body(s: &Shared, base: &str, search: &str) -> Result<String, F
     } else if stats.is_empty() {
         rows.push_str("<tr><td colspan=\"13\" class=\"empty\">No jobs yet.</td></tr>");
     }
-    let b = esc(base);
+    // The overview's own address: the mount point, or `/` at the root.
+    let home = if base.is_empty() {
+        "/".to_owned()
+    } else {
+        esc(base)
+    };
     let shown = if !search.is_empty() {
         format!(
-            "the first {} queues whose names start with <code>{}</code>{}; <a href=\"{b}/\">the busiest</a>",
+            "the first {} queues whose names start with <code>{}</code>{}; <a href=\"{home}\">the busiest</a>",
             stats.len(),
             esc(search),
             if page_.more_idle { " (more match)" } else { "" }
@@ -116,7 +121,7 @@ async fn overview_body(s: &Shared, base: &str, search: &str) -> Result<String, F
         String::new()
     };
     let find = format!(
-        "<form method=\"get\" action=\"{b}/\" class=\"row queue-search\">\
+        "<form method=\"get\" action=\"{home}\" class=\"row queue-search\">\
          <label>Find a queue <input name=\"queue\" value=\"{}\" placeholder=\"name starts with\"></label>\
          <button type=\"submit\">Find</button></form>{}",
         esc(search),
