@@ -459,12 +459,14 @@ impl Queue {
 
     /// The workers that wrote a heartbeat, including those that stopped writing it without
     /// shutting down (shown as [`WorkerInfo::gone`] until they are forgotten).
+    /// At most [`DASHBOARD_ROWS`](crate::DASHBOARD_ROWS), by host and name.
     pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
         self.store().workers(WORKER_GONE_AFTER).await
     }
 
     /// Every periodic kind the schedulers have recorded, with its next tick and the outcome
-    /// of its latest enqueued tick.
+    /// of its latest enqueued tick. At most [`DASHBOARD_ROWS`](crate::DASHBOARD_ROWS), by
+    /// kind; the error cut to [`SUMMARY_ERROR_CHARS`](crate::SUMMARY_ERROR_CHARS).
     pub async fn periodic_jobs(&self) -> Result<Vec<PeriodicJob>> {
         self.store().periodic_jobs().await
     }

@@ -40,7 +40,7 @@ pub use model::{
 };
 pub use model::{
     BulkProgress, JobDetail, JobSummary, JobSummaryPage, QueueOverviewPage, StoredJson, StoredText,
-    DETAIL_HISTORY_BYTES, DETAIL_TEXT_BYTES, SUMMARY_ERROR_CHARS,
+    DASHBOARD_ROWS, DETAIL_HISTORY_BYTES, DETAIL_TEXT_BYTES, SUMMARY_ERROR_CHARS,
 };
 pub use model::{InvalidCursor, JobCursor, JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use progress::MAX_PROGRESS_BYTES;

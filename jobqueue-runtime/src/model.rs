@@ -12,7 +12,7 @@ mod record;
 
 pub use dashboard::{
     BulkProgress, JobDetail, JobSummary, JobSummaryPage, QueueOverviewPage, StoredJson, StoredText,
-    DETAIL_HISTORY_BYTES, DETAIL_TEXT_BYTES, SUMMARY_ERROR_CHARS,
+    DASHBOARD_ROWS, DETAIL_HISTORY_BYTES, DETAIL_TEXT_BYTES, SUMMARY_ERROR_CHARS,
 };
 pub use dashboard::{InvalidCursor, JobCursor, JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use protocol::{Claimed, EmptyClaim, Finish, LeaseState, Reclaimed};

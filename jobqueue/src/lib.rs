@@ -171,7 +171,7 @@ pub mod admin {
     #[doc(inline)]
     pub use jobqueue_runtime::{
         BulkProgress, JobDetail, JobSummary, JobSummaryPage, QueueOverviewPage, StoredJson,
-        StoredText, DETAIL_HISTORY_BYTES, DETAIL_TEXT_BYTES, SUMMARY_ERROR_CHARS,
+        StoredText, DASHBOARD_ROWS, DETAIL_HISTORY_BYTES, DETAIL_TEXT_BYTES, SUMMARY_ERROR_CHARS,
     };
     // Queues, workers and schedules.
     #[doc(inline)]

@@ -193,6 +193,12 @@ pub struct PeriodicJob {
     pub last_job_error: Option<String>,
 }
 
+/// How many rows [`Queue::workers`](crate::Queue::workers) and
+/// [`Queue::periodic_jobs`](crate::Queue::periodic_jobs) return at most: a page lists them
+/// all, and their tables grow with the fleet and the kinds, which a table written by hand
+/// does not bound.
+pub const DASHBOARD_ROWS: usize = 1000;
+
 /// How many characters of a job's `last_error` a [`JobSummary`] carries: enough for the
 /// first line in a table cell, cut by the server so that a huge error is never read whole.
 pub const SUMMARY_ERROR_CHARS: usize = 300;

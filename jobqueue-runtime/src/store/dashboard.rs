@@ -162,14 +162,24 @@ const THROUGHPUT_TAIL_SQL: &str = "\
       AND status_at >= GREATEST(?, UTC_TIMESTAMP(6) - INTERVAL ? MINUTE) \
     GROUP BY ago, queue";
 
+// The limits written in the statements below.
+const _: () =
+    assert!(crate::model::DASHBOARD_ROWS == 1000 && crate::model::SUMMARY_ERROR_CHARS == 300);
+
+/// The workers' heartbeat rows, at most [`crate::model::DASHBOARD_ROWS`] (a fleet has a row
+/// per live worker, and rows of stopped ones until they are forgotten: a table written by
+/// hand could hold any number).
 const WORKERS_SQL: &str = "\
     SELECT owner, host, pid, version, queues, concurrency, running, started_at, last_seen, \
       TIMESTAMPDIFF(MICROSECOND, last_seen, UTC_TIMESTAMP(6)) \
-    FROM job_queue_worker ORDER BY host, owner";
+    FROM job_queue_worker ORDER BY host, owner LIMIT 1000";
 
+/// The periodic kinds, at most [`crate::model::DASHBOARD_ROWS`], each with its last job by
+/// primary key; the error cut by the server, as in a listing.
 const PERIODIC_SQL: &str = "\
-    SELECT c.kind, c.schedule, c.last_tick, c.last_job_id, CAST(j.status AS CHAR), j.last_error \
-    FROM job_queue_cron c LEFT JOIN job_queue j ON j.id = c.last_job_id ORDER BY c.kind";
+    SELECT c.kind, c.schedule, c.last_tick, c.last_job_id, CAST(j.status AS CHAR), \
+      LEFT(j.last_error, 300) \
+    FROM job_queue_cron c LEFT JOIN job_queue j ON j.id = c.last_job_id ORDER BY c.kind LIMIT 1000";
 
 /// The conditions of `query`, and their arguments in order, for a WHERE clause.
 pub(super) fn conditions(query: &JobFilter) -> (Vec<&'static str>, Vec<Arg>) {
