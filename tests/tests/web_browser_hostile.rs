@@ -211,6 +211,11 @@ async fn the_hostile_table_renders_in_a_real_browser() {
     b.goto(&format!("{base}/jobs/{}", h.big)).await.unwrap();
     assert!(visible_text(&b, ".cut", "showing the first 64 KiB").await);
     assert!(visible_text(&b, ".actions button", "Retry").await);
+    js(
+        &b,
+        "document.querySelector('.cut').scrollIntoView(); return null",
+    )
+    .await;
     shot(&b, "hostile-big").await;
     b.goto(&format!("{base}/jobs/{}", h.long_error))
         .await

@@ -89,7 +89,7 @@ pub(crate) fn detail_from_row(r: &MySqlRow) -> Result<JobDetail> {
     let history = match &attempt_log {
         None => Ok(Vec::new()),
         Some(log) if log.is_cut() => Err(format!(
-            "the attempt history is {} bytes, longer than this library writes",
+            "it is {} bytes, longer than this library writes",
             log.bytes
         )),
         Some(log) => attempts_from_log(&log.text).map(|mut attempts| {

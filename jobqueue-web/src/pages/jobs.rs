@@ -406,7 +406,7 @@ pub(crate) async fn job(
         Err(reason) => {
             let raw = j.attempt_log.as_ref().map_or("", |l| head(&l.text));
             format!(
-                "<p class=\"warn unreadable\">The attempt history cannot be read ({}); it is shown as stored{}.</p>\
+                "<p class=\"warn unreadable\">The attempt history cannot be read: {}; it is shown as stored{}.</p>\
                  <pre class=\"payload raw\">{}</pre>",
                 esc(reason),
                 j.attempt_log
