@@ -517,17 +517,15 @@ impl Store {
                 // is room: one index lookup each, a bounded number of them.
                 let mut after = String::new();
                 let mut steps = 0;
-                while names.len() < limit {
-                    if steps == 3 * limit {
-                        more_idle = true;
-                        break;
-                    }
+                let mut every_queue_seen = false;
+                while names.len() < limit && steps < 3 * limit {
                     steps += 1;
                     let Some(q) = sqlx::query_scalar::<_, Vec<u8>>(NEXT_QUEUE_SQL)
                         .bind(after.as_str())
                         .fetch_optional(&self.pool)
                         .await?
                     else {
+                        every_queue_seen = true;
                         break;
                     };
                     after = String::from_utf8_lossy(&q).into_owned();
@@ -535,9 +533,8 @@ impl Store {
                         names.push(after.clone());
                     }
                 }
-                if names.len() >= limit && more == 0 {
-                    more_idle = true;
-                }
+                // Stopped by the limit rather than at the last queue: there may be more.
+                more_idle = !every_queue_seen;
             }
         }
         let (sql, args) = overview_of_statement(&names);
@@ -1029,4 +1026,22 @@ fn opt_text_lossy(r: &MySqlRow, i: usize) -> sqlx::Result<Option<String>> {
         r.try_get::<Option<Vec<u8>>, _>(i)
             .map(|b| b.map(|b| String::from_utf8_lossy(&b).into_owned()))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn like_prefixes_escape_their_wildcards_with_the_explicit_escape() {
+        assert_eq!(like_prefix("order_1"), "order!_1%");
+        assert_eq!(like_prefix("100%!\\"), "100!%!!\\%");
+    }
+
+    #[test]
+    fn a_queue_prefix_ends_before_the_next_prefix() {
+        assert_eq!(prefix_end("q12").as_deref(), Some("q13"));
+        assert_eq!(prefix_end("a\u{7f}").as_deref(), Some("b"));
+        assert_eq!(prefix_end("é"), None);
+    }
 }

@@ -364,3 +364,28 @@ pub(crate) fn opt_text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_column_loses_only_its_cut_last_character() {
+        // "é" is two bytes: a head of 3 bytes of "aéb" ends in the middle of nothing, one of
+        // 2 bytes in the middle of "é".
+        assert_eq!(text_of_head("aéb".as_bytes()[..3].to_vec()), "aé");
+        assert_eq!(text_of_head("aéb".as_bytes()[..2].to_vec()), "a");
+        // A byte that is not UTF-8 inside the text reads as U+FFFD, the rest as it is.
+        assert_eq!(text_of_head(b"a\xffb".to_vec()), "a\u{fffd}b");
+    }
+
+    #[test]
+    fn an_error_is_cut_at_a_character_boundary() {
+        let mut e = "ab€".to_owned();
+        cut_at_char(&mut e, 3);
+        assert_eq!(e, "ab");
+        let mut short = "ab".to_owned();
+        cut_at_char(&mut short, 3);
+        assert_eq!(short, "ab");
+    }
+}

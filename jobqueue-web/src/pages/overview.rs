@@ -107,14 +107,16 @@ async fn overview_body(s: &Shared, base: &str, search: &str) -> Result<String, F
             esc(search),
             if page_.more_idle { " (more match)" } else { "" }
         )
-    } else if page_.more > 0 || page_.more_idle {
-        let more = match (page_.more, page_.more_idle) {
-            (0, _) => "more queues that hold only finished jobs".to_owned(),
-            (n, false) => format!("{n} more queues"),
-            (n, true) => format!("{n} more queues, and queues that hold only finished jobs,"),
-        };
+    } else if page_.more > 0 {
         format!(
-            "the {} busiest queues (by jobs waiting, running or failed); {more} are not shown",
+            "the {} busiest queues (by jobs waiting, running or failed); {} more queues with such jobs \
+             are not shown, nor queues that hold only finished jobs",
+            stats.len(),
+            page_.more
+        )
+    } else if page_.more_idle {
+        format!(
+            "{} queues; queues that hold only finished jobs may not all be shown",
             stats.len()
         )
     } else {
