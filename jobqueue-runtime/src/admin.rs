@@ -188,7 +188,9 @@ impl Queue {
     /// in another status (nothing changed).
     pub async fn retry(&self, id: u64) -> Result<bool> {
         let matched = self.store().retry(id).await?;
-        if matched == 0 && self.job(id).await?.is_none() {
+        // Whether the job exists, without decoding its row: a payload this library cannot
+        // read must not turn "not retried" into an error.
+        if matched == 0 && self.store().attempt_log(id).await?.is_none() {
             return Err(Error::JobNotFound(JobRef::Id(id)));
         }
         if matched == 1 {

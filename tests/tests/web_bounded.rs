@@ -312,6 +312,27 @@ async fn every_page_answers_in_bounded_time_and_memory_on_a_hostile_table() {
 }
 
 #[tokio::test]
+async fn a_job_this_library_cannot_decode_is_still_acted_on() {
+    let queue = fresh_queue("web_bounded_act").await;
+    let ready = insert_job(&queue, "q", "k", "k:ready", "[1e400]", "ready", None).await;
+    let failed = insert_job(&queue, "q", "k", "k:failed", "[1e400]", "failed", None).await;
+    // Not retried (it is ready), and said so, rather than an error reading the row.
+    assert!(!queue.retry(ready).await.expect("retry a ready job"));
+    assert!(queue.retry(failed).await.expect("retry a failed job"));
+    assert_eq!(
+        queue.cancel(ready).await.expect("cancel"),
+        jobqueue::admin::CancelOutcome::Cancelled
+    );
+    let detail = queue.job_detail(failed).await.unwrap().expect("the job");
+    assert_eq!(detail.status, jobqueue::JobStatus::Ready);
+    assert_eq!(detail.payload.text, "[1e400]");
+    assert!(matches!(
+        detail.payload.json(),
+        jobqueue::admin::StoredJson::Unreadable(_)
+    ));
+}
+
+#[tokio::test]
 async fn numbers_out_of_range_are_refused_with_400() {
     let queue = fresh_queue("web_bounded_400").await;
     let router = Dashboard::new(queue.clone()).router();
