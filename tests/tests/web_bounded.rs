@@ -17,12 +17,16 @@ use jobqueue_web::Dashboard;
 use tests::fresh_queue;
 use web_support::{get, insert_job, post, Reply};
 
-/// How long one page may take. A page of this table costs tens of milliseconds on an idle
-/// machine (the list reads 50 rows through an index, the job page one row by primary key
-/// with its large columns cut by the server, the overview the gauges' 20,000 rows and a
-/// few lookups per queue shown); 5 s is far above that, for a loaded 2-core machine and a
-/// debug build. A filter no index serves stops at the server's 1 s limit.
+/// How long one page may take. A page of this table took 1 to 35 ms here in a debug build
+/// (the list reads 50 rows through an index, the job page one row by primary key with its
+/// large columns cut by the server), the overview 0.1 s (the gauges' 20,000 rows and a few
+/// lookups per queue shown); 5 s is 50 times the slowest, for a loaded 2-core machine. A
+/// filter no index serves stops at the server's 1 s limit. Before this bound, the overview
+/// took 38 s and the list decoded 160 MiB of payloads.
 const PAGE_BOUND: Duration = Duration::from_secs(5);
+
+/// How long the first overview may take: it counts the queue gauges first (see below).
+const FIRST_OVERVIEW_BOUND: Duration = Duration::from_secs(20);
 
 /// How much the process's peak memory may grow while the pages are read: the list page
 /// alone has 160 MiB of payloads among its rows, and reads none of them.
@@ -41,15 +45,22 @@ fn proc_status_kib(field: &str) -> u64 {
 /// GET `path`, timed: it answers 200 within [`PAGE_BOUND`], or, for a filter no index
 /// serves, with the page that says so.
 async fn page(router: &axum::Router, path: &str, timings: &mut Vec<(String, Duration)>) -> Reply {
+    page_within(router, path, PAGE_BOUND, timings).await
+}
+
+/// [`page`] within `bound`.
+async fn page_within(
+    router: &axum::Router,
+    path: &str,
+    bound: Duration,
+    timings: &mut Vec<(String, Duration)>,
+) -> Reply {
     let start = Instant::now();
     let reply = get(router, path).await;
     let took = start.elapsed();
     timings.push((path.to_owned(), took));
     assert_eq!(reply.status, StatusCode::OK, "{path}: {}", reply.body);
-    assert!(
-        took < PAGE_BOUND,
-        "{path} took {took:?}, more than {PAGE_BOUND:?}"
-    );
+    assert!(took < bound, "{path} took {took:?}, more than {bound:?}");
     reply
 }
 
@@ -68,9 +79,10 @@ async fn every_page_answers_in_bounded_time_and_memory_on_a_hostile_table() {
     let mut timings = Vec::new();
 
     // The first look at the overview counts the gauges, which nobody has (no worker runs
-    // here): once, over every job; given the same bound as any page.
+    // here): once, over every active job, and writes 20,000 rows of them. It took 0.6 to
+    // 1.1 s here; a worker does it in the background in production.
     let hwm_before = proc_status_kib("VmHWM");
-    let overview = page(&router, "/", &mut timings).await;
+    let overview = page_within(&router, "/", FIRST_OVERVIEW_BOUND, &mut timings).await;
     assert!(
         overview
             .body
@@ -378,34 +390,43 @@ async fn a_bulk_action_goes_in_bounded_steps_and_says_how_far_it_got() {
     let confirm = get(&router, "/bulk?action=retry&queue=bulk").await;
     assert!(confirm.body.contains("more than 10000"), "{}", confirm.body);
     let token = web_support::csrf_of(&confirm.body);
-    let first = post(
-        &router,
-        "/bulk",
-        &format!("csrf={token}&queue=bulk&action=retry"),
-    )
-    .await;
-    let location = first.location.expect("a redirect");
-    assert!(
-        location.contains("/bulk?queue=bulk&action=retry"),
-        "{location}"
-    );
-    assert!(location.contains("10000"), "{location}");
+    // Each request changes at most 10,000 jobs (fewer if its 5 s run out first, on a slow
+    // machine) and comes back to the confirmation while more match; the last goes to the
+    // list. Every job is retried once in all.
+    let mut steps = Vec::new();
+    loop {
+        let before = tests::count_status(&queue, jobqueue::JobStatus::Ready).await;
+        let reply = post(
+            &router,
+            "/bulk",
+            &format!("csrf={token}&queue=bulk&action=retry"),
+        )
+        .await;
+        let location = reply.location.expect("a redirect");
+        let changed = tests::count_status(&queue, jobqueue::JobStatus::Ready).await - before;
+        assert!(
+            (1..=10_000).contains(&changed),
+            "one step changed {changed} jobs"
+        );
+        assert!(
+            location.contains(&format!("Retried%20{changed}%20jobs")),
+            "the step says how many it changed: {location}"
+        );
+        steps.push(changed);
+        if location.starts_with("/jobs?queue=bulk") {
+            break;
+        }
+        assert!(
+            location.starts_with("/bulk?queue=bulk&action=retry"),
+            "{location}"
+        );
+        assert!(steps.len() < 100, "the steps end: {steps:?}");
+    }
+    assert!(steps.len() >= 2, "more than one step: {steps:?}");
+    assert_eq!(steps.iter().sum::<i64>(), 12_500, "{steps:?}");
     assert_eq!(
-        tests::count_status(&queue, jobqueue::JobStatus::Ready).await,
-        10_000
-    );
-    let second = post(
-        &router,
-        "/bulk",
-        &format!("csrf={token}&queue=bulk&action=retry"),
-    )
-    .await;
-    let location = second.location.expect("a redirect");
-    assert!(location.starts_with("/jobs?queue=bulk"), "{location}");
-    assert!(location.contains("2500"), "{location}");
-    assert_eq!(
-        tests::count_status(&queue, jobqueue::JobStatus::Ready).await,
-        12_500
+        tests::count_status(&queue, jobqueue::JobStatus::Failed).await,
+        0
     );
 }
 
