@@ -345,6 +345,46 @@ async fn a_job_this_library_cannot_decode_is_still_acted_on() {
 }
 
 #[tokio::test]
+async fn the_attempt_history_shown_is_capped() {
+    let queue = fresh_queue("web_bounded_history").await;
+    let id = insert_job(&queue, "q", "k", "k:history", "{}", "failed", Some("x")).await;
+    // 30 attempts with errors of 5,000 bytes: more than the library keeps, written by hand.
+    let log: Vec<serde_json::Value> = (1..=30)
+        .map(|n| {
+            serde_json::json!({
+                "attempt": n, "started_at": "2026-12-01 07:50:00.000000",
+                "ended_at": "2026-12-01 07:50:01.000000", "worker": "w",
+                "outcome": "retry", "error": "e".repeat(5000),
+            })
+        })
+        .collect();
+    sqlx::query("UPDATE job_queue SET attempt_log = ? WHERE id = ?")
+        .bind(serde_json::Value::Array(log).to_string())
+        .bind(id)
+        .execute(queue.pool())
+        .await
+        .unwrap();
+    let detail = queue.job_detail(id).await.unwrap().expect("the job");
+    let history = detail.history.expect("a history this library reads");
+    let numbers: Vec<u32> = history.iter().map(|a| a.attempt).collect();
+    assert_eq!(
+        numbers,
+        (11..=30).rev().collect::<Vec<_>>(),
+        "the newest 20"
+    );
+    assert!(history
+        .iter()
+        .all(|a| a.error.as_deref().map(str::len) == Some(2048)));
+    let router = Dashboard::new(queue.clone()).router();
+    let page = get(&router, &format!("/jobs/{id}")).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert_eq!(
+        page.body.matches("<td class=\"outcome-retry\">").count(),
+        20
+    );
+}
+
+#[tokio::test]
 async fn numbers_out_of_range_are_refused_with_400() {
     let queue = fresh_queue("web_bounded_400").await;
     let router = Dashboard::new(queue.clone()).router();
