@@ -13,12 +13,13 @@ use crate::key::validate_queue;
 use crate::maintenance::GAUGE_INTERVAL;
 use crate::model::OVERVIEW_COUNT_CAP;
 use crate::model::{
-    Attempt, CancelOutcome, JobCursor, JobFilter, JobPage, JobRecord, JobStatus, PeriodicJob,
-    QueueOverview, QueueStats, RunningJob, ThroughputMinute, WorkerInfo,
+    Attempt, BulkProgress, CancelOutcome, JobCursor, JobDetail, JobFilter, JobPage, JobRecord,
+    JobStatus, JobSummaryPage, PeriodicJob, QueueOverview, QueueOverviewPage, QueueStats,
+    RunningJob, ThroughputMinute, WorkerInfo,
 };
 use crate::model::{Enqueued, KindStats, PeriodicTicks, QueueDetail};
 use crate::queue::Queue;
-use crate::store::JobLookup;
+use crate::store::{BulkBound, JobLookup};
 use crate::worker::WORKER_GONE_AFTER;
 
 /// Gauges older than this are counted before [`Queue::queue_overview`] returns (younger
@@ -108,23 +109,48 @@ impl Queue {
         cursor: Option<&JobCursor>,
         limit: u32,
     ) -> Result<JobPage> {
-        if let Some(c) = cursor.filter(|c| c.status() != filter.status) {
-            return Err(Error::InvalidSetting {
-                setting: "cursor",
-                reason: format!(
-                    "cursor {c} continues a listing of {}, and this filter lists {}: \
-                     start this listing without a cursor",
-                    listing_of(c.status()),
-                    listing_of(filter.status)
-                ),
-            });
-        }
+        check_cursor(filter, cursor)?;
         self.store().list(filter, cursor, limit).await
     }
 
-    /// How many jobs match `filter` (what a bulk action would consider).
+    /// [`Queue::list`] without the large columns: each row a [`JobSummary`](crate::JobSummary)
+    /// (no payload, output, metadata, progress or attempt history; the last error cut to
+    /// its first [`SUMMARY_ERROR_CHARS`](crate::SUMMARY_ERROR_CHARS) characters by the
+    /// server). A page costs the same whatever those columns hold, and no stored value can
+    /// fail it. The same order, cursors and time limit as [`Queue::list`]; a cursor of one
+    /// continues a listing of the other.
+    pub async fn list_summaries(
+        &self,
+        filter: &JobFilter,
+        cursor: Option<&JobCursor>,
+        limit: u32,
+    ) -> Result<JobSummaryPage> {
+        check_cursor(filter, cursor)?;
+        self.store().list_summaries(filter, cursor, limit).await
+    }
+
+    /// One job, by id, for a person to read: [`JobDetail`], whose payload, output, metadata,
+    /// progress, last error and attempt history are read as stored text, each cut to a
+    /// size ([`DETAIL_TEXT_BYTES`](crate::DETAIL_TEXT_BYTES)) with its whole size beside.
+    /// A value this library cannot parse (a number out of range, text that is not JSON, a
+    /// history written by hand) fails neither the read nor the other columns: see
+    /// [`StoredText::json`](crate::StoredText::json) and [`JobDetail::history`]. `None` if
+    /// there is no such job.
+    pub async fn job_detail(&self, id: u64) -> Result<Option<JobDetail>> {
+        self.store().job_detail(id).await
+    }
+
+    /// How many jobs match `filter` (what a bulk action would consider). It reads every
+    /// matching row with no time limit: for a page, use [`Queue::count_capped`].
     pub async fn count(&self, filter: &JobFilter) -> Result<u64> {
         self.store().count(filter).await
+    }
+
+    /// How many jobs match `filter`, counted up to `cap + 1` (a result above `cap` means
+    /// "more than `cap`"), within a second: a filter that no index serves and that would
+    /// read longer is [`Error::FilterTooSlow`].
+    pub async fn count_capped(&self, filter: &JobFilter, cap: u64) -> Result<u64> {
+        self.store().count_capped(filter, cap).await
     }
 
     /// Jobs per status in one queue (all queues with `None`).
@@ -163,7 +189,9 @@ impl Queue {
     /// in another status (nothing changed).
     pub async fn retry(&self, id: u64) -> Result<bool> {
         let matched = self.store().retry(id).await?;
-        if matched == 0 && self.job(id).await?.is_none() {
+        // Whether the job exists, without decoding its row: a payload this library cannot
+        // read must not turn "not retried" into an error.
+        if matched == 0 && self.store().attempt_log(id).await?.is_none() {
             return Err(Error::JobNotFound(JobRef::Id(id)));
         }
         if matched == 1 {
@@ -175,22 +203,66 @@ impl Queue {
     /// [`Queue::retry`] for every `failed` or `cancelled` job matching `filter` (jobs in
     /// other statuses are left alone; a filter on `failed` retries only the failed ones).
     /// Returns how many jobs changed.
+    ///
+    /// It goes through the matching jobs of each status in batches of 1,000: a plain read
+    /// of the next ids through the status's index (after the last id of the batch before),
+    /// then one `UPDATE` of those ids, so that no transaction locks more than a batch and
+    /// no row is read twice. [`Queue::retry_matching_within`] stops at a bound.
     pub async fn retry_matching(&self, filter: &JobFilter) -> Result<u64> {
-        let n = self.store().retry_matching(filter).await?;
-        if n > 0 {
+        let p = self.store().retry_matching(filter, BulkBound::ALL).await?;
+        if p.changed > 0 {
             self.wake_workers();
         }
-        tracing::info!(rows = n, filter = ?filter, "retried matching jobs");
-        Ok(n)
+        tracing::info!(rows = p.changed, filter = ?filter, "retried matching jobs");
+        Ok(p.changed)
+    }
+
+    /// [`Queue::retry_matching`] that stops after changing `max_rows` jobs or once `time`
+    /// has passed (at the end of a batch), whichever comes first; each batch's read stops
+    /// after a second with [`Error::FilterTooSlow`] when the filter is not served by an
+    /// index. [`BulkProgress::complete`] says whether it went through every matching job;
+    /// if not, call it again to go on (the jobs it retried are no longer failed or
+    /// cancelled, and are not met again). For a request of a dashboard, whose cost must be
+    /// bounded.
+    pub async fn retry_matching_within(
+        &self,
+        filter: &JobFilter,
+        max_rows: u64,
+        time: Duration,
+    ) -> Result<BulkProgress> {
+        let p = self
+            .store()
+            .retry_matching(filter, bounded(max_rows, time))
+            .await?;
+        if p.changed > 0 {
+            self.wake_workers();
+        }
+        tracing::info!(rows = p.changed, complete = p.complete, filter = ?filter, "retried matching jobs");
+        Ok(p)
     }
 
     /// Cancels every `scheduled`, `ready` or `blocked` job matching `filter`: they will never
     /// run. Running jobs are left alone (cancel them one by one with [`Queue::cancel`]).
-    /// Returns how many jobs changed.
+    /// Returns how many jobs changed. In batches, as [`Queue::retry_matching`].
     pub async fn cancel_matching(&self, filter: &JobFilter) -> Result<u64> {
-        let n = self.store().cancel_matching(filter).await?;
-        tracing::info!(rows = n, filter = ?filter, "cancelled matching jobs");
-        Ok(n)
+        let p = self.store().cancel_matching(filter, BulkBound::ALL).await?;
+        tracing::info!(rows = p.changed, filter = ?filter, "cancelled matching jobs");
+        Ok(p.changed)
+    }
+
+    /// [`Queue::cancel_matching`] within bounds, as [`Queue::retry_matching_within`].
+    pub async fn cancel_matching_within(
+        &self,
+        filter: &JobFilter,
+        max_rows: u64,
+        time: Duration,
+    ) -> Result<BulkProgress> {
+        let p = self
+            .store()
+            .cancel_matching(filter, bounded(max_rows, time))
+            .await?;
+        tracing::info!(rows = p.changed, complete = p.complete, filter = ?filter, "cancelled matching jobs");
+        Ok(p)
     }
 
     /// Pauses a queue: no worker claims from it until [`Queue::resume`]. Jobs can still be
@@ -294,30 +366,75 @@ impl Queue {
     pub async fn queue_overview(&self) -> Result<Vec<QueueOverview>> {
         let store = self.store();
         let (mut out, mut counted) = store.queue_overview().await?;
-        if counted.is_none_or(|age| age > GAUGE_INTERVAL) {
-            let recount = {
-                let store = store.clone();
-                async move {
-                    if store.take_gauge_turn(GAUGE_INTERVAL.mul_f64(0.9)).await? {
-                        store.count_gauges().await?;
-                    }
-                    Result::<()>::Ok(())
-                }
-            };
-            if counted.is_none_or(|age| age > OVERVIEW_COUNT_NOW_AFTER) {
-                match recount.await {
-                    Ok(()) => (out, counted) = store.queue_overview().await?,
-                    Err(e) => tracing::debug!(error = %e, "cannot count the queue gauges"),
-                }
-            } else {
-                tokio::spawn(async move {
-                    if let Err(e) = recount.await {
-                        tracing::debug!(error = %e, "cannot count the queue gauges");
-                    }
-                });
-            }
+        if self.recount_gauges_if_stale(counted).await {
+            (out, counted) = store.queue_overview().await?;
         }
-        for q in &mut out {
+        self.finish_overview(&mut out, counted).await?;
+        Ok(out)
+    }
+
+    /// [`Queue::queue_overview`] of at most `limit` queues, whatever the number of queues
+    /// and jobs: with `search`, the first queues by name that start with it (found through
+    /// the index on queue names, one lookup each); without, the busiest queues by the
+    /// gauges (most jobs scheduled, ready, blocked, running or failed), then the paused
+    /// ones, then while there is room the first others by name. Shown by name;
+    /// [`QueueOverviewPage::more`] counts the queues with jobs left out.
+    ///
+    /// Its cost grows with `limit` (a few index reads per queue shown) and, for the one
+    /// read of the gauges' table, with the number of queues (a row per queue and status,
+    /// grouped by the server), never with the number of jobs.
+    pub async fn queue_overview_page(
+        &self,
+        limit: usize,
+        search: Option<&str>,
+    ) -> Result<QueueOverviewPage> {
+        let store = self.store();
+        let (mut page, mut counted) = store.queue_overview_page(limit, search).await?;
+        if self.recount_gauges_if_stale(counted).await {
+            (page, counted) = store.queue_overview_page(limit, search).await?;
+        }
+        self.finish_overview(&mut page.queues, counted).await?;
+        Ok(page)
+    }
+
+    /// Counts the gauges when no worker did for [`GAUGE_INTERVAL`] (see
+    /// [`Queue::queue_overview`]). True when it counted them before returning, and the
+    /// caller reads them again.
+    async fn recount_gauges_if_stale(&self, counted: Option<Duration>) -> bool {
+        if counted.is_some_and(|age| age <= GAUGE_INTERVAL) {
+            return false;
+        }
+        let store = self.store().clone();
+        let recount = async move {
+            if store.take_gauge_turn(GAUGE_INTERVAL.mul_f64(0.9)).await? {
+                store.count_gauges().await?;
+            }
+            Result::<()>::Ok(())
+        };
+        if counted.is_none_or(|age| age > OVERVIEW_COUNT_NOW_AFTER) {
+            match recount.await {
+                Ok(()) => return true,
+                Err(e) => tracing::debug!(error = %e, "cannot count the queue gauges"),
+            }
+        } else {
+            tokio::spawn(async move {
+                if let Err(e) = recount.await {
+                    tracing::debug!(error = %e, "cannot count the queue gauges");
+                }
+            });
+        }
+        false
+    }
+
+    /// The overview's figures read now: the gauges' age, and the capped counts of done and
+    /// cancelled jobs of each queue.
+    async fn finish_overview(
+        &self,
+        queues: &mut [QueueOverview],
+        counted: Option<Duration>,
+    ) -> Result<()> {
+        let store = self.store();
+        for q in queues {
             q.counted_secs_ago = counted.map(|age| age.as_secs_f64());
             for status in [JobStatus::Done, JobStatus::Cancelled] {
                 let n = store
@@ -329,7 +446,7 @@ impl Queue {
                 q.counts.set(status, n.min(OVERVIEW_COUNT_CAP));
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Jobs that ended `done` or `failed` per minute and queue over the last `minutes`
@@ -345,15 +462,42 @@ impl Queue {
 
     /// The workers that wrote a heartbeat, including those that stopped writing it without
     /// shutting down (shown as [`WorkerInfo::gone`] until they are forgotten).
+    /// At most [`DASHBOARD_ROWS`](crate::DASHBOARD_ROWS), by host and name.
     pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
         self.store().workers(WORKER_GONE_AFTER).await
     }
 
     /// Every periodic kind the schedulers have recorded, with its next tick and the outcome
-    /// of its latest enqueued tick.
+    /// of its latest enqueued tick. At most [`DASHBOARD_ROWS`](crate::DASHBOARD_ROWS), by
+    /// kind; the error cut to [`SUMMARY_ERROR_CHARS`](crate::SUMMARY_ERROR_CHARS).
     pub async fn periodic_jobs(&self) -> Result<Vec<PeriodicJob>> {
         self.store().periodic_jobs().await
     }
+}
+
+/// The bound of a bulk action `..._within`.
+fn bounded(max_rows: u64, time: Duration) -> BulkBound {
+    BulkBound {
+        rows: max_rows,
+        until: std::time::Instant::now().checked_add(time),
+        time_limited: true,
+    }
+}
+
+/// Refuses a cursor of another listing than `filter`'s.
+fn check_cursor(filter: &JobFilter, cursor: Option<&JobCursor>) -> Result<()> {
+    if let Some(c) = cursor.filter(|c| c.status() != filter.status) {
+        return Err(Error::InvalidSetting {
+            setting: "cursor",
+            reason: format!(
+                "cursor {c} continues a listing of {}, and this filter lists {}: \
+                 start this listing without a cursor",
+                listing_of(c.status()),
+                listing_of(filter.status)
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Which jobs a listing of `status` shows, for an error message.

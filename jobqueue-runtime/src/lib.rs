@@ -42,8 +42,10 @@ pub use model::{
     MAX_ATTEMPT_HISTORY, MAX_OUTPUT_BYTES, OVERVIEW_COUNT_CAP,
 };
 pub use model::{
-    BlockingKey, KindStats, LimitKind, PeriodicTicks, QueueDetail, SlotHolder, TickJob,
-    KIND_RUNTIME_BOUNDS,
+    BlockingKey, BulkProgress, JobDetail, JobSummary, JobSummaryPage, KindStats, LimitKind,
+    PeriodicTicks, QueueDetail, QueueOverviewPage, SlotHolder, StoredJson, StoredText, TickJob,
+    DASHBOARD_ROWS, DETAIL_HISTORY_BYTES, DETAIL_TEXT_BYTES, KIND_RUNTIME_BOUNDS,
+    SUMMARY_ERROR_CHARS,
 };
 pub use model::{InvalidCursor, JobCursor, JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use operator::{ListCounts, SelectionOutcome, MAX_NAMES, MAX_SELECTION};

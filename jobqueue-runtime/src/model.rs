@@ -12,8 +12,10 @@ mod record;
 
 pub(crate) use dashboard::RUN_NOW_SUFFIX;
 pub use dashboard::{
-    BlockingKey, KindStats, LimitKind, PeriodicTicks, QueueDetail, SlotHolder, TickJob,
-    KIND_RUNTIME_BOUNDS,
+    BlockingKey, BulkProgress, JobDetail, JobSummary, JobSummaryPage, KindStats, LimitKind,
+    PeriodicTicks, QueueDetail, QueueOverviewPage, SlotHolder, StoredJson, StoredText, TickJob,
+    DASHBOARD_ROWS, DETAIL_HISTORY_BYTES, DETAIL_TEXT_BYTES, KIND_RUNTIME_BOUNDS,
+    SUMMARY_ERROR_CHARS,
 };
 pub use dashboard::{InvalidCursor, JobCursor, JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
 pub use protocol::{Claimed, EmptyClaim, Finish, LeaseState, Reclaimed};

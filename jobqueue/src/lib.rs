@@ -172,6 +172,13 @@ pub mod admin {
     // Actions on jobs picked by id, and what a job list shows beside its rows.
     #[doc(inline)]
     pub use jobqueue_runtime::{ListCounts, SelectionOutcome, MAX_NAMES, MAX_SELECTION};
+    // What the dashboard reads: rows without their payloads, one job as stored text, a
+    // bounded overview, a bulk action's progress.
+    #[doc(inline)]
+    pub use jobqueue_runtime::{
+        BulkProgress, JobDetail, JobSummary, JobSummaryPage, QueueOverviewPage, StoredJson,
+        StoredText, DASHBOARD_ROWS, DETAIL_HISTORY_BYTES, DETAIL_TEXT_BYTES, SUMMARY_ERROR_CHARS,
+    };
     // Queues, workers and schedules.
     #[doc(inline)]
     pub use jobqueue_runtime::{

@@ -8,7 +8,9 @@ use sqlx::Row;
 
 use super::dashboard::{bind_all, conditions, where_clause as dashboard_where, Arg};
 use super::*;
-use crate::model::{CancelOutcome, JobFilter, JobRecord, JobStatus, QueueStats, RunningJob};
+use crate::model::{
+    BulkProgress, CancelOutcome, JobFilter, JobRecord, JobStatus, QueueStats, RunningJob,
+};
 
 // An operator's retry is a fresh start: one more attempt, and the bounds on expired leases,
 // on waiting for a worker that can run the job and on snoozes count again from zero.
@@ -126,10 +128,19 @@ impl Store {
     }
 
     /// Puts every `failed` or `cancelled` job matching `filter` back to `ready`, a batch at a
-    /// time. Returns how many.
-    pub(crate) async fn retry_matching(&self, filter: &JobFilter) -> Result<u64> {
-        self.bulk(RETRY_SET, filter, "status IN ('failed', 'cancelled')")
-            .await
+    /// time, within `bound`.
+    pub(crate) async fn retry_matching(
+        &self,
+        filter: &JobFilter,
+        bound: BulkBound,
+    ) -> Result<BulkProgress> {
+        self.bulk(
+            RETRY_SET,
+            filter,
+            &[JobStatus::Failed, JobStatus::Cancelled],
+            bound,
+        )
+        .await
     }
 
     /// One job, by id or by task key.
@@ -310,27 +321,27 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        let mut out: Vec<QueueStats> = Vec::new();
-        fn entry<'a>(out: &'a mut Vec<QueueStats>, q: &str) -> &'a mut QueueStats {
-            if let Some(i) = out.iter().position(|s| s.queue == q) {
-                return &mut out[i];
-            }
-            out.push(QueueStats {
-                queue: q.to_owned(),
+        // By name in a map: a scan of the list per row is quadratic in the queues.
+        let mut by_name: std::collections::BTreeMap<String, QueueStats> = Default::default();
+        fn entry(
+            by_name: &mut std::collections::BTreeMap<String, QueueStats>,
+            q: String,
+        ) -> &mut QueueStats {
+            by_name.entry(q).or_insert_with_key(|q| QueueStats {
+                queue: q.clone(),
                 ..Default::default()
-            });
-            out.last_mut().expect("just pushed")
+            })
         }
         for r in &rows {
             let q = text(r, 0)?;
             let status: JobStatus = text(r, 1)?.parse()?;
             let n: i64 = r.try_get(2)?;
-            let s = entry(&mut out, &q);
-            s.counts.set(status, n as u64);
+            entry(&mut by_name, q).counts.set(status, n as u64);
         }
         for q in self.paused_queues_sorted().await? {
-            entry(&mut out, &q).paused = true;
+            entry(&mut by_name, q).paused = true;
         }
+        let mut out: Vec<QueueStats> = by_name.into_values().collect();
         for s in &mut out {
             let r = sqlx::query(
                 "SELECT \

@@ -3,7 +3,8 @@
 //! minute, live workers and periodic schedules. The bulk retry's `SET` is with the other
 //! retries in `admin.rs`.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use chrono::NaiveDateTime;
 use sqlx::mysql::MySqlRow;
@@ -12,8 +13,8 @@ use sqlx::Row;
 use super::*;
 use crate::model::OVERVIEW_COUNT_CAP;
 use crate::model::{
-    JobCursor, JobFilter, JobPage, JobStatus, PeriodicJob, QueueOverview, ThroughputMinute,
-    WorkerInfo,
+    BulkProgress, JobCursor, JobDetail, JobFilter, JobPage, JobStatus, JobSummaryPage, PeriodicJob,
+    QueueOverview, QueueOverviewPage, ThroughputMinute, WorkerInfo,
 };
 use crate::store::errors::{classify, DbErrorKind};
 
@@ -75,6 +76,26 @@ pub(super) fn where_clause(conds: &[&str]) -> String {
 /// Rows changed per statement of a bulk action: short transactions, few locks at once.
 const BULK_BATCH: u64 = 1000;
 
+/// How far one call of a bulk action goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BulkBound {
+    /// At most this many rows changed (the last batch is cut to fit).
+    pub(crate) rows: u64,
+    /// No batch starts after this.
+    pub(crate) until: Option<Instant>,
+    /// Each batch's read stops at [`LIST_TIME_LIMIT`] ([`Error::FilterTooSlow`]).
+    pub(crate) time_limited: bool,
+}
+
+impl BulkBound {
+    /// Every matching row, with no limit of time: the command line's bulk actions.
+    pub(crate) const ALL: BulkBound = BulkBound {
+        rows: u64::MAX,
+        until: None,
+        time_limited: false,
+    };
+}
+
 /// What the overview reads besides the queues and the capped counts, in one statement: the
 /// queue gauges (counted by one worker of the fleet per interval), how long ago they were
 /// counted (NULL if never: the table starts at 2000-01-01), the expired leases (the range of
@@ -99,6 +120,25 @@ const OVERVIEW_SQL: &str = "\
 const NEXT_QUEUE_SQL: &str = "\
     SELECT queue FROM job_queue FORCE INDEX (job_queue_list_queue) \
     WHERE queue > ? ORDER BY queue LIMIT 1";
+
+/// The busiest queues by the gauges (jobs scheduled, ready, blocked, running or failed), at
+/// most `?`: the gauges' table, a row per queue and status, read once and grouped.
+const BUSIEST_QUEUES_SQL: &str = "\
+    SELECT queue FROM job_queue_gauges GROUP BY queue ORDER BY SUM(jobs) DESC, queue LIMIT ?";
+
+/// How many queues the gauges count.
+const GAUGED_QUEUES_SQL: &str = "SELECT COUNT(DISTINCT queue) FROM job_queue_gauges";
+
+/// The first paused queues by name, at most `?`.
+const PAUSED_QUEUES_SQL: &str = "SELECT queue FROM job_queue_pause ORDER BY queue LIMIT ?";
+
+/// The first queue name after `?` (the first bind) that has a job and starts with a prefix:
+/// at least the prefix (the second) and below the first name past every name that starts
+/// with it (the third). One index lookup; the bounds end the range, so a prefix no queue has
+/// reads nothing.
+const QUEUE_SEARCH_SQL: &str = "\
+    SELECT queue FROM job_queue FORCE INDEX (job_queue_list_queue) \
+    WHERE queue > ? AND queue >= ? AND queue < ? ORDER BY queue LIMIT 1";
 
 /// The jobs of one queue and status, counted up to a cap (the `LIMIT`, one more than the
 /// cap, is added): a range of the (queue, status, ...) indexes, read from the index alone.
@@ -126,19 +166,29 @@ const THROUGHPUT_TAIL_SQL: &str = "\
       AND status_at >= GREATEST(?, UTC_TIMESTAMP(6) - INTERVAL ? MINUTE) \
     GROUP BY ago, queue";
 
-/// With, last, whether the worker holds the maintenance turn (held and not expired). Read
-/// by [`worker_from_row`], as is `QUEUE_WORKERS_SQL`, which has the same columns.
+// The limits written in the statements below.
+const _: () =
+    assert!(crate::model::DASHBOARD_ROWS == 1000 && crate::model::SUMMARY_ERROR_CHARS == 300);
+
+/// The workers' heartbeat rows, at most [`crate::model::DASHBOARD_ROWS`] (a fleet has a row
+/// per live worker, and rows of stopped ones until they are forgotten: a table written by
+/// hand could hold any number), with, last, whether the worker holds the maintenance turn
+/// (held and not expired). Read by [`worker_from_row`], as is `QUEUE_WORKERS_SQL`, which
+/// has the same columns.
 const WORKERS_SQL: &str = "\
     SELECT w.owner, w.host, w.pid, w.version, w.queues, w.concurrency, w.running, w.started_at, \
       w.last_seen, TIMESTAMPDIFF(MICROSECOND, w.last_seen, UTC_TIMESTAMP(6)), \
       CAST(t.holder IS NOT NULL AS SIGNED) \
     FROM job_queue_worker w LEFT JOIN job_queue_turn t \
       ON t.name = 'maintenance' AND t.holder = w.owner AND t.expires_at > UTC_TIMESTAMP(6) \
-    ORDER BY w.host, w.owner";
+    ORDER BY w.host, w.owner LIMIT 1000";
 
+/// The periodic kinds, at most [`crate::model::DASHBOARD_ROWS`], each with its last job by
+/// primary key; the error cut by the server, as in a listing.
 const PERIODIC_SQL: &str = "\
-    SELECT c.kind, c.schedule, c.last_tick, c.last_job_id, CAST(j.status AS CHAR), j.last_error \
-    FROM job_queue_cron c LEFT JOIN job_queue j ON j.id = c.last_job_id ORDER BY c.kind";
+    SELECT c.kind, c.schedule, c.last_tick, c.last_job_id, CAST(j.status AS CHAR), \
+      LEFT(j.last_error, 300) \
+    FROM job_queue_cron c LEFT JOIN job_queue j ON j.id = c.last_job_id ORDER BY c.kind LIMIT 1000";
 
 /// The conditions of `query`, and their arguments in order, for a WHERE clause.
 pub(super) fn conditions(query: &JobFilter) -> (Vec<&'static str>, Vec<Arg>) {
@@ -198,39 +248,85 @@ impl Store {
         cursor: Option<&JobCursor>,
         limit: u32,
     ) -> Result<JobPage> {
-        let (sql, args) = list_statement(query, cursor, limit);
-        let sql = time_limited(&sql, LIST_TIME_LIMIT);
-        let rows = match bind_all(sqlx::query(&sql), &args)
+        let (rows, next) = self.list_rows(JOB_COLUMNS, query, cursor, limit).await?;
+        let jobs = rows.iter().map(record_from_row).collect::<Result<_>>()?;
+        Ok(JobPage { jobs, next })
+    }
+
+    /// [`Store::list`] without the large columns: rows as [`JobSummary`].
+    pub(crate) async fn list_summaries(
+        &self,
+        query: &JobFilter,
+        cursor: Option<&JobCursor>,
+        limit: u32,
+    ) -> Result<JobSummaryPage> {
+        let (rows, next) = self
+            .list_rows(&summary_columns(), query, cursor, limit)
+            .await?;
+        let jobs = rows.iter().map(summary_from_row).collect::<Result<_>>()?;
+        Ok(JobSummaryPage { jobs, next })
+    }
+
+    /// The rows of one page of a listing, with `columns`, and the cursor of the next page.
+    async fn list_rows(
+        &self,
+        columns: &str,
+        query: &JobFilter,
+        cursor: Option<&JobCursor>,
+        limit: u32,
+    ) -> Result<(Vec<MySqlRow>, Option<JobCursor>)> {
+        let (sql, args) = list_statement_of(columns, query, cursor, limit);
+        let mut rows = self.fetch_limited(&sql, &args, query).await?;
+        let next = if rows.len() > limit as usize {
+            rows.truncate(limit as usize);
+            match rows.last() {
+                Some(r) => Some(JobCursor {
+                    status: query.status,
+                    at: match query.status {
+                        Some(_) => r.try_get::<Option<NaiveDateTime>, _>("status_at")?,
+                        None => None,
+                    },
+                    id: r.try_get("id")?,
+                }),
+                None => None,
+            }
+        } else {
+            None
+        };
+        Ok((rows, next))
+    }
+
+    /// Runs `sql` (one SELECT over the jobs matching `query`) with [`LIST_TIME_LIMIT`]: a
+    /// statement that runs into it is [`Error::FilterTooSlow`].
+    async fn fetch_limited(
+        &self,
+        sql: &str,
+        args: &[Arg],
+        query: &JobFilter,
+    ) -> Result<Vec<MySqlRow>> {
+        let sql = time_limited(sql, LIST_TIME_LIMIT);
+        match bind_all(sqlx::query(&sql), args)
             .fetch_all(&self.pool)
             .await
         {
-            Ok(rows) => rows,
+            Ok(rows) => Ok(rows),
             Err(e) if classify(&e) == Some(DbErrorKind::StatementTimeout) => {
-                return Err(Error::FilterTooSlow {
+                Err(Error::FilterTooSlow {
                     filter: format!("{query:?}"),
                     limit: LIST_TIME_LIMIT,
                 })
             }
-            Err(e) => return Err(e.into()),
-        };
-        let mut jobs = Vec::with_capacity(rows.len());
-        let mut last = None;
-        for r in rows.iter().take(limit as usize) {
-            jobs.push(record_from_row(r)?);
-            last = Some(r);
+            Err(e) => Err(e.into()),
         }
-        let next = match last {
-            Some(r) if rows.len() > limit as usize => Some(JobCursor {
-                status: query.status,
-                at: match query.status {
-                    Some(_) => r.try_get::<Option<NaiveDateTime>, _>("status_at")?,
-                    None => None,
-                },
-                id: r.try_get("id")?,
-            }),
-            _ => None,
-        };
-        Ok(JobPage { jobs, next })
+    }
+
+    /// One job by id, every large column read as capped text.
+    pub(crate) async fn job_detail(&self, id: u64) -> Result<Option<JobDetail>> {
+        let row = sqlx::query(&job_detail_sql())
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(detail_from_row).transpose()
     }
 
     /// How many jobs match `query`.
@@ -244,80 +340,117 @@ impl Store {
         Ok(n as u64)
     }
 
-    /// Cancels every `scheduled`, `ready` or `blocked` job matching `query`. Returns how many.
-    pub(crate) async fn cancel_matching(&self, query: &JobFilter) -> Result<u64> {
+    /// How many jobs match `query`, counted up to `cap + 1`, within [`LIST_TIME_LIMIT`].
+    pub(crate) async fn count_capped(&self, query: &JobFilter, cap: u64) -> Result<u64> {
+        let (sql, args) = capped_count_statement(query, cap);
+        let rows = self.fetch_limited(&sql, &args, query).await?;
+        let n: i64 = match rows.first() {
+            Some(r) => r.try_get(0)?,
+            None => 0,
+        };
+        Ok(n.max(0) as u64)
+    }
+
+    /// Cancels every `scheduled`, `ready` or `blocked` job matching `query`, within `bound`.
+    pub(crate) async fn cancel_matching(
+        &self,
+        query: &JobFilter,
+        bound: BulkBound,
+    ) -> Result<BulkProgress> {
         self.bulk(
             "UPDATE job_queue SET status = 'cancelled', finished_at = UTC_TIMESTAMP(6), \
              updated_at = UTC_TIMESTAMP(6), last_error = 'cancelled by an operator before it ran'",
             query,
-            "status IN ('scheduled', 'ready', 'blocked')",
+            &[JobStatus::Scheduled, JobStatus::Ready, JobStatus::Blocked],
+            bound,
         )
         .await
     }
 
-    /// Runs `set` over the jobs matching `query` and `guard`, a batch at a time. Returns how
-    /// many rows changed.
+    /// Runs `set` over the jobs matching `query` whose status is one of `statuses`, in
+    /// batches of [`BULK_BATCH`], until none is left or `bound` is reached.
+    ///
+    /// Each batch is a plain read of the next ids in the listing's order of one status
+    /// (keyset: after the last row of the batch before, so no row is read twice however
+    /// many do not match), then an `UPDATE` of those ids that checks their status again: a
+    /// transaction locks at most one batch of rows, by primary key.
     pub(super) async fn bulk(
         &self,
         set: &str,
         query: &JobFilter,
-        guard: &'static str,
-    ) -> Result<u64> {
-        let (mut conds, args) = conditions(query);
-        conds.push(guard);
-        let sql = format!("{set} {} LIMIT {BULK_BATCH}", where_clause(&conds));
-        let mut total = 0;
-        loop {
-            let n = bind_all(sqlx::query(&sql), &args)
-                .execute(&self.pool)
-                .await?
-                .rows_affected();
-            total += n;
-            if n < BULK_BATCH {
-                return Ok(total);
+        statuses: &[JobStatus],
+        bound: BulkBound,
+    ) -> Result<BulkProgress> {
+        let mut changed = 0;
+        for &status in statuses {
+            if query.status.is_some_and(|s| s != status) {
+                continue;
+            }
+            let of_status = JobFilter {
+                status: Some(status),
+                ..query.clone()
+            };
+            let mut cursor: Option<JobCursor> = None;
+            loop {
+                if changed >= bound.rows || bound.until.is_some_and(|t| Instant::now() >= t) {
+                    return Ok(BulkProgress {
+                        changed,
+                        complete: false,
+                    });
+                }
+                let batch = BULK_BATCH.min(bound.rows - changed).max(1) as u32;
+                let (sql, args) = list_statement_of("id", &of_status, cursor.as_ref(), batch);
+                let rows = if bound.time_limited {
+                    self.fetch_limited(&sql, &args, &of_status).await?
+                } else {
+                    bind_all(sqlx::query(&sql), &args)
+                        .fetch_all(&self.pool)
+                        .await?
+                };
+                let more = rows.len() > batch as usize;
+                let rows = &rows[..rows.len().min(batch as usize)];
+                let Some(last) = rows.last() else {
+                    break;
+                };
+                cursor = Some(JobCursor {
+                    status: Some(status),
+                    at: last.try_get("status_at")?,
+                    id: last.try_get("id")?,
+                });
+                let ids = rows
+                    .iter()
+                    .map(|r| r.try_get::<u64, _>("id"))
+                    .collect::<sqlx::Result<Vec<_>>>()?;
+                let update = format!(
+                    "{set} WHERE id IN ({}) AND status = ?",
+                    placeholders(padded_len(ids.len()))
+                );
+                let mut q = sqlx::query(&update).persistent(false);
+                for id in padded(&ids) {
+                    q = q.bind(id);
+                }
+                changed += q
+                    .bind(status.as_str())
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected();
+                if !more {
+                    break;
+                }
             }
         }
+        Ok(BulkProgress {
+            changed,
+            complete: true,
+        })
     }
 
     /// Every queue's counts by status as the queue gauges last counted them, its pause,
     /// oldest ready job and expired leases; and how long ago the gauges were counted
-    /// (`None`: never).
+    /// (`None`: never). One index lookup per queue to find the queues.
     pub(crate) async fn queue_overview(&self) -> Result<(Vec<QueueOverview>, Option<Duration>)> {
         let rows = sqlx::query(OVERVIEW_SQL).fetch_all(&self.pool).await?;
-        let mut out: Vec<QueueOverview> = Vec::new();
-        let mut counted = None;
-        for r in &rows {
-            let q = text(r, 0)?;
-            let what = text(r, 1)?;
-            let n = r.try_get::<i64, _>(2)?.max(0) as u64;
-            let us: Option<i64> = r.try_get(3)?;
-            if what == "counted" {
-                counted = us.map(|us| Duration::from_micros(us.max(0) as u64));
-                continue;
-            }
-            let i = match out.iter().position(|s| s.queue == q) {
-                Some(i) => i,
-                None => {
-                    out.push(QueueOverview {
-                        queue: q,
-                        ..Default::default()
-                    });
-                    out.len() - 1
-                }
-            };
-            let s = &mut out[i];
-            match what.as_str() {
-                "expired_leases" => s.expired_leases = n,
-                "paused" => s.paused = true,
-                status => {
-                    let status = status.parse::<JobStatus>()?;
-                    s.counts.set(status, n);
-                    if status == JobStatus::Ready {
-                        s.oldest_ready_secs = us.map(|us| us.max(0) as f64 / 1e6);
-                    }
-                }
-            }
-        }
+        let (mut by_name, counted) = fold_overview(&rows)?;
         let mut after = String::new();
         while let Some(q) = sqlx::query_scalar::<_, Vec<u8>>(NEXT_QUEUE_SQL)
             .bind(after.as_str())
@@ -325,15 +458,123 @@ impl Store {
             .await?
         {
             after = String::from_utf8_lossy(&q).into_owned();
-            if !out.iter().any(|s| s.queue == after) {
-                out.push(QueueOverview {
+            by_name
+                .entry(after.clone())
+                .or_insert_with(|| QueueOverview {
                     queue: after.clone(),
                     ..Default::default()
                 });
-            }
         }
+        let mut out: Vec<QueueOverview> = by_name.into_values().collect();
         out.sort_by(|a, b| a.queue.cmp(&b.queue));
         Ok((out, counted))
+    }
+
+    /// At most `limit` queues with their figures as [`Store::queue_overview`] reads them:
+    /// the queues whose names start with `search`, or else the busiest by the gauges, then
+    /// the paused ones, then (while there is room) the first others by name. Its cost
+    /// depends on `limit`, not on how many queues or jobs there are (but for the one read of
+    /// the gauges' table, a row per queue and status).
+    pub(crate) async fn queue_overview_page(
+        &self,
+        limit: usize,
+        search: Option<&str>,
+    ) -> Result<(QueueOverviewPage, Option<Duration>)> {
+        let mut names: Vec<String> = Vec::new();
+        let mut more = 0;
+        let mut more_idle = false;
+        match search.filter(|s| !s.is_empty()) {
+            Some(prefix) => {
+                let Some(end) = prefix_end(prefix) else {
+                    return Ok((QueueOverviewPage::default(), None));
+                };
+                let mut after = String::new();
+                while let Some(q) = sqlx::query_scalar::<_, Vec<u8>>(QUEUE_SEARCH_SQL)
+                    .bind(after.as_str())
+                    .bind(prefix)
+                    .bind(end.as_str())
+                    .fetch_optional(&self.pool)
+                    .await?
+                {
+                    if names.len() == limit {
+                        more_idle = true;
+                        break;
+                    }
+                    after = String::from_utf8_lossy(&q).into_owned();
+                    names.push(after.clone());
+                }
+            }
+            None => {
+                let busiest: Vec<Vec<u8>> = sqlx::query_scalar(BUSIEST_QUEUES_SQL)
+                    .bind(limit as u64)
+                    .fetch_all(&self.pool)
+                    .await?;
+                names.extend(
+                    busiest
+                        .iter()
+                        .map(|q| String::from_utf8_lossy(q).into_owned()),
+                );
+                let gauged: i64 = sqlx::query_scalar(GAUGED_QUEUES_SQL)
+                    .fetch_one(&self.pool)
+                    .await?;
+                more = (gauged.max(0) as u64).saturating_sub(names.len() as u64);
+                let paused: Vec<Vec<u8>> = sqlx::query_scalar(PAUSED_QUEUES_SQL)
+                    .bind(limit as u64)
+                    .fetch_all(&self.pool)
+                    .await?;
+                for q in paused {
+                    let q = String::from_utf8_lossy(&q).into_owned();
+                    if !names.contains(&q) {
+                        names.push(q);
+                    }
+                }
+                // Queues the gauges do not count (only done or cancelled jobs), while there
+                // is room: one index lookup each, a bounded number of them.
+                let mut after = String::new();
+                let mut steps = 0;
+                let mut every_queue_seen = false;
+                while names.len() < limit && steps < 3 * limit {
+                    steps += 1;
+                    let Some(q) = sqlx::query_scalar::<_, Vec<u8>>(NEXT_QUEUE_SQL)
+                        .bind(after.as_str())
+                        .fetch_optional(&self.pool)
+                        .await?
+                    else {
+                        every_queue_seen = true;
+                        break;
+                    };
+                    after = String::from_utf8_lossy(&q).into_owned();
+                    if !names.contains(&after) {
+                        names.push(after.clone());
+                    }
+                }
+                // Stopped by the limit rather than at the last queue: there may be more.
+                more_idle = !every_queue_seen;
+            }
+        }
+        let (sql, args) = overview_of_statement(&names);
+        let rows = bind_all(sqlx::query(&sql).persistent(false), &args)
+            .fetch_all(&self.pool)
+            .await?;
+        let (mut by_name, counted) = fold_overview(&rows)?;
+        let mut queues: Vec<QueueOverview> = names
+            .into_iter()
+            .map(|name| {
+                by_name.remove(&name).unwrap_or(QueueOverview {
+                    queue: name,
+                    ..Default::default()
+                })
+            })
+            .collect();
+        queues.sort_by(|a, b| a.queue.cmp(&b.queue));
+        Ok((
+            QueueOverviewPage {
+                queues,
+                more,
+                more_idle,
+            },
+            counted,
+        ))
     }
 
     /// The jobs of `queue` in `status`, counted up to `cap + 1`.
@@ -515,6 +756,20 @@ pub fn dashboard_statements(
         ),
         (WORKERS_SQL.to_owned(), Vec::new()),
         (PERIODIC_SQL.to_owned(), Vec::new()),
+        list_statement_of(&summary_columns(), query, cursor, 50),
+        (job_detail_sql(), vec![Arg::Int(1)]),
+        (BUSIEST_QUEUES_SQL.to_owned(), vec![Arg::Int(50)]),
+        (GAUGED_QUEUES_SQL.to_owned(), Vec::new()),
+        (PAUSED_QUEUES_SQL.to_owned(), vec![Arg::Int(50)]),
+        (
+            QUEUE_SEARCH_SQL.to_owned(),
+            vec![
+                Arg::Text(String::new()),
+                Arg::Text("q1".into()),
+                Arg::Text("q2".into()),
+            ],
+        ),
+        overview_of_statement(&["q0".to_owned(), "q1".to_owned()]),
     ]
 }
 
@@ -569,6 +824,16 @@ pub(super) fn newest_first(status: JobStatus) -> bool {
 /// is NULL only on a row that lost its time (it sorts first in an ascending index): such
 /// rows come first in a listing next first, last in a listing newest first.
 pub(crate) fn list_statement(
+    query: &JobFilter,
+    cursor: Option<&JobCursor>,
+    limit: u32,
+) -> (String, Vec<Arg>) {
+    list_statement_of(JOB_COLUMNS, query, cursor, limit)
+}
+
+/// [`list_statement`] reading `columns` (and `status_at`).
+pub(crate) fn list_statement_of(
+    columns: &str,
     query: &JobFilter,
     cursor: Option<&JobCursor>,
     limit: u32,
@@ -629,7 +894,102 @@ pub(crate) fn list_statement(
     args.push(Arg::Int(u64::from(limit) + 1));
     (
         format!(
-            "SELECT {JOB_COLUMNS}, status_at FROM job_queue{index} {} ORDER BY {order} LIMIT ?",
+            "SELECT {columns}, status_at FROM job_queue{index} {} ORDER BY {order} LIMIT ?",
+            where_clause(&conds)
+        ),
+        args,
+    )
+}
+
+/// What the overview reads about the queues `names`: [`OVERVIEW_SQL`] narrowed to them.
+fn overview_of_statement(names: &[String]) -> (String, Vec<Arg>) {
+    if names.is_empty() {
+        return (
+            "SELECT '', 'counted', 0, IF(refreshed_at < '2001-01-01', NULL, \
+               TIMESTAMPDIFF(MICROSECOND, refreshed_at, UTC_TIMESTAMP(6))) \
+             FROM job_queue_gauge_refresh WHERE id = 1"
+                .to_owned(),
+            Vec::new(),
+        );
+    }
+    let list = placeholders(names.len());
+    let sql = format!(
+        "SELECT queue, CAST(status AS CHAR), CAST(jobs AS SIGNED), \
+           TIMESTAMPDIFF(MICROSECOND, oldest_run_at, UTC_TIMESTAMP(6)) FROM job_queue_gauges \
+           WHERE queue IN ({list}) \
+         UNION ALL \
+         SELECT '', 'counted', 0, IF(refreshed_at < '2001-01-01', NULL, \
+             TIMESTAMPDIFF(MICROSECOND, refreshed_at, UTC_TIMESTAMP(6))) \
+           FROM job_queue_gauge_refresh WHERE id = 1 \
+         UNION ALL \
+         SELECT queue, 'expired_leases', COUNT(*), NULL FROM job_queue \
+           WHERE status = 'running' AND status_at < UTC_TIMESTAMP(6) AND queue IN ({list}) \
+           GROUP BY queue \
+         UNION ALL \
+         SELECT queue, 'paused', 0, NULL FROM job_queue_pause WHERE queue IN ({list})"
+    );
+    let args: Vec<Arg> = names.iter().map(|n| Arg::Text(n.clone())).collect();
+    let args = [args.clone(), args.clone(), args].concat();
+    (sql, args)
+}
+
+/// The rows of [`OVERVIEW_SQL`] (or [`overview_of_statement`]) by queue, and how long
+/// ago the gauges were counted.
+fn fold_overview(rows: &[MySqlRow]) -> Result<(HashMap<String, QueueOverview>, Option<Duration>)> {
+    let mut out: HashMap<String, QueueOverview> = HashMap::new();
+    let mut counted = None;
+    for r in rows {
+        let q = text(r, 0)?;
+        let what = text(r, 1)?;
+        let n = r.try_get::<i64, _>(2)?.max(0) as u64;
+        let us: Option<i64> = r.try_get(3)?;
+        if what == "counted" {
+            counted = us.map(|us| Duration::from_micros(us.max(0) as u64));
+            continue;
+        }
+        let s = out.entry(q).or_insert_with_key(|q| QueueOverview {
+            queue: q.clone(),
+            ..Default::default()
+        });
+        match what.as_str() {
+            "expired_leases" => s.expired_leases = n,
+            "paused" => s.paused = true,
+            status => {
+                let status = status.parse::<JobStatus>()?;
+                s.counts.set(status, n);
+                if status == JobStatus::Ready {
+                    s.oldest_ready_secs = us.map(|us| us.max(0) as f64 / 1e6);
+                }
+            }
+        }
+    }
+    Ok((out, counted))
+}
+
+/// The first text after every text that starts with `prefix` (in byte order: queue names
+/// compare as ASCII bytes); `None` when no queue name can start with it (it is not ASCII).
+fn prefix_end(prefix: &str) -> Option<String> {
+    if !prefix.is_ascii() {
+        return None;
+    }
+    let mut bytes = prefix.as_bytes().to_vec();
+    while let Some(last) = bytes.pop() {
+        if last < 0x7f {
+            bytes.push(last + 1);
+            return String::from_utf8(bytes).ok();
+        }
+    }
+    // Every byte is the last ASCII one: no bound above (queue names are ASCII).
+    Some("\u{7f}".repeat(prefix.len() + 1))
+}
+
+/// The count of [`Store::count_capped`]: the matching rows, read up to `cap + 1`.
+pub(crate) fn capped_count_statement(query: &JobFilter, cap: u64) -> (String, Vec<Arg>) {
+    let (conds, mut args) = conditions(query);
+    args.push(Arg::Int(cap.saturating_add(1)));
+    (
+        format!(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM job_queue {} LIMIT ?) t",
             where_clause(&conds)
         ),
         args,
@@ -688,4 +1048,22 @@ pub(super) fn worker_from_row(
         gone: ago > gone_after.as_secs_f64(),
         maintains: r.try_get::<i64, _>(10)? == 1,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn like_prefixes_escape_their_wildcards_with_the_explicit_escape() {
+        assert_eq!(like_prefix("order_1"), "order!_1%");
+        assert_eq!(like_prefix("100%!\\"), "100!%!!\\%");
+    }
+
+    #[test]
+    fn a_queue_prefix_ends_before_the_next_prefix() {
+        assert_eq!(prefix_end("q12").as_deref(), Some("q13"));
+        assert_eq!(prefix_end("a\u{7f}").as_deref(), Some("b"));
+        assert_eq!(prefix_end("é"), None);
+    }
 }

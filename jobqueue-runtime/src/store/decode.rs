@@ -6,7 +6,11 @@ use sqlx::Row;
 use crate::error::Result;
 use chrono::{DateTime, NaiveDateTime, Utc};
 
-use crate::model::{Attempt, AttemptOutcome, JobRecord, JobStatus, Uniqueness};
+use crate::model::{
+    Attempt, AttemptOutcome, JobDetail, JobRecord, JobStatus, JobSummary, StoredText, Uniqueness,
+    DETAIL_HISTORY_BYTES, DETAIL_TEXT_BYTES, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY,
+    SUMMARY_ERROR_CHARS,
+};
 
 /// Which row [`fetch_job`] reads.
 #[derive(Debug)]
@@ -21,6 +25,171 @@ pub(crate) const JOB_COLUMNS: &str = "id, queue, kind, COALESCE(released_key, ta
     lease_expiries, unrunnable_since, snoozes, CAST(unique_policy AS CHAR) AS unique_policy, \
     TIMESTAMPDIFF(MICROSECOND, created_at, unique_until) AS unique_us, released_key IS NOT NULL AS key_released, \
     metadata, progress, progress_at, concurrency_key, concurrency_limit, rate_key, rate_limit, rate_window_ms";
+
+/// The columns of a [`JobSummary`]: none of the large ones, and `last_error` cut by the
+/// server.
+pub(crate) fn summary_columns() -> String {
+    format!(
+        "id, queue, kind, COALESCE(released_key, task_key) AS task_key, \
+         CAST(status AS CHAR) AS status, priority, run_at, attempts, max_attempts, \
+         LEFT(last_error, {SUMMARY_ERROR_CHARS}) AS last_error, created_at, updated_at, finished_at, \
+         lease_until"
+    )
+}
+
+pub(crate) fn summary_from_row(r: &MySqlRow) -> Result<JobSummary> {
+    Ok(JobSummary {
+        id: r.try_get("id")?,
+        queue: text(r, "queue")?,
+        kind: text(r, "kind")?,
+        task_key: key_text(r, "task_key")?,
+        status: text(r, "status")?.parse::<JobStatus>()?,
+        priority: r.try_get("priority")?,
+        run_at: utc(r, "run_at")?,
+        attempts: r.try_get("attempts")?,
+        max_attempts: r.try_get("max_attempts")?,
+        last_error: opt_text_lossy(r, "last_error")?,
+        created_at: utc(r, "created_at")?,
+        updated_at: utc(r, "updated_at")?,
+        finished_at: opt_utc(r, "finished_at")?,
+        lease_until: opt_utc(r, "lease_until")?,
+    })
+}
+
+/// A large column read for a person: its size, and its first `max` bytes as bytes (so that
+/// the cut is the same on every server, whatever the column's type and character set).
+fn stored_columns(column: &str, max: usize) -> String {
+    format!(
+        "LENGTH({column}) AS {column}_bytes, \
+         SUBSTRING(CAST({column} AS BINARY), 1, {max}) AS {column}_head"
+    )
+}
+
+/// One job by id for a person: the columns of [`JobDetail`]. Every large column is read
+/// capped, as text, so that no stored value can fail the read or make it large.
+pub(crate) fn job_detail_sql() -> String {
+    let large = [
+        stored_columns("payload", DETAIL_TEXT_BYTES),
+        stored_columns("metadata", DETAIL_TEXT_BYTES),
+        stored_columns("progress", DETAIL_TEXT_BYTES),
+        stored_columns("output", DETAIL_TEXT_BYTES),
+        stored_columns("last_error", DETAIL_TEXT_BYTES),
+        stored_columns("attempt_log", DETAIL_HISTORY_BYTES),
+    ]
+    .join(", ");
+    format!(
+        "SELECT id, queue, kind, COALESCE(released_key, task_key) AS task_key, \
+         CAST(status AS CHAR) AS status, priority, run_at, attempts, max_attempts, lease_owner, \
+         lease_until, cancel_requested, created_at, updated_at, finished_at, lease_expiries, \
+         unrunnable_since, snoozes, released_key IS NOT NULL AS key_released, progress_at, {large} \
+         FROM job_queue WHERE id = ?"
+    )
+}
+
+pub(crate) fn detail_from_row(r: &MySqlRow) -> Result<JobDetail> {
+    let attempt_log = stored_text(r, "attempt_log")?;
+    let history = match &attempt_log {
+        None => Ok(Vec::new()),
+        Some(log) if log.is_cut() => Err(format!(
+            "it is {} bytes, longer than this library writes",
+            log.bytes
+        )),
+        Some(log) => attempts_from_log(&log.text).map(|mut attempts| {
+            attempts.reverse();
+            attempts.truncate(MAX_ATTEMPT_HISTORY);
+            for a in &mut attempts {
+                if let Some(e) = &mut a.error {
+                    cut_at_char(e, MAX_ATTEMPT_ERROR_BYTES);
+                }
+            }
+            attempts
+        }),
+    };
+    Ok(JobDetail {
+        id: r.try_get("id")?,
+        queue: text(r, "queue")?,
+        kind: text(r, "kind")?,
+        task_key: key_text(r, "task_key")?,
+        status: text(r, "status")?.parse::<JobStatus>()?,
+        priority: r.try_get("priority")?,
+        run_at: utc(r, "run_at")?,
+        attempts: r.try_get("attempts")?,
+        max_attempts: r.try_get("max_attempts")?,
+        lease_owner: opt_text_lossy(r, "lease_owner")?,
+        lease_until: opt_utc(r, "lease_until")?,
+        cancel_requested: r.try_get("cancel_requested")?,
+        created_at: utc(r, "created_at")?,
+        updated_at: utc(r, "updated_at")?,
+        finished_at: opt_utc(r, "finished_at")?,
+        lease_expiries: r.try_get("lease_expiries")?,
+        unrunnable_since: opt_utc(r, "unrunnable_since")?,
+        snoozes: r.try_get("snoozes")?,
+        key_released: r.try_get("key_released")?,
+        progress_at: opt_utc(r, "progress_at")?,
+        payload: stored_text(r, "payload")?.unwrap_or(StoredText {
+            text: String::new(),
+            bytes: 0,
+        }),
+        metadata: stored_text(r, "metadata")?,
+        progress: stored_text(r, "progress")?,
+        output: stored_text(r, "output")?,
+        last_error: stored_text(r, "last_error")?,
+        attempt_log,
+        history,
+    })
+}
+
+/// A column read by [`stored_columns`]: `None` when it is NULL.
+fn stored_text(r: &MySqlRow, column: &str) -> Result<Option<StoredText>> {
+    let bytes: Option<i64> = r.try_get(format!("{column}_bytes").as_str())?;
+    let head: Option<Vec<u8>> = r.try_get(format!("{column}_head").as_str())?;
+    Ok(match (bytes, head) {
+        (Some(bytes), Some(head)) => Some(StoredText {
+            text: text_of_head(head),
+            bytes: bytes.max(0) as u64,
+        }),
+        _ => None,
+    })
+}
+
+/// The first bytes of a column as text: a character cut at the end is left out, any other
+/// byte sequence that is not UTF-8 reads as U+FFFD.
+fn text_of_head(head: Vec<u8>) -> String {
+    match String::from_utf8(head) {
+        Ok(s) => s,
+        Err(e) => {
+            let utf8 = e.utf8_error();
+            let mut bytes = e.into_bytes();
+            if utf8.error_len().is_none() {
+                bytes.truncate(utf8.valid_up_to());
+            }
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+    }
+}
+
+/// Cuts `s` to at most `max` bytes, at a character boundary.
+fn cut_at_char(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+}
+
+/// A nullable text column, lossily if it is not UTF-8: a person reads it, and a bad byte
+/// must not hide the rest of the row.
+fn opt_text_lossy(r: &MySqlRow, column: &str) -> sqlx::Result<Option<String>> {
+    match r.try_get::<Option<String>, _>(column) {
+        Ok(s) => Ok(s),
+        Err(_) => {
+            let bytes: Option<Vec<u8>> = r.try_get(column)?;
+            Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
+        }
+    }
+}
 
 pub(crate) async fn fetch_job(
     pool: &MySqlPool,
@@ -195,5 +364,30 @@ pub(crate) fn opt_text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(
                 .map(|b| String::from_utf8(b).map_err(|e| sqlx::Error::Decode(Box::new(e))))
                 .transpose()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_column_loses_only_its_cut_last_character() {
+        // "é" is two bytes: a head of 3 bytes of "aéb" ends in the middle of nothing, one of
+        // 2 bytes in the middle of "é".
+        assert_eq!(text_of_head("aéb".as_bytes()[..3].to_vec()), "aé");
+        assert_eq!(text_of_head("aéb".as_bytes()[..2].to_vec()), "a");
+        // A byte that is not UTF-8 inside the text reads as U+FFFD, the rest as it is.
+        assert_eq!(text_of_head(b"a\xffb".to_vec()), "a\u{fffd}b");
+    }
+
+    #[test]
+    fn an_error_is_cut_at_a_character_boundary() {
+        let mut e = "ab€".to_owned();
+        cut_at_char(&mut e, 3);
+        assert_eq!(e, "ab");
+        let mut short = "ab".to_owned();
+        cut_at_char(&mut short, 3);
+        assert_eq!(short, "ab");
     }
 }

@@ -122,15 +122,17 @@ impl Store {
             sqlx::query("DELETE FROM job_queue_gauges")
                 .execute(&mut *conn)
                 .await?;
-            if !counted.is_empty() {
+            // In rows of at most 1,000: a statement takes at most 65,535 values, and a
+            // fleet may have more than 16,383 queues and statuses.
+            for chunk in counted.chunks(1000) {
                 let sql = format!(
                     "INSERT INTO job_queue_gauges (queue, status, jobs, oldest_run_at) VALUES {}",
-                    vec!["(?, ?, ?, ?)"; counted.len()].join(", ")
+                    vec!["(?, ?, ?, ?)"; chunk.len()].join(", ")
                 );
                 // One arity per number of queues: not kept prepared, so that arities cannot
                 // pile up on the server.
                 let mut q = sqlx::query(&sql).persistent(false);
-                for (queue, status, jobs, oldest) in &counted {
+                for (queue, status, jobs, oldest) in chunk {
                     q = q.bind(queue).bind(status).bind(jobs).bind(oldest);
                 }
                 q.execute(&mut *conn).await?;

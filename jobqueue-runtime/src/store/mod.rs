@@ -216,9 +216,11 @@ pub use complete_in::{
     complete_in_sql, CONCURRENCY_KEY_OF_JOB, OUTPUT_AFTER_COMMIT, SLOT_OF_CLAIM, SLOT_RELEASE,
 };
 pub(crate) use connect::{LeaseConnect, ProbeConn};
+pub(crate) use dashboard::BulkBound;
 pub use dashboard::{dashboard_statements, Arg};
 pub(crate) use decode::{
-    attempts_from_log, fetch_job, opt_text, record_from_row, text, utc, JobLookup, JOB_COLUMNS,
+    attempts_from_log, detail_from_row, fetch_job, job_detail_sql, opt_text, record_from_row,
+    summary_columns, summary_from_row, text, utc, JobLookup, JOB_COLUMNS,
 };
 use enqueue::is_key_conflict;
 pub use enqueue::release_sql;

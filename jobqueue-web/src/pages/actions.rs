@@ -327,14 +327,32 @@ pub(crate) async fn bulk_confirm(
         }
     };
     let query = f.query()?;
+    // Counted up to a cap, each within the listing's time limit: the count shows what the
+    // action would meet, not a reason to read the whole table.
     let mut n = 0;
+    let mut slow = None;
     for &st in statuses {
         if query.status.is_none() || query.status == Some(st) {
             let mut q = query.clone();
             q.status = Some(st);
-            n += s.queue.count(&q).await?;
+            match s.queue.count_capped(&q, BULK_COUNT_CAP).await {
+                Ok(c) => n += c.min(BULK_COUNT_CAP + 1),
+                Err(e @ jobqueue::Error::FilterTooSlow { .. }) => slow = Some(e),
+                Err(e) => return Err(e.into()),
+            }
         }
     }
+    let counted = match &slow {
+        Some(e) => format!("<p class=\"warn\">{}</p>", esc(&e.to_string())),
+        None => String::new(),
+    };
+    let shown_n = if n > BULK_COUNT_CAP {
+        format!("more than {BULK_COUNT_CAP}")
+    } else if slow.is_some() {
+        "the".to_owned()
+    } else {
+        n.to_string()
+    };
     let mut fields = f.hidden_fields();
     fields.push(("action", &f.action));
     let which = if verb == "Retry" {
@@ -346,14 +364,19 @@ pub(crate) async fn bulk_confirm(
         &base,
         "/bulk",
         &crate::csrf(),
-        &format!("{verb} {}", plural(n, "job")),
+        &if n > BULK_COUNT_CAP || slow.is_some() {
+            format!("{verb} matching jobs")
+        } else {
+            format!("{verb} {}", plural(n, "job"))
+        },
         if verb == "Retry" { "primary" } else { "danger" },
         &fields,
     );
     let qs = f.to_query();
     let body = format!(
-        "<section class=\"card confirm\"><p>{verb} <strong id=\"bulk-count\">{n}</strong> {which} {} matching \
-         <code>{}</code>?</p><div class=\"actions\">{button}<a class=\"button\" href=\"{}/jobs?{}\">Back</a></div></section>",
+        "<section class=\"card confirm\">{counted}<p>{verb} <strong id=\"bulk-count\">{shown_n}</strong> {which} {} matching \
+         <code>{}</code>?</p><p class=\"muted\">At most {BULK_ROWS_PER_REQUEST} jobs change per request; \
+         if more match, this page comes back to go on.</p><div class=\"actions\">{button}<a class=\"button\" href=\"{}/jobs?{}\">Back</a></div></section>",
         if n == 1 { "job" } else { "jobs" },
         esc(if qs.is_empty() { "every job" } else { &qs }),
         esc(&base),
@@ -363,7 +386,7 @@ pub(crate) async fn bulk_confirm(
         &base,
         &format!("{verb} matching jobs"),
         "Jobs",
-        None,
+        f.notice.as_deref(),
         &body,
     ))
     .into_response())
@@ -378,15 +401,32 @@ pub(crate) async fn bulk(
 ) -> Page {
     check_action(&s, &headers, &form.csrf).await?;
     let query = form.filter.query()?;
-    let n = match form.filter.action.as_str() {
-        "retry" => s.queue.retry_matching(&query).await?,
-        "cancel" => s.queue.cancel_matching(&query).await?,
+    // Bounded per request: a filter matching many jobs is gone through over several
+    // requests, each reporting how far it got (see BULK_ROWS_PER_REQUEST).
+    let done = match form.filter.action.as_str() {
+        "retry" => {
+            s.queue
+                .retry_matching_within(&query, BULK_ROWS_PER_REQUEST, BULK_TIME_PER_REQUEST)
+                .await
+        }
+        "cancel" => {
+            s.queue
+                .cancel_matching_within(&query, BULK_ROWS_PER_REQUEST, BULK_TIME_PER_REQUEST)
+                .await
+        }
         other => {
             return Err(Failure(
                 StatusCode::BAD_REQUEST,
                 format!("unknown action {other:?}: use retry or cancel"),
             ))
         }
+    };
+    let done = match done {
+        Ok(p) => p,
+        Err(e @ jobqueue::Error::FilterTooSlow { .. }) => {
+            return Err(Failure(StatusCode::BAD_REQUEST, e.to_string()))
+        }
+        Err(e) => return Err(e.into()),
     };
     let verb = if form.filter.action == "retry" {
         "Retried"
@@ -402,17 +442,36 @@ pub(crate) async fn bulk(
         &format!(
             "jobs matching {}: {} changed",
             if qs.is_empty() { "every job" } else { &qs },
-            plural(n, "job")
+            plural(done.changed, "job")
         ),
     )
     .await;
     // What the action changed shows on the next page, not a second later.
     s.overview.lock().await.take();
+    let b = action_base(&orig, &uri);
+    if !done.complete {
+        let sep = if qs.is_empty() { "" } else { "&" };
+        return Ok(back(
+            format!("{b}/bulk?{qs}{sep}action={}", url(&form.filter.action)),
+            &format!(
+                "{verb} {} in this step; more jobs match: confirm again to go on.",
+                plural(done.changed, "job")
+            ),
+        ));
+    }
     Ok(back(
-        format!("{}/jobs?{qs}", action_base(&orig, &uri)),
-        &format!("{verb} {}.", plural(n, "job")),
+        format!("{b}/jobs?{qs}"),
+        &format!("{verb} {}.", plural(done.changed, "job")),
     ))
 }
+
+/// How many jobs the bulk confirmation counts at most (per status).
+const BULK_COUNT_CAP: u64 = 10_000;
+
+/// How many jobs one request of a bulk action changes at most, and for how long it goes
+/// on: a larger set is gone through in several requests, each answering in bounded time.
+const BULK_ROWS_PER_REQUEST: u64 = 10_000;
+const BULK_TIME_PER_REQUEST: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct BulkForm {

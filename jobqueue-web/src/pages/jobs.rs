@@ -1,5 +1,7 @@
 //! The job list with its filters, and one job's page.
 
+use jobqueue::admin::{StoredJson, StoredText, DETAIL_TEXT_BYTES};
+
 use super::*;
 use crate::html::{thousands, time_ago};
 
@@ -179,7 +181,11 @@ pub(crate) async fn jobs(
     let query = f.query()?;
     let cursor = f.cursor()?;
     let b = esc(&base);
-    let (page_, stopped) = match s.queue.list(&query, cursor.as_ref(), PAGE_SIZE).await {
+    let (page_, stopped) = match s
+        .queue
+        .list_summaries(&query, cursor.as_ref(), PAGE_SIZE)
+        .await
+    {
         Ok(page_) => (Some(page_), None),
         // Not served by an index: say so, and keep the form to narrow the filter.
         Err(e @ jobqueue::Error::FilterTooSlow { .. }) => (None, Some(e)),
@@ -519,7 +525,9 @@ pub(crate) async fn job(
     Query(n): Query<Notice>,
 ) -> Page {
     let base = base(&orig, &uri);
-    let Some(j) = s.queue.job(id).await? else {
+    // Every large column comes as capped text, each read on its own: a value this library
+    // cannot parse is shown as stored, and the page (with its actions) still renders.
+    let Some(j) = s.queue.job_detail(id).await? else {
         return Err(Failure(
             StatusCode::NOT_FOUND,
             format!("there is no job with id {id} (it may have been pruned)"),
@@ -540,13 +548,12 @@ pub(crate) async fn job(
         _ => "–".into(),
     };
     let payload = if s.hide_payloads {
-        let size = j.payload.to_string().len();
-        format!("<p class=\"muted\">Payloads are hidden on this dashboard ({size} bytes).</p>")
-    } else {
         format!(
-            "<pre class=\"payload\">{}</pre>",
-            esc(&serde_json::to_string_pretty(&j.payload).unwrap_or_default())
+            "<p class=\"muted\">Payloads are hidden on this dashboard ({} bytes).</p>",
+            j.payload.bytes
         )
+    } else {
+        stored_json("payload", &j.payload)
     };
     let fields = [
         ("Status", badge(j.status)),
@@ -589,15 +596,16 @@ pub(crate) async fn job(
         ("Waiting for a worker since", opt_time(&j.unrunnable_since)),
         (
             "Progress",
-            match (&j.progress, &j.progress_at) {
-                (Some(p), Some(at)) => {
-                    format!(
-                        "<code>{}</code> at {}",
-                        esc(&shown(&s, &p.to_string())),
-                        time(at)
-                    )
+            match &j.progress {
+                Some(_) if s.redact => format!("(redacted) at {}", opt_time(&j.progress_at)),
+                Some(p) => {
+                    let shown = match p.json() {
+                        StoredJson::Parsed(v) => format!("<code>{}</code>", esc(&v.to_string())),
+                        _ => stored_json("progress", p),
+                    };
+                    format!("{shown} at {}", opt_time(&j.progress_at))
                 }
-                _ => "–".into(),
+                None => "–".into(),
             },
         ),
         (
@@ -618,64 +626,86 @@ pub(crate) async fn job(
         .collect();
     let error = match &j.last_error {
         Some(e) => format!(
-            "<section class=\"card\"><h2>Last error <small>attempt {}</small></h2><pre class=\"error\">{}</pre></section>",
+            "<section class=\"card\"><h2>Last error <small>attempt {}</small></h2>{}<pre class=\"error\">{}</pre></section>",
             j.attempts,
-            esc(&shown(&s, e))
+            cut_note(e),
+            esc(&shown(&s, &e.text))
         ),
         None => String::new(),
     };
-    let metadata =
-        match &j.metadata {
-            Some(m) => format!(
-            "<section class=\"card\"><h2>Metadata</h2><pre class=\"payload\">{}</pre></section>",
-            esc(&shown(&s, &serde_json::to_string_pretty(m).unwrap_or_default()))
+    let metadata = match &j.metadata {
+        Some(_) if s.redact => {
+            "<section class=\"card\"><h2>Metadata</h2><p class=\"muted\">(redacted)</p></section>"
+                .to_owned()
+        }
+        Some(m) => format!(
+            "<section class=\"card\"><h2>Metadata</h2>{}</section>",
+            stored_json("metadata", m)
         ),
-            None => String::new(),
-        };
-    let attempts = s.queue.attempts(id).await?;
-    let history = if attempts.is_empty() {
-        "<p class=\"muted\">No attempt has ended yet.</p>".to_owned()
-    } else {
-        let rows: String = attempts
-            .iter()
-            .rev()
-            .map(|a| {
-                let took = a
-                    .started_at
-                    .map(|st| age((a.ended_at - st).num_milliseconds() as f64 / 1000.0))
-                    .unwrap_or_else(|| "–".into());
-                format!(
-                    "<tr><td class=\"n\">{}</td><td>{}</td><td>{}</td><td class=\"n\">{took}</td><td>{}</td>\
-                     <td class=\"outcome-{outcome}\">{outcome}</td><td>{error}</td></tr>",
-                    a.attempt,
-                    opt_time(&a.started_at),
-                    time(&a.ended_at),
-                    esc(a.worker.as_deref().unwrap_or("–")),
-                    error = match a.error.as_deref() {
-                        Some(e) if !e.is_empty() => format!("<pre class=\"error\">{}</pre>", esc(&shown(&s, e))),
-                        // No error to show (a lease that ran out, a success): no empty box.
-                        _ => "<span class=\"muted\">–</span>".to_owned(),
-                    },
-                    outcome = a.outcome.as_str(),
-                )
-            })
-            .collect();
-        format!(
-            "<table class=\"attempts\"><thead><tr><th class=\"n\">Attempt</th><th>Started</th><th>Ended</th>\
-             <th class=\"n\">Took</th><th>Worker</th><th>Outcome</th><th>Error</th></tr></thead><tbody>{rows}</tbody></table>"
-        )
+        None => String::new(),
+    };
+    let history = match &j.history {
+        Ok(attempts) if attempts.is_empty() => {
+            "<p class=\"muted\">No attempt has ended yet.</p>".to_owned()
+        }
+        Ok(attempts) => {
+            let rows: String = attempts
+                .iter()
+                .map(|a| {
+                    let took = a
+                        .started_at
+                        .map(|st| age((a.ended_at - st).num_milliseconds() as f64 / 1000.0))
+                        .unwrap_or_else(|| "–".into());
+                    format!(
+                        "<tr><td class=\"n\">{}</td><td>{}</td><td>{}</td><td class=\"n\">{took}</td><td>{}</td>\
+                         <td class=\"outcome-{outcome}\">{outcome}</td><td>{error}</td></tr>",
+                        a.attempt,
+                        opt_time(&a.started_at),
+                        time(&a.ended_at),
+                        esc(a.worker.as_deref().unwrap_or("–")),
+                        error = match a.error.as_deref() {
+                            Some(e) if !e.is_empty() => format!("<pre class=\"error\">{}</pre>", esc(&shown(&s, e))),
+                            // No error to show (a lease that ran out, a success): no empty box.
+                            _ => "<span class=\"muted\">–</span>".to_owned(),
+                        },
+                        outcome = a.outcome.as_str(),
+                    )
+                })
+                .collect();
+            format!(
+                "<table class=\"attempts\"><thead><tr><th class=\"n\">Attempt</th><th>Started</th><th>Ended</th>\
+                 <th class=\"n\">Took</th><th>Worker</th><th>Outcome</th><th>Error</th></tr></thead><tbody>{rows}</tbody></table>"
+            )
+        }
+        Err(reason) => {
+            // Stored as it is, the history holds the attempts' errors.
+            let raw = j.attempt_log.as_ref().map_or("", |l| head(&l.text));
+            let raw = &*shown(&s, raw);
+            format!(
+                "<p class=\"warn unreadable\">The attempt history cannot be read: {}; it is shown as stored{}.</p>\
+                 <pre class=\"payload raw\">{}</pre>",
+                esc(reason),
+                j.attempt_log
+                    .as_ref()
+                    .filter(|l| l.bytes as usize > raw.len())
+                    .map(|l| format!(", {} bytes, the first {} KiB", l.bytes, DETAIL_TEXT_BYTES / 1024))
+                    .unwrap_or_default(),
+                esc(raw)
+            )
+        }
     };
     let history = format!(
         "<section class=\"card\"><h2>Attempts <small>the last {}, newest first</small></h2>{history}</section>",
         jobqueue::limits::MAX_ATTEMPT_HISTORY
     );
-    let output = match s.queue.output_json(id).await? {
+    // A done job's output is what it returned; the column means nothing in other statuses.
+    let output = match j.output.as_ref().filter(|_| j.status == JobStatus::Done) {
         Some(_) if s.hide_payloads => {
             "<section class=\"card\"><h2>Output</h2><p class=\"muted\">Outputs are hidden on this dashboard.</p></section>".to_owned()
         }
-        Some(v) => format!(
-            "<section class=\"card\"><h2>Output</h2><pre class=\"payload\">{}</pre></section>",
-            esc(&serde_json::to_string_pretty(&v).unwrap_or_default())
+        Some(o) => format!(
+            "<section class=\"card\"><h2>Output</h2>{}</section>",
+            stored_json("output", o)
         ),
         None => String::new(),
     };
@@ -720,4 +750,63 @@ pub(crate) async fn job(
         &body,
     ))
     .into_response())
+}
+
+/// A JSON column of a job for the page: pretty-printed when it parses; else as stored,
+/// under a line that says why (too long to show whole, or not JSON this library reads).
+fn stored_json(what: &str, t: &StoredText) -> String {
+    match t.json() {
+        StoredJson::Parsed(v) => format!(
+            "<pre class=\"payload\">{}</pre>",
+            esc(&serde_json::to_string_pretty(&v).unwrap_or_default())
+        ),
+        StoredJson::Unreadable(reason) => format!(
+            "<p class=\"warn unreadable\">This {what} cannot be read as JSON ({}); it is shown as stored{}.</p>\
+             <pre class=\"payload raw\">{}</pre>",
+            esc(&reason),
+            if t.is_cut() { cut_words(t) } else { String::new() },
+            esc(head(&t.text))
+        ),
+        // `Cut`, and whatever a later release adds: the text as stored.
+        _ => format!(
+            "{}<pre class=\"payload raw\">{}</pre>",
+            cut_note(t),
+            esc(head(&t.text))
+        ),
+    }
+}
+
+/// ", N bytes, the first 64 KiB": how much of a long column the page shows.
+fn cut_words(t: &StoredText) -> String {
+    format!(
+        ", {} bytes, the first {} KiB",
+        t.bytes,
+        DETAIL_TEXT_BYTES / 1024
+    )
+}
+
+/// A line saying that a column is longer than what the page shows, if it is.
+fn cut_note(t: &StoredText) -> String {
+    if t.is_cut() || t.text.len() > DETAIL_TEXT_BYTES {
+        format!(
+            "<p class=\"muted cut\">{} bytes; showing the first {} KiB as stored.</p>",
+            t.bytes,
+            DETAIL_TEXT_BYTES / 1024
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// The first [`DETAIL_TEXT_BYTES`] of `text` (at a character boundary): what a page shows of
+/// a column.
+fn head(text: &str) -> &str {
+    if text.len() <= DETAIL_TEXT_BYTES {
+        return text;
+    }
+    let mut end = DETAIL_TEXT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }

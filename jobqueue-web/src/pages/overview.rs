@@ -1,15 +1,29 @@
 //! The overview: queues with their counts, throughput and the live refresh.
 
+use jobqueue::admin::QueueOverviewPage;
+
 use super::*;
+
+/// How many queues the overview shows at most: the busiest, or those a search finds.
+pub(crate) const OVERVIEW_QUEUES: usize = 50;
+
+/// The overview's query string: a notice, and the start of the queue names to show.
+#[derive(Debug, Deserialize, Default)]
+pub(crate) struct OverviewQuery {
+    notice: Option<String>,
+    /// Show the queues whose names start with this, instead of the busiest.
+    #[serde(default)]
+    queue: String,
+}
 
 pub(crate) async fn overview(
     State(s): St,
     orig: OriginalUri,
     uri: Uri,
-    Query(n): Query<Notice>,
+    Query(n): Query<OverviewQuery>,
 ) -> Page {
     let base = base(&orig, &uri);
-    let live = overview_body(&s, &base).await?;
+    let live = overview_body(&s, &base, &n.queue).await?;
     let purge = if s.read_only {
         String::new()
     } else {
@@ -23,9 +37,15 @@ pub(crate) async fn overview(
             csrf = esc(&crate::csrf())
         )
     };
+    let search = if n.queue.is_empty() {
+        String::new()
+    } else {
+        format!("?queue={}", url(&n.queue))
+    };
     let body = format!(
-        "<div id=\"live\" data-src=\"{}/live\">{live}</div>{purge}",
-        esc(&base)
+        "<div id=\"live\" data-src=\"{}/live{}\">{live}</div>{purge}",
+        esc(&base),
+        esc(&search)
     );
     Ok(Html(page(
         &base,
@@ -38,13 +58,19 @@ pub(crate) async fn overview(
 }
 
 /// The overview's changing part, which the page's script fetches every 2 seconds.
-pub(crate) async fn overview_live(State(s): St, orig: OriginalUri, uri: Uri) -> Page {
+pub(crate) async fn overview_live(
+    State(s): St,
+    orig: OriginalUri,
+    uri: Uri,
+    Query(n): Query<OverviewQuery>,
+) -> Page {
     let base = base(&orig, &uri);
-    Ok(Html(overview_body(&s, &base).await?).into_response())
+    Ok(Html(overview_body(&s, &base, &n.queue).await?).into_response())
 }
 
-async fn overview_body(s: &Shared, base: &str) -> Result<String, Failure> {
-    let (stats, minutes) = overview_figures(s).await?;
+async fn overview_body(s: &Shared, base: &str, search: &str) -> Result<String, Failure> {
+    let (page_, minutes) = overview_figures(s, search).await?;
+    let stats = &page_.queues;
     let mut per_queue: HashMap<&str, (u64, u64)> = HashMap::new();
     for m in &minutes {
         let e = per_queue.entry(m.queue.as_str()).or_default();
@@ -52,7 +78,7 @@ async fn overview_body(s: &Shared, base: &str) -> Result<String, Failure> {
         e.1 += m.failed;
     }
     let mut rows = String::new();
-    for q in &stats {
+    for q in stats {
         rows.push_str(&queue_row(
             s,
             base,
@@ -60,9 +86,53 @@ async fn overview_body(s: &Shared, base: &str) -> Result<String, Failure> {
             per_queue.get(q.queue.as_str()).copied().unwrap_or_default(),
         ));
     }
-    if stats.is_empty() {
-        rows.push_str("<tr><td colspan=\"12\" class=\"empty\">No jobs yet.</td></tr>");
+    if stats.is_empty() && !search.is_empty() {
+        rows.push_str(&format!(
+            "<tr><td colspan=\"13\" class=\"empty\">No queue name starts with {}.</td></tr>",
+            esc(search)
+        ));
+    } else if stats.is_empty() {
+        rows.push_str("<tr><td colspan=\"13\" class=\"empty\">No jobs yet.</td></tr>");
     }
+    // The overview's own address: the mount point, or `/` at the root.
+    let home = if base.is_empty() {
+        "/".to_owned()
+    } else {
+        esc(base)
+    };
+    let shown = if !search.is_empty() {
+        format!(
+            "the first {} queues whose names start with <code>{}</code>{}; <a href=\"{home}\">the busiest</a>",
+            stats.len(),
+            esc(search),
+            if page_.more_idle { " (more match)" } else { "" }
+        )
+    } else if page_.more > 0 {
+        format!(
+            "the {} busiest queues (by jobs waiting, running or failed); {} more queues with such jobs \
+             are not shown, nor queues that hold only finished jobs",
+            stats.len(),
+            page_.more
+        )
+    } else if page_.more_idle {
+        format!(
+            "{} queues; queues that hold only finished jobs may not all be shown",
+            stats.len()
+        )
+    } else {
+        String::new()
+    };
+    let find = format!(
+        "<form method=\"get\" action=\"{home}\" class=\"row queue-search\">\
+         <label>Find a queue <input name=\"queue\" value=\"{}\" placeholder=\"name starts with\"></label>\
+         <button type=\"submit\">Find</button></form>{}",
+        esc(search),
+        if shown.is_empty() {
+            String::new()
+        } else {
+            format!("<p class=\"muted\" id=\"more-queues\">Showing {shown}.</p>")
+        }
+    );
     let (done, failed) = per_queue
         .values()
         .fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
@@ -81,7 +151,7 @@ async fn overview_body(s: &Shared, base: &str) -> Result<String, Failure> {
          <section class=\"card\"><h2>Queues <small id=\"counted\">{counted}</small></h2><table class=\"queues\"><thead><tr><th>Queue</th><th>State</th>\
          <th class=\"n\">Scheduled</th><th class=\"n\">Ready</th><th class=\"n\">Blocked</th><th class=\"n\">Running</th><th class=\"n\">Done</th>\
          <th class=\"n\">Failed</th><th class=\"n\">Cancelled</th><th class=\"n\">Oldest ready</th>\
-         <th class=\"n\">Done/h</th><th class=\"n\">Failed/h</th><th></th></tr></thead><tbody>{rows}</tbody></table></section>",
+         <th class=\"n\">Done/h</th><th class=\"n\">Failed/h</th><th></th></tr></thead><tbody>{rows}</tbody></table>{find}</section>",
         chart = chart(&minutes),
     ))
 }
@@ -94,15 +164,25 @@ pub(crate) const OVERVIEW_MAX_AGE: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(crate) struct OverviewFigures {
     read_at: Instant,
-    stats: Vec<QueueOverview>,
+    stats: QueueOverviewPage,
     minutes: Vec<ThroughputMinute>,
 }
 
 /// The overview's figures: fresh ones, or those another viewer read less than
-/// [`OVERVIEW_MAX_AGE`] ago. Viewers that come while they are read wait for that read.
+/// [`OVERVIEW_MAX_AGE`] ago. Viewers that come while they are read wait for that read. A
+/// search is read for its viewer alone.
 async fn overview_figures(
     s: &Shared,
-) -> Result<(Vec<QueueOverview>, Vec<ThroughputMinute>), Failure> {
+    search: &str,
+) -> Result<(QueueOverviewPage, Vec<ThroughputMinute>), Failure> {
+    if !search.is_empty() {
+        let stats = s
+            .queue
+            .queue_overview_page(OVERVIEW_QUEUES, Some(search))
+            .await?;
+        let minutes = s.queue.throughput(60).await?;
+        return Ok((stats, minutes));
+    }
     let mut cached = s.overview.lock().await;
     if let Some(f) = cached
         .as_ref()
@@ -110,7 +190,7 @@ async fn overview_figures(
     {
         return Ok((f.stats.clone(), f.minutes.clone()));
     }
-    let stats = s.queue.queue_overview().await?;
+    let stats = s.queue.queue_overview_page(OVERVIEW_QUEUES, None).await?;
     let minutes = s.queue.throughput(60).await?;
     *cached = Some(OverviewFigures {
         read_at: Instant::now(),

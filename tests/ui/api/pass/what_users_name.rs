@@ -15,6 +15,12 @@ use jobqueue::admin::{
     JobRef, PeriodicJob, QueueOverview, QueueStats, RunningJob, StatusCounts, ServerInfo, ThroughputMinute, WorkerInfo,
     HEARTBEAT_INTERVAL, OVERVIEW_COUNT_CAP, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER,
 };
+// What the dashboard reads: rows without their payloads, one job as stored text, a bounded
+// overview, a bulk action's progress.
+use jobqueue::admin::{
+    BulkProgress, JobDetail, JobSummary, JobSummaryPage, QueueOverviewPage, StoredJson, StoredText,
+    DASHBOARD_ROWS, DETAIL_HISTORY_BYTES, DETAIL_TEXT_BYTES, SUMMARY_ERROR_CHARS,
+};
 use jobqueue::context::{
     BoxError, CancelReason, DataNeed, FromJobContext, IntoJobResult, JobCanceller,
     JobContextBuilder, JobOutput,
