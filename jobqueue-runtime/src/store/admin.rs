@@ -37,40 +37,7 @@ impl Store {
     /// retried, as for the worker's transactions.
     pub(crate) async fn cancel(&self, id: u64) -> Result<Option<CancelOutcome>> {
         let status: Option<String> = transaction!(self, |conn| {
-            // The limits' tables are read only for a job that is blocked, so that a user
-            // without rights on them (kept from a release before limits) cancels others.
-            let blocked: Option<bool> =
-                sqlx::query_scalar("SELECT status = 'blocked' FROM job_queue WHERE id = ?")
-                    .bind(id)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-            let mut waiting: Vec<(Vec<u8>, i16)> = Vec::new();
-            if blocked == Some(true) {
-                waiting = sqlx::query_as(
-                    "SELECT slot_key, priority FROM job_queue_blocked WHERE job_id = ?",
-                )
-                .bind(id)
-                .fetch_all(&mut *conn)
-                .await?;
-            }
-            for (key, priority) in &waiting {
-                sqlx::query(
-                    "DELETE FROM job_queue_blocked \
-                     WHERE slot_key = ? AND priority = ? AND job_id = ?",
-                )
-                .bind(key)
-                .bind(priority)
-                .bind(id)
-                .execute(&mut *conn)
-                .await?;
-            }
-            let status: Option<String> =
-                sqlx::query("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ? FOR UPDATE")
-                    .bind(id)
-                    .fetch_optional(&mut *conn)
-                    .await?
-                    .map(|r| text(&r, 0))
-                    .transpose()?;
+            let (status, unblocked) = unblock_and_lock(&mut *conn, id).await?;
             match status.as_deref() {
                 Some("scheduled" | "ready" | "blocked") => {
                     sqlx::query(
@@ -81,7 +48,7 @@ impl Store {
                     .bind(id)
                     .execute(&mut *conn)
                     .await?;
-                    if status.as_deref() == Some("blocked") && waiting.is_empty() {
+                    if status.as_deref() == Some("blocked") && !unblocked {
                         // Blocked since the read above: its waiting row goes with it, so
                         // that the next wake of its key does not spend a round on it.
                         sqlx::query(BLOCKED_DELETE_JOB)
@@ -457,4 +424,45 @@ pub fn prune_matching_select(
         ),
         args,
     )
+}
+
+/// The first steps of an operator's cancel or delete of job `id`, in the order that cannot
+/// deadlock with a wake or a claim: a blocked job's waiting rows are found by a plain read
+/// and deleted by primary key, then the job's row is locked. Returns its status (None: no
+/// such job), and whether it had waiting rows. The limits' tables are read only for a job that is blocked, so that a user
+/// without rights on them (kept from a release before limits) acts on the others.
+pub(super) async fn unblock_and_lock(
+    conn: &mut sqlx::MySqlConnection,
+    id: u64,
+) -> sqlx::Result<(Option<String>, bool)> {
+    let blocked: Option<bool> =
+        sqlx::query_scalar("SELECT status = 'blocked' FROM job_queue WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let mut waiting: Vec<(Vec<u8>, i16)> = Vec::new();
+    if blocked == Some(true) {
+        waiting =
+            sqlx::query_as("SELECT slot_key, priority FROM job_queue_blocked WHERE job_id = ?")
+                .bind(id)
+                .fetch_all(&mut *conn)
+                .await?;
+    }
+    for (key, priority) in &waiting {
+        sqlx::query(
+            "DELETE FROM job_queue_blocked WHERE slot_key = ? AND priority = ? AND job_id = ?",
+        )
+        .bind(key)
+        .bind(priority)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    }
+    let status = sqlx::query("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ? FOR UPDATE")
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .map(|r| text(&r, 0))
+        .transpose()?;
+    Ok((status, !waiting.is_empty()))
 }

@@ -83,38 +83,7 @@ impl Store {
     /// a wake and of the cancel, which the other order would deadlock with.
     pub(crate) async fn delete_job(&self, id: u64) -> Result<Deletion> {
         transaction!(self, |conn| {
-            let blocked: Option<bool> =
-                sqlx::query_scalar("SELECT status = 'blocked' FROM job_queue WHERE id = ?")
-                    .bind(id)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-            let mut waiting: Vec<(Vec<u8>, i16)> = Vec::new();
-            if blocked == Some(true) {
-                waiting = sqlx::query_as(
-                    "SELECT slot_key, priority FROM job_queue_blocked WHERE job_id = ?",
-                )
-                .bind(id)
-                .fetch_all(&mut *conn)
-                .await?;
-            }
-            for (key, priority) in &waiting {
-                sqlx::query(
-                    "DELETE FROM job_queue_blocked \
-                     WHERE slot_key = ? AND priority = ? AND job_id = ?",
-                )
-                .bind(key)
-                .bind(priority)
-                .bind(id)
-                .execute(&mut *conn)
-                .await?;
-            }
-            let status: Option<String> =
-                sqlx::query("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ? FOR UPDATE")
-                    .bind(id)
-                    .fetch_optional(&mut *conn)
-                    .await?
-                    .map(|r| text(&r, 0))
-                    .transpose()?;
+            let (status, unblocked) = super::admin::unblock_and_lock(&mut *conn, id).await?;
             let outcome = match status.as_deref() {
                 None => Deletion::Missing,
                 // A running job's worker still writes to its row and holds its limits'
@@ -125,7 +94,7 @@ impl Store {
                         .bind(id)
                         .execute(&mut *conn)
                         .await?;
-                    if s == "blocked" && waiting.is_empty() {
+                    if s == "blocked" && !unblocked {
                         // Blocked since the plain read: its waiting row goes with it, so
                         // that the next wake of its key does not spend a round on it.
                         sqlx::query(BLOCKED_DELETE_JOB)
