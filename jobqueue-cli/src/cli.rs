@@ -353,6 +353,10 @@ pub(crate) enum Command {
         /// then marked Secure). Only behind a proxy that sets the header itself.
         #[arg(long)]
         trust_forwarded_proto: bool,
+        /// Take the last address of `X-Forwarded-For` as the client's, for the login
+        /// throttle and the log. Only behind a proxy that appends the header itself.
+        #[arg(long)]
+        trust_forwarded_for: bool,
     },
 
     /// Delete finished jobs older than a given age (their task keys can be used again).

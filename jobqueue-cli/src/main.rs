@@ -273,6 +273,7 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
             redact,
             allow_host,
             trust_forwarded_proto,
+            trust_forwarded_for,
             ..
         } => {
             let options = web::Options {
@@ -280,6 +281,7 @@ async fn run(command: Command, target: &Target) -> Result<ExitCode, Failure> {
                 redact,
                 allow_host,
                 trust_forwarded_proto,
+                trust_forwarded_for,
             };
             web::serve(queue, listen, web_auth.flatten(), options).await?;
             return Ok(ExitCode::SUCCESS);

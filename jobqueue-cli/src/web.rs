@@ -14,6 +14,7 @@ pub(crate) struct Options {
     pub(crate) redact: bool,
     pub(crate) allow_host: Vec<String>,
     pub(crate) trust_forwarded_proto: bool,
+    pub(crate) trust_forwarded_for: bool,
 }
 
 /// The authentication the flags ask for, refused (before connecting) when the address is
@@ -86,6 +87,7 @@ pub(crate) async fn serve(
         .read_only(options.read_only)
         .redact_job_data(options.redact)
         .trust_forwarded_proto(options.trust_forwarded_proto)
+        .trust_forwarded_for(options.trust_forwarded_for)
         .allowed_hosts(hosts(listen, options.allow_host));
     if let Some(auth) = auth {
         dashboard = dashboard.auth(auth);

@@ -240,6 +240,13 @@ impl Queue {
         self.store().previous_cursor(filter, cursor, limit).await
     }
 
+    /// Job `id`'s status, `None` when there is no such job. It reads the status alone, so it
+    /// answers for a job whose stored values this library cannot decode, where
+    /// [`Queue::job`] returns an error.
+    pub async fn job_status(&self, id: u64) -> Result<Option<JobStatus>> {
+        self.store().job_status(id).await
+    }
+
     /// Counts the queue gauges now, as one worker of the fleet does every few seconds, so
     /// that the counts read next ([`Queue::list_counts`], [`Queue::queue_overview`]) show a
     /// change just made. It reads the index entries of every waiting, running and failed

@@ -107,6 +107,7 @@ pub struct Dashboard {
     upstream: bool,
     actor_header: Option<header::HeaderName>,
     trust_forwarded_proto: bool,
+    trust_forwarded_for: bool,
     secret: Option<Vec<u8>>,
 }
 
@@ -146,6 +147,7 @@ impl Dashboard {
             upstream: false,
             actor_header: None,
             trust_forwarded_proto: false,
+            trust_forwarded_for: false,
             secret: None,
         }
     }
@@ -238,6 +240,15 @@ impl Dashboard {
         self
     }
 
+    /// With `true`, the last address of `X-Forwarded-For` (the one your proxy appended) is
+    /// the client's, for the login throttle and the log. Behind a proxy without it, every
+    /// client has the proxy's address, and failed logins from anyone would throttle everyone.
+    /// Only for a proxy in front that appends the header itself. Default false.
+    pub fn trust_forwarded_for(mut self, on: bool) -> Self {
+        self.trust_forwarded_for = on;
+        self
+    }
+
     /// The router: mount it with `Router::nest("/jobs", ...)`, or serve it as it is.
     ///
     /// # Panics
@@ -261,7 +272,7 @@ impl Dashboard {
             self.auth,
             self.upstream,
             self.actor_header,
-            self.trust_forwarded_proto,
+            (self.trust_forwarded_proto, self.trust_forwarded_for),
             self.redact,
             self.secret.as_deref(),
         ));

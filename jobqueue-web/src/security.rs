@@ -134,6 +134,8 @@ pub(crate) struct Security {
     pub(crate) actor_header: Option<header::HeaderName>,
     /// Whether `X-Forwarded-Proto: https` from the proxy in front means HTTPS.
     pub(crate) trust_forwarded_proto: bool,
+    /// Whether the last address of `X-Forwarded-For` is the client's.
+    pub(crate) trust_forwarded_for: bool,
     /// Whether job data is redacted: the filters over redacted fields are refused too.
     pub(crate) redact: bool,
     /// The key of the anti-forgery tokens, notices and key digests.
@@ -157,7 +159,7 @@ impl Security {
         auth: Option<Auth>,
         upstream: bool,
         actor_header: Option<header::HeaderName>,
-        trust_forwarded_proto: bool,
+        (trust_forwarded_proto, trust_forwarded_for): (bool, bool),
         redact: bool,
         secret: Option<&[u8]>,
     ) -> Self {
@@ -194,6 +196,7 @@ impl Security {
             upstream,
             actor_header,
             trust_forwarded_proto,
+            trust_forwarded_for,
             redact,
             key,
             throttle: Mutex::new(Throttle::default()),
@@ -329,10 +332,23 @@ pub(crate) async fn guard(State(sec): State<Arc<Security>>, req: Request, next: 
     }
 
     // 2. The login.
-    let peer = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip());
+    let forwarded = sec
+        .trust_forwarded_for
+        .then(|| {
+            req.headers()
+                .get_all("x-forwarded-for")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .last()
+                .and_then(|a| a.trim().parse::<IpAddr>().ok())
+        })
+        .flatten();
+    let peer = forwarded.or_else(|| {
+        req.extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip())
+    });
     let actor = match &sec.auth {
         None if sec.upstream => {
             // The user the application authenticated, when it names one.
@@ -572,23 +588,20 @@ fn authorized(auth: &Auth, headers: &HeaderMap) -> Option<String> {
     }
 }
 
-/// Failed logins per address in fixed windows of [`FAILURE_WINDOW`].
+/// Failed logins per address in fixed windows of [`FAILURE_WINDOW`]. Only known addresses
+/// are throttled, each on its own: failures of an unknown address (no connection info), or
+/// of addresses past [`MAX_TRACKED_ADDRESSES`], are logged but not counted, since a bucket
+/// they shared would let anyone lock every operator out.
 #[derive(Debug, Default)]
 struct Throttle {
-    /// Address (`None`: unknown, or too many tracked) → window start and failures in it.
-    windows: HashMap<Option<IpAddr>, (Instant, u32)>,
+    /// Address → window start and failures in it.
+    windows: HashMap<IpAddr, (Instant, u32)>,
 }
 
 impl Throttle {
-    fn key(&self, peer: Option<IpAddr>) -> Option<IpAddr> {
-        peer.filter(|p| {
-            self.windows.len() < MAX_TRACKED_ADDRESSES || self.windows.contains_key(&Some(*p))
-        })
-    }
-
     /// How long `peer` must wait, if it failed too often in the current window.
     fn blocked(&mut self, peer: Option<IpAddr>, now: Instant) -> Option<Duration> {
-        let key = self.key(peer);
+        let key = peer?;
         let (start, n) = *self.windows.get(&key)?;
         let end = start + FAILURE_WINDOW;
         if now >= end {
@@ -598,13 +611,16 @@ impl Throttle {
         (n >= MAX_LOGIN_FAILURES).then(|| end - now)
     }
 
-    /// Counts a failure of `peer`; returns its failures in the window.
+    /// Counts a failure of `peer`; returns its failures in the window (0: not counted).
     fn failed(&mut self, peer: Option<IpAddr>, now: Instant) -> u32 {
-        if self.windows.len() >= MAX_TRACKED_ADDRESSES {
+        let Some(key) = peer else { return 0 };
+        if self.windows.len() >= MAX_TRACKED_ADDRESSES && !self.windows.contains_key(&key) {
             self.windows
                 .retain(|_, (start, _)| now < *start + FAILURE_WINDOW);
+            if self.windows.len() >= MAX_TRACKED_ADDRESSES {
+                return 0;
+            }
         }
-        let key = self.key(peer);
         let e = self.windows.entry(key).or_insert((now, 0));
         if now >= e.0 + FAILURE_WINDOW {
             *e = (now, 0);
@@ -641,6 +657,33 @@ mod tests {
         assert!(
             t.blocked(a, now + FAILURE_WINDOW).is_none(),
             "the window ends"
+        );
+    }
+
+    #[test]
+    fn unknown_and_untracked_addresses_are_never_held_back_together() {
+        let mut t = Throttle::default();
+        let now = Instant::now();
+        for _ in 0..2 * MAX_LOGIN_FAILURES {
+            assert_eq!(t.failed(None, now), 0);
+        }
+        assert!(t.blocked(None, now).is_none());
+        for i in 0..MAX_TRACKED_ADDRESSES as u32 {
+            t.failed(Some(IpAddr::from((i + 1).to_be_bytes())), now);
+        }
+        let late = Some(IpAddr::from([192, 168, 0, 1]));
+        for _ in 0..MAX_LOGIN_FAILURES {
+            assert_eq!(
+                t.failed(late, now),
+                0,
+                "past the tracked addresses: not counted"
+            );
+        }
+        assert!(t.blocked(late, now).is_none());
+        assert!(
+            t.blocked(Some(IpAddr::from(1u32.to_be_bytes())), now)
+                .is_none(),
+            "one failure each"
         );
     }
 }

@@ -342,6 +342,35 @@ async fn a_job_this_library_cannot_decode_is_still_acted_on() {
         detail.payload.json(),
         jobqueue::admin::StoredJson::Unreadable(_)
     ));
+
+    // From the dashboard: found by id and by key, and run now, without decoding it.
+    let scheduled = insert_job(&queue, "q", "k", "k:later", "[1e400]", "scheduled", None).await;
+    let router = jobqueue_web::Dashboard::new(queue.clone()).router();
+    for q in [failed.to_string(), "k%3Afailed".to_owned()] {
+        let r = web_support::get(&router, &format!("/search?q={q}")).await;
+        assert_eq!(
+            r.location.as_deref(),
+            Some(format!("/jobs/{failed}").as_str()),
+            "{q}: {} {}",
+            r.status,
+            r.body
+        );
+    }
+    let token = web_support::csrf_of(&web_support::get(&router, "/").await.body);
+    for id in [scheduled, scheduled] {
+        // The second time it is ready: the notice names its status.
+        let r = web_support::post(
+            &router,
+            &format!("/jobs/{id}/run-now"),
+            &format!("csrf={token}"),
+        )
+        .await;
+        assert_eq!(r.status, axum::http::StatusCode::SEE_OTHER, "{}", r.body);
+    }
+    assert_eq!(
+        queue.job_status(scheduled).await.unwrap(),
+        Some(jobqueue::JobStatus::Ready)
+    );
 }
 
 #[tokio::test]

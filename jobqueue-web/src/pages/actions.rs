@@ -326,7 +326,7 @@ pub(crate) async fn bulk_confirm(
             ))
         }
     };
-    let query = f.query()?;
+    let query = f.query(&s)?;
     // Counted up to a cap, each within the listing's time limit: the count shows what the
     // action would meet, not a reason to read the whole table.
     let mut n = 0;
@@ -400,7 +400,7 @@ pub(crate) async fn bulk(
     Form(form): Form<BulkForm>,
 ) -> Page {
     check_action(&s, &headers, &form.csrf).await?;
-    let query = form.filter.query()?;
+    let query = form.filter.query(&s)?;
     // Bounded per request: a filter matching many jobs is gone through over several
     // requests, each reporting how far it got (see BULK_ROWS_PER_REQUEST).
     let done = match form.filter.action.as_str() {

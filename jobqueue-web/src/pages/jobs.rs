@@ -40,7 +40,26 @@ pub(crate) struct Filter {
 }
 
 impl Filter {
-    pub(super) fn query(&self) -> Result<JobFilter, Failure> {
+    /// The filter for the store. With job data redacted, a filter over a redacted field
+    /// (task key, metadata, error text) is refused, wherever it came from (a link, a form's
+    /// body): what it matches, or how many jobs an action changed, would tell what they hold.
+    pub(super) fn query(&self, s: &Shared) -> Result<JobFilter, Failure> {
+        if s.redact {
+            let hidden = [
+                ("key", &self.key),
+                ("meta", &self.meta),
+                ("error", &self.error),
+            ];
+            if let Some((field, _)) = hidden.iter().find(|(_, v)| !v.is_empty()) {
+                return Err(Failure(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "this dashboard redacts job data, so it does not filter on {field:?} \
+                         either; filter by queue, kind, status or time"
+                    ),
+                ));
+            }
+        }
         let mut q = JobFilter::default();
         if !self.queue.is_empty() {
             q = q.queue(self.queue.clone());
@@ -178,7 +197,7 @@ pub(crate) async fn jobs(
     Query(f): Query<Filter>,
 ) -> Page {
     let base = base(&orig, &uri);
-    let query = f.query()?;
+    let query = f.query(&s)?;
     let cursor = f.cursor()?;
     let b = esc(&base);
     let (page_, stopped) = match s
@@ -482,8 +501,9 @@ pub(crate) async fn search(
         return Ok(Redirect::to(&format!("{base}/jobs")).into_response());
     }
     let id = text.strip_prefix('#').unwrap_or(text).parse::<u64>().ok();
+    // The status alone: a job whose stored values this library cannot decode is found too.
     if let Some(id) = id {
-        if s.queue.job(id).await?.is_some() {
+        if s.queue.job_status(id).await?.is_some() {
             return Ok(Redirect::to(&format!("{base}/jobs/{id}")).into_response());
         }
     }
@@ -498,8 +518,21 @@ pub(crate) async fn search(
             ),
         ));
     }
-    if let Some(job) = s.queue.job_by_key(text).await? {
-        return Ok(Redirect::to(&format!("{base}/jobs/{}", job.id)).into_response());
+    match s.queue.job_by_key(text).await {
+        Ok(Some(job)) => {
+            return Ok(Redirect::to(&format!("{base}/jobs/{}", job.id)).into_response());
+        }
+        Ok(None) => {}
+        // A job this library cannot decode: its id from the listing, which reads none of
+        // the values that failed.
+        Err(e) => {
+            let filter = JobFilter::default().key_prefix(text);
+            let page = s.queue.list_summaries(&filter, None, PAGE_SIZE).await?;
+            let Some(job) = page.jobs.iter().find(|j| j.task_key == text) else {
+                return Err(e.into());
+            };
+            return Ok(Redirect::to(&format!("{base}/jobs/{}", job.id)).into_response());
+        }
     }
     if let Some(id) = id {
         return Err(Failure(

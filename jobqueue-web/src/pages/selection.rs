@@ -235,9 +235,9 @@ pub(crate) async fn run_now(
     } else {
         let status = s
             .queue
-            .job(id)
+            .job_status(id)
             .await?
-            .map(|j| j.status.to_string())
+            .map(|st| st.to_string())
             .unwrap_or_else(|| "gone".into());
         format!("Job {id} is {status}, not scheduled: it was not changed (0 jobs changed).")
     };

@@ -4,7 +4,10 @@
 
 pub mod browser;
 
+use std::net::SocketAddr;
+
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::http::{header, Request, StatusCode};
 use axum::Router;
 use jobqueue::Queue;
@@ -131,4 +134,18 @@ pub fn csrf_of(html: &str) -> String {
         .unwrap_or_else(|| panic!("the page has a form with a token: {html}"));
     let rest = &html[at + "name=\"csrf\" value=\"".len()..];
     rest[..rest.find('"').unwrap()].to_owned()
+}
+
+/// A token of the strength the dashboard requires.
+pub const TOKEN: &str = "a-token-of-real-strength-24";
+
+/// A GET of `path` from `peer` with this `Authorization` header.
+pub fn login(path: &str, peer: [u8; 4], authorization: &str) -> Request<Body> {
+    let mut req = Request::get(path)
+        .header(header::AUTHORIZATION, authorization)
+        .body(Body::empty())
+        .unwrap();
+    req.extensions_mut()
+        .insert(ConnectInfo(SocketAddr::from((peer, 40000))));
+    req
 }
