@@ -171,7 +171,9 @@ pub mod admin {
     pub use jobqueue_runtime::{AuditEntry, AUDIT_JOB_ROWS};
     // Actions on jobs picked by id, and what a job list shows beside its rows.
     #[doc(inline)]
-    pub use jobqueue_runtime::{ListCounts, SelectionOutcome, MAX_NAMES, MAX_SELECTION};
+    pub use jobqueue_runtime::{
+        ListCounts, SelectionOutcome, MAX_NAMES, MAX_SELECTION, RECOUNT_MAX_JOBS,
+    };
     // What the dashboard reads: rows without their payloads, one job as stored text, a
     // bounded overview, a bulk action's progress.
     #[doc(inline)]

@@ -945,3 +945,33 @@ async fn newer_pages_lead_back_through_the_pages_older_ones_led_to() {
         assert_eq!(path.split("cursor=").count(), 1, "{start}: {path}");
     }
 }
+
+/// The count an action starts is bounded: none when the gauges last counted more jobs than
+/// a quick count reads (the workers' next count shows the change then).
+#[tokio::test]
+async fn the_recount_after_an_action_is_bounded() {
+    let queue = fresh_queue("web_lists_recount").await;
+    insert_job(&queue, "mail", "send", "f1", "{}", "failed", Some("boom")).await;
+    assert!(queue.recount_gauges().await.unwrap(), "a small count runs");
+    let failed: i64 = sqlx::query_scalar(
+        "SELECT CAST(jobs AS SIGNED) FROM job_queue_gauges WHERE queue = 'mail' AND status = 'failed'",
+    )
+    .fetch_one(queue.pool())
+    .await
+    .unwrap();
+    assert_eq!(failed, 1);
+
+    // The gauges last counted more than a quick count reads: left to the workers.
+    sqlx::query("INSERT INTO job_queue_gauges (queue, status, jobs) VALUES ('huge', 'failed', ?)")
+        .bind(jobqueue::admin::RECOUNT_MAX_JOBS + 1)
+        .execute(queue.pool())
+        .await
+        .unwrap();
+    assert!(!queue.recount_gauges().await.unwrap());
+    let huge: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM job_queue_gauges WHERE queue = 'huge'")
+            .fetch_one(queue.pool())
+            .await
+            .unwrap();
+    assert_eq!(huge, 1, "no count replaced the gauges");
+}

@@ -100,6 +100,16 @@ impl Store {
         Ok(taken == 1)
     }
 
+    /// How many jobs the gauges last counted, over every queue and status.
+    pub(crate) async fn gauged_jobs(&self) -> Result<u64> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT CAST(COALESCE(SUM(jobs), 0) AS SIGNED) FROM job_queue_gauges",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n.max(0) as u64)
+    }
+
     /// Counts the gauges over `job_queue` and replaces the contents of `job_queue_gauges`
     /// with them, in one transaction: readers see the old counts or the new ones.
     pub(crate) async fn count_gauges(&self) -> Result<()> {

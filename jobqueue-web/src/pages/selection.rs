@@ -249,8 +249,9 @@ pub(crate) async fn run_now(
 }
 
 /// What an action changed shows on the next page, not a few seconds later: the overview's
-/// kept figures are dropped and the queue gauges (the list's tabs) counted again. A user
-/// without the right to write the gauges sees them as the workers count them.
+/// kept figures are dropped and the queue gauges (the list's tabs) counted again, unless
+/// that count would be long (see `Queue::recount_gauges`). A user without the right to write
+/// the gauges sees them as the workers count them.
 async fn recount(s: &Shared) {
     s.overview.lock().await.take();
     if let Err(e) = s.queue.recount_gauges().await {
