@@ -544,9 +544,9 @@ impl Queue {
     /// counts the queue gauges (from the jobs it reads for the throughput, so it costs no
     /// read of its own), and stop where those counts stop, 15 to 20 seconds before now; the
     /// window is the buckets that end within it, so it covers `hours` hours and up to
-    /// 5 minutes more. Pruned jobs stay counted. When no worker counted for a minute, this
-    /// call counts first (at most the last hour of jobs), if its user may. The read is a
-    /// range of the figures' table: 12 rows per hour per kind and queue.
+    /// 5 minutes more. Pruned jobs stay counted. This call never counts: with no worker of
+    /// this release running, the figures stop at the last count. The read is a range of the
+    /// figures' table: 12 rows per hour per kind and queue.
     pub async fn kind_stats(&self, hours: u32) -> Result<Vec<KindStats>> {
         self.store().kind_stats(hours.min(48)).await
     }

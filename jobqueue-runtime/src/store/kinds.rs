@@ -139,19 +139,9 @@ fn merge_kinds(rows: Vec<(String, KindStats)>) -> Vec<KindStats> {
 
 impl Store {
     /// The per-kind figures of the last `hours` hours (see [`KIND_STATS_SQL`]), one per kind,
-    /// by kind name. When no worker kept the counts for a minute, counts first (best effort).
+    /// by kind name, as the workers kept them: never counted here, since a count reads every
+    /// job finished since the last one, which no page view should wait for.
     pub(crate) async fn kind_stats(&self, hours: u32) -> Result<Vec<KindStats>> {
-        let age: Option<i64> = on_connection!(self, |conn| sqlx::query_scalar(
-            "SELECT TIMESTAMPDIFF(SECOND, counted_to, UTC_TIMESTAMP(6)) \
-             FROM job_queue_throughput_mark WHERE id = 1"
-        )
-        .fetch_optional(&mut *conn))
-        .await?;
-        if age.is_none_or(|a| a > 60) {
-            if let Err(e) = self.count_throughput().await {
-                tracing::debug!(error = %e, "cannot count the per-kind figures");
-            }
-        }
         let rows = on_connection!(self, |conn| sqlx::query(KIND_STATS_SQL)
             .bind(hours)
             .fetch_all(&mut *conn))
