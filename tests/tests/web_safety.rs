@@ -399,8 +399,10 @@ async fn every_action_is_audited_and_shown_on_the_job_and_audit_pages() {
     let queue = fresh_queue("web_safety_audit").await;
     let failed = insert_job(&queue, "mail", "k", "a-1", "{}", "failed", Some("boom")).await;
     let ready = insert_job(&queue, "mail", "k", "a-2", "{}", "ready", None).await;
+    let mut bulk_ids = Vec::new();
     for i in 0..3 {
-        insert_job(&queue, "bulk", "k", &format!("b-{i}"), "{}", "failed", None).await;
+        bulk_ids
+            .push(insert_job(&queue, "bulk", "k", &format!("b-{i}"), "{}", "failed", None).await);
     }
     insert_job(&queue, "old", "k", "p-1", "{}", "done", None).await;
     let basic = base64::engine::general_purpose::STANDARD.encode("ada:correct-horse-battery");
@@ -459,7 +461,11 @@ async fn every_action_is_audited_and_shown_on_the_job_and_audit_pages() {
             ("ada", "cancel", Some(ready), None),
             ("ada", "pause", None, Some("mail")),
             ("ada", "resume", None, Some("mail")),
+            // The summary, then a row per job the bulk action changed.
             ("ada", "bulk-retry", None, Some("bulk")),
+            ("ada", "bulk-retry", Some(bulk_ids[0]), Some("bulk")),
+            ("ada", "bulk-retry", Some(bulk_ids[1]), Some("bulk")),
+            ("ada", "bulk-retry", Some(bulk_ids[2]), Some("bulk")),
             ("ada", "purge", None, None),
         ]
     );
@@ -468,7 +474,7 @@ async fn every_action_is_audited_and_shown_on_the_job_and_audit_pages() {
         bulk.contains("queue=bulk&status=failed") && bulk.contains("3 jobs changed"),
         "{bulk}"
     );
-    let purge = rows[5].4.as_deref().unwrap();
+    let purge = rows[8].4.as_deref().unwrap();
     assert!(
         purge.contains("done") && purge.contains("1 job deleted"),
         "{purge}"

@@ -671,7 +671,7 @@ pub struct QueueOverviewPage {
 
 /// Where a bulk action over a filter stopped ([`Queue::retry_matching_within`](crate::Queue::retry_matching_within),
 /// [`Queue::cancel_matching_within`](crate::Queue::cancel_matching_within)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct BulkProgress {
     /// How many jobs it changed.
@@ -679,4 +679,7 @@ pub struct BulkProgress {
     /// Whether it went through every matching job; false when it stopped at its bound
     /// (rows or time), and running it again goes on.
     pub complete: bool,
+    /// The jobs it changed, in the order changed: the first
+    /// [`AUDIT_JOB_ROWS`](crate::AUDIT_JOB_ROWS), as many as an audit entry names.
+    pub changed_ids: Vec<u64>,
 }

@@ -76,6 +76,10 @@ pub(super) fn where_clause(conds: &[&str]) -> String {
 /// Rows changed per statement of a bulk action: short transactions, few locks at once.
 const BULK_BATCH: u64 = 1000;
 
+/// How many of the jobs a bulk step changed it names ([`BulkProgress::changed_ids`]): as
+/// many as the audit records one by one.
+const BULK_CHANGED_IDS: usize = crate::AUDIT_JOB_ROWS;
+
 /// How far one call of a bulk action goes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BulkBound {
@@ -382,6 +386,7 @@ impl Store {
         bound: BulkBound,
     ) -> Result<BulkProgress> {
         let mut changed = 0;
+        let mut changed_ids = Vec::new();
         for &status in statuses {
             if query.status.is_some_and(|s| s != status) {
                 continue;
@@ -396,6 +401,7 @@ impl Store {
                     return Ok(BulkProgress {
                         changed,
                         complete: false,
+                        changed_ids,
                     });
                 }
                 let batch = BULK_BATCH.min(bound.rows - changed).max(1) as u32;
@@ -421,19 +427,34 @@ impl Store {
                     .iter()
                     .map(|r| r.try_get::<u64, _>("id"))
                     .collect::<sqlx::Result<Vec<_>>>()?;
-                let update = format!(
-                    "{set} WHERE id IN ({}) AND status = ?",
-                    placeholders(padded_len(ids.len()))
-                );
-                let mut q = sqlx::query(&update).persistent(false);
-                for id in padded(&ids) {
-                    q = q.bind(id);
-                }
-                changed += q
-                    .bind(status.as_str())
-                    .execute(&self.pool)
-                    .await?
-                    .rows_affected();
+                // The rows still of the status are locked first, so that the jobs changed
+                // are known (for the audit), not only their number.
+                let done: Vec<u64> = transaction!(self, |conn| {
+                    let select = format!(
+                        "SELECT id FROM job_queue WHERE id IN ({}) AND status = ? FOR UPDATE",
+                        placeholders(padded_len(ids.len()))
+                    );
+                    let mut q = sqlx::query_scalar::<_, u64>(&select).persistent(false);
+                    for id in padded(&ids) {
+                        q = q.bind(id);
+                    }
+                    let locked = q.bind(status.as_str()).fetch_all(&mut *conn).await?;
+                    if !locked.is_empty() {
+                        let update = format!(
+                            "{set} WHERE id IN ({}) AND status = ?",
+                            placeholders(padded_len(locked.len()))
+                        );
+                        let mut q = sqlx::query(&update).persistent(false);
+                        for id in padded(&locked) {
+                            q = q.bind(id);
+                        }
+                        q.bind(status.as_str()).execute(&mut *conn).await?;
+                    }
+                    Ok((locked, true))
+                })?;
+                changed += done.len() as u64;
+                let room = BULK_CHANGED_IDS.saturating_sub(changed_ids.len());
+                changed_ids.extend(done.into_iter().take(room));
                 if !more {
                     break;
                 }
@@ -442,6 +463,7 @@ impl Store {
         Ok(BulkProgress {
             changed,
             complete: true,
+            changed_ids,
         })
     }
 

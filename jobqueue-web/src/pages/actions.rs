@@ -437,7 +437,7 @@ pub(crate) async fn bulk(
     crate::audit::record(
         &s,
         &format!("bulk-{}", form.filter.action),
-        &[],
+        &done.changed_ids,
         (!form.filter.queue.is_empty()).then_some(form.filter.queue.as_str()),
         &format!(
             "jobs matching {}: {} changed",
