@@ -22,9 +22,9 @@
 --                    estimates the median and the 95th percentile from them.
 --
 -- job_queue_cron.paused_at: when an operator paused the kind's schedule (NULL: it runs).
--- A paused schedule enqueues no ticks: each pass moves `last_tick` past the due ones as
--- dealt with, and a resume moves it to the time of the resume, so the ticks missed while
--- paused are never enqueued, not even the latest.
+-- A paused schedule enqueues no ticks: each pass sees `paused_at` with the row locked and
+-- leaves the row as it is, and a resume moves `last_tick` to the time of the resume, so the
+-- ticks missed while paused are never enqueued, not even the latest.
 --
 -- A new table and a nullable column at the end of a small table: neither locks
 -- `job_queue`. The ADD COLUMN is instant on MariaDB 10.3+ and on MySQL 8.0.12+ (both pick

@@ -661,7 +661,7 @@ pub(crate) async fn job(
         Some(e) => format!(
             "<section class=\"card\"><h2>Last error <small>attempt {}</small></h2>{}<pre class=\"error\">{}</pre></section>",
             j.attempts,
-            cut_note(e),
+            if s.redact { String::new() } else { cut_note(e) },
             esc(&shown(&s, &e.text))
         ),
         None => String::new(),
@@ -717,7 +717,7 @@ pub(crate) async fn job(
             format!(
                 "<p class=\"warn unreadable\">The attempt history cannot be read: {}; it is shown as stored{}.</p>\
                  <pre class=\"payload raw\">{}</pre>",
-                esc(reason),
+                esc(&shown(&s, reason)),
                 j.attempt_log
                     .as_ref()
                     .filter(|l| l.bytes as usize > raw.len())
