@@ -72,7 +72,7 @@ pub(crate) async fn check_action(
     if token.is_empty() || expected.is_empty() || !crate::same(token, &expected) {
         return Err(Failure(
             StatusCode::FORBIDDEN,
-            "the form expired: it came from an earlier session of this browser, another browser or a dashboard              restarted since (or cookies are blocked). Reload the page and try again"
+            "the form expired: it came from an earlier session of this browser, another browser or a dashboard restarted since (or cookies are blocked). Reload the page and try again"
                 .into(),
         ));
     }
