@@ -126,6 +126,18 @@ pub(crate) struct Shared {
     /// The overview's figures and when they were read: every viewer's refresh within
     /// [`pages::OVERVIEW_MAX_AGE`] shares one read (the counts read a whole index).
     pub(crate) overview: tokio::sync::Mutex<Option<pages::OverviewFigures>>,
+    /// The job list's figures that do not depend on its page, shared by every viewer for a
+    /// moment (see [`pages::ListFigures`]).
+    pub(crate) list: pages::ListFigures,
+}
+
+impl Shared {
+    /// Forgets the figures read for every viewer, after an action that changed them: the
+    /// next page reads them again.
+    pub(crate) async fn forget_figures(&self) {
+        self.overview.lock().await.take();
+        self.list.forget().await;
+    }
 }
 
 /// The anti-forgery token forms carry and actions must send back: bound to the browser's
@@ -283,6 +295,7 @@ impl Dashboard {
             hide_payloads: self.redact,
             security: security.clone(),
             overview: tokio::sync::Mutex::new(None),
+            list: pages::ListFigures::default(),
         });
         let router = Router::new()
             .route("/", get(pages::overview))

@@ -128,7 +128,7 @@ pub(crate) async fn retry(
         format!("Job {id} was not retried (only failed or cancelled jobs can be): 0 jobs changed.")
     };
     // What the action changed shows on the next page, not a second later.
-    s.overview.lock().await.take();
+    s.forget_figures().await;
     Ok(back(
         format!("{}/jobs/{id}", action_base(&orig, &uri)),
         &msg,
@@ -159,7 +159,7 @@ pub(crate) async fn cancel(
         other => format!("Job {id}: {other:?}."),
     };
     // What the action changed shows on the next page, not a second later.
-    s.overview.lock().await.take();
+    s.forget_figures().await;
     Ok(back(
         format!("{}/jobs/{id}", action_base(&orig, &uri)),
         &msg,
@@ -186,7 +186,7 @@ pub(crate) async fn pause(
         format!("Queue {q} paused: 1 queue changed.")
     };
     // What the action changed shows on the next page, not a second later.
-    s.overview.lock().await.take();
+    s.forget_figures().await;
     Ok(back(after_queue_action(&orig, &uri, &q, &c), &msg))
 }
 
@@ -210,7 +210,7 @@ pub(crate) async fn resume(
         format!("Queue {q} was not paused: 0 queues changed.")
     };
     // What the action changed shows on the next page, not a second later.
-    s.overview.lock().await.take();
+    s.forget_figures().await;
     Ok(back(after_queue_action(&orig, &uri, &q, &c), &msg))
 }
 
@@ -288,7 +288,7 @@ pub(crate) async fn purge(
     .await;
     let b = action_base(&orig, &uri);
     // What the action changed shows on the next page, not a second later.
-    s.overview.lock().await.take();
+    s.forget_figures().await;
     Ok(back(
         if b.is_empty() { "/".into() } else { b },
         &format!(
@@ -447,7 +447,7 @@ pub(crate) async fn bulk(
     )
     .await;
     // What the action changed shows on the next page, not a second later.
-    s.overview.lock().await.take();
+    s.forget_figures().await;
     let b = action_base(&orig, &uri);
     if !done.complete {
         let sep = if qs.is_empty() { "" } else { "&" };

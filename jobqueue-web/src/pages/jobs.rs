@@ -1,6 +1,6 @@
 //! The job list with its filters, and one job's page.
 
-use jobqueue::admin::{StoredJson, StoredText, DETAIL_TEXT_BYTES};
+use jobqueue::admin::{ListCounts, StoredJson, StoredText, DETAIL_TEXT_BYTES};
 
 use super::*;
 use crate::html::{thousands, time_ago};
@@ -373,10 +373,7 @@ pub(crate) async fn jobs(
     let (queues, kinds) = if headers.contains_key(REFRESH_HEADER) {
         (Vec::new(), Vec::new())
     } else {
-        (
-            s.queue.queue_names(PICKER_NAMES).await?,
-            s.queue.kind_names(PICKER_NAMES).await?,
-        )
+        s.list.names(&s.queue).await?
     };
     let datalist = |id: &str, names: &[String]| {
         let options: String = names
@@ -414,11 +411,79 @@ pub(crate) async fn jobs(
 /// can still be typed.
 const PICKER_NAMES: usize = 200;
 
+/// How long the pickers' names serve every viewer: 400 index lookups, for names that change
+/// when a queue or a kind is first used.
+const NAMES_MAX_AGE: Duration = Duration::from_secs(30);
+
+/// How long a tab's counts serve every viewer (and every refresh): the capped counts read up
+/// to 10,000 index entries each, and the gauges they show change every few seconds anyway.
+/// An action of this dashboard forgets them.
+const COUNTS_MAX_AGE: Duration = Duration::from_secs(2);
+
+/// The queue names and the kind names the pickers offer.
+type PickerNames = (Vec<String>, Vec<String>);
+
+/// Counts kept for at most this many queue filters; past it, all are forgotten.
+const COUNTS_KEPT: usize = 256;
+
+/// The job list's figures that do not depend on the page: the pickers' names and the tabs'
+/// counts per queue filter, each read once for all viewers within its age.
+#[derive(Debug, Default)]
+pub(crate) struct ListFigures {
+    names: tokio::sync::Mutex<Option<(Instant, PickerNames)>>,
+    counts: tokio::sync::Mutex<HashMap<Option<String>, (Instant, ListCounts)>>,
+}
+
+impl ListFigures {
+    /// The queue and kind names of the pickers.
+    async fn names(&self, queue: &jobqueue::Queue) -> Result<PickerNames, Failure> {
+        let mut kept = self.names.lock().await;
+        if let Some((at, names)) = &*kept {
+            if at.elapsed() < NAMES_MAX_AGE {
+                return Ok(names.clone());
+            }
+        }
+        let names = (
+            queue.queue_names(PICKER_NAMES).await?,
+            queue.kind_names(PICKER_NAMES).await?,
+        );
+        *kept = Some((Instant::now(), names.clone()));
+        Ok(names)
+    }
+
+    /// The tabs' counts, in `queue_filter` or in every queue.
+    async fn counts(
+        &self,
+        queue: &jobqueue::Queue,
+        queue_filter: Option<&str>,
+    ) -> Result<ListCounts, Failure> {
+        let key = queue_filter.map(str::to_owned);
+        let mut kept = self.counts.lock().await;
+        if let Some((at, counts)) = kept.get(&key) {
+            if at.elapsed() < COUNTS_MAX_AGE {
+                return Ok(counts.clone());
+            }
+        }
+        let counts = queue.list_counts(queue_filter).await?;
+        if kept.len() >= COUNTS_KEPT {
+            kept.clear();
+        }
+        kept.insert(key, (Instant::now(), counts.clone()));
+        Ok(counts)
+    }
+
+    /// Forgets what was read.
+    pub(crate) async fn forget(&self) {
+        self.names.lock().await.take();
+        self.counts.lock().await.clear();
+    }
+}
+
 /// One tab per status with its count, in the filter's queue when it names one (an index
 /// serves that); links keep the other filters.
 async fn tabs(s: &Shared, base: &str, f: &Filter) -> Result<String, Failure> {
     let queue = Some(f.queue.as_str()).filter(|q| !q.is_empty());
-    let counts = s.queue.list_counts(queue).await?;
+    let counts = s.list.counts(&s.queue, queue).await?;
     let others = Filter {
         status: String::new(),
         ..f.clone()

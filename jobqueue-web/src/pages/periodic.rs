@@ -168,7 +168,7 @@ pub(crate) async fn periodic_run(
         }
         _ => format!("{kind}: a run was enqueued this very moment already: 0 jobs added."),
     };
-    s.overview.lock().await.take();
+    s.forget_figures().await;
     Ok(back(periodic_page(&orig, &uri), &msg))
 }
 

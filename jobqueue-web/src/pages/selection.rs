@@ -253,7 +253,7 @@ pub(crate) async fn run_now(
 /// that count would be long (see `Queue::recount_gauges`). A user without the right to write
 /// the gauges sees them as the workers count them.
 async fn recount(s: &Shared) {
-    s.overview.lock().await.take();
+    s.forget_figures().await;
     if let Err(e) = s.queue.recount_gauges().await {
         tracing::debug!(error = %e, "cannot count the queue gauges");
     }
