@@ -15,7 +15,7 @@ use fantoccini::Locator;
 use jobqueue::{JobStatus, Queue};
 use serde_json::json;
 use tests::{fresh_queue, row, wait_for};
-use web_support::browser::{js, screenshots_dir, serve, shot, Driver};
+use web_support::browser::{js, screenshots_dir, serve, shot, text, text_of, Driver};
 use web_support::insert_job;
 
 const HOSTILE_KEY: &str =
@@ -130,13 +130,7 @@ async fn the_dashboard_works_in_a_real_browser() {
 
     // Overview: every queue, the chart, and a refresh without reloading the page.
     b.goto(&base).await.unwrap();
-    let queues = b
-        .find(Locator::Css("table.queues"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let queues = text(&b, "table.queues").await;
     for q in ["billing", "exports", "mail"] {
         assert!(queues.contains(q), "{queues}");
     }
@@ -152,13 +146,7 @@ async fn the_dashboard_works_in_a_real_browser() {
         || {
             let b = b.clone();
             async move {
-                let text = b
-                    .find(Locator::Css("#live"))
-                    .await
-                    .ok()?
-                    .text()
-                    .await
-                    .ok()?;
+                let text = text_of(&b, "#live").await?;
                 text.contains("late").then_some(())
             }
         },
@@ -220,15 +208,7 @@ async fn the_dashboard_works_in_a_real_browser() {
         .clone();
     b.goto(&target).await.unwrap();
     let id: u64 = target.rsplit('/').next().unwrap().parse().unwrap();
-    assert_eq!(
-        b.find(Locator::Css("dd .badge"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-        "failed"
-    );
+    assert_eq!(text(&b, "dd .badge").await, "failed");
     shot(&b, "job").await;
     // Its history, newest first, as the page lists it.
     let outcomes = js(
@@ -264,15 +244,7 @@ async fn the_dashboard_works_in_a_real_browser() {
         .await
         .unwrap();
     assert!(notice.contains("1 job changed"), "{notice}");
-    assert_eq!(
-        b.find(Locator::Css("dd .badge"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-        "ready"
-    );
+    assert_eq!(text(&b, "dd .badge").await, "ready");
     assert_eq!(row(&queue, id).await.status, JobStatus::Ready);
 
     // Pause a queue from the overview.
@@ -303,29 +275,11 @@ async fn the_dashboard_works_in_a_real_browser() {
 
     // Hostile values show as text: no element made of them, no script of theirs ran.
     b.goto(&format!("{base}/jobs/{hostile}")).await.unwrap();
-    let key = b
-        .find(Locator::Css("dd code"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let key = text(&b, "dd code").await;
     assert_eq!(key, HOSTILE_KEY);
-    let error = b
-        .find(Locator::Css("pre.error"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let error = text(&b, "pre.error").await;
     assert!(error.contains("window.__xss=3"), "{error}");
-    let payload = b
-        .find(Locator::Css("pre.payload"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let payload = text(&b, "pre.payload").await;
     assert!(
         payload.contains("<script>window.__xss=5</script>"),
         "{payload}"
@@ -349,29 +303,17 @@ async fn the_dashboard_works_in_a_real_browser() {
 
     // Workers and periodic jobs.
     b.goto(&format!("{base}/workers")).await.unwrap();
-    let text = b
-        .find(Locator::Css("main"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = text(&b, "main").await;
     assert!(
-        text.contains("app-1:4211:9f3a11c2") && text.contains("gone"),
-        "{text}"
+        page.contains("app-1:4211:9f3a11c2") && page.contains("gone"),
+        "{page}"
     );
     shot(&b, "workers").await;
     b.goto(&format!("{base}/periodic")).await.unwrap();
-    let text = b
-        .find(Locator::Css("main"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = text(&b, "main").await;
     assert!(
-        text.contains("nightly_report") && text.contains("0 0 * * * *"),
-        "{text}"
+        page.contains("nightly_report") && page.contains("0 0 * * * *"),
+        "{page}"
     );
     shot(&b, "periodic").await;
 

@@ -14,7 +14,7 @@ use fantoccini::{Client, Locator};
 use jobqueue::{JobStatus, Queue};
 use serde_json::json;
 use tests::{fresh_queue, row, wait_for};
-use web_support::browser::{js, serve, shot, Driver};
+use web_support::browser::{js, serve, shot, text, text_of, Driver};
 use web_support::insert_job;
 
 /// How long a page may take to answer on a loaded machine (it takes milliseconds).
@@ -163,13 +163,7 @@ async fn the_daily_workflows_work_in_a_real_browser() {
     // Tick two failed jobs and retry them.
     b.goto(&format!("{base}/jobs?status=failed")).await.unwrap();
     loaded(&b, "status=failed").await;
-    let tab = b
-        .find(Locator::Css("nav.tabs a.active"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let tab = text(&b, "nav.tabs a.active").await;
     assert_eq!(tab, "failed 3");
     let (first, second) = (seeded.failed[0], seeded.failed[1]);
     for id in [first, second] {
@@ -177,8 +171,8 @@ async fn the_daily_workflows_work_in_a_real_browser() {
     }
     shot(&b, "lists-selected").await;
     click(&b, "button[name=action][value=retry]").await;
-    let text = notice(&b).await;
-    assert_eq!(text, "2 retried.");
+    let said = notice(&b).await;
+    assert_eq!(said, "2 retried.");
     for id in [first, second] {
         assert_eq!(row(&queue, id).await.status, JobStatus::Ready);
     }
@@ -188,13 +182,7 @@ async fn the_daily_workflows_work_in_a_real_browser() {
     );
     // Back on the failed jobs: only the one not ticked is left, and counted.
     assert_eq!(listed(&b).await, [seeded.failed[2]]);
-    let tab = b
-        .find(Locator::Css("nav.tabs a.active"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let tab = text(&b, "nav.tabs a.active").await;
     assert_eq!(tab, "failed 1");
     shot(&b, "lists-retried").await;
 
@@ -203,13 +191,7 @@ async fn the_daily_workflows_work_in_a_real_browser() {
         .await
         .unwrap();
     loaded(&b, "status=scheduled").await;
-    let when = b
-        .find(Locator::Css("td.when"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let when = text(&b, "td.when").await;
     assert!(when.starts_with("due in 2"), "{when}");
     click(&b, &format!("input[name=id][value='{}']", seeded.scheduled)).await;
     click(&b, "button[name=action][value=run_now]").await;
@@ -249,13 +231,7 @@ async fn the_daily_workflows_work_in_a_real_browser() {
         }
         click(&b, "header form.search button").await;
         loaded(&b, &format!("/jobs/{id}")).await;
-        let title = b
-            .find(Locator::Css("main h1"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let title = text(&b, "main h1").await;
         assert_eq!(title, format!("Job {id}"));
     }
     shot(&b, "lists-found").await;
@@ -359,13 +335,7 @@ async fn the_daily_workflows_work_in_a_real_browser() {
     )
     .await;
     assert_eq!(still, json!(true), "the ticked box stays ticked");
-    let state = b
-        .find(Locator::Css(".refresh-state"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let state = text(&b, ".refresh-state").await;
     assert!(
         state.starts_with("paused while jobs are selected"),
         "{state}"
@@ -380,13 +350,7 @@ async fn the_daily_workflows_work_in_a_real_browser() {
 
     // Pause: the list stops refreshing, and stays paused after a reload.
     click(&b, "button.refresh-toggle").await;
-    let label = b
-        .find(Locator::Css("button.refresh-toggle"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let label = text(&b, "button.refresh-toggle").await;
     assert_eq!(label, "Resume");
     let refreshes = live_counter(&b, "refreshes").await;
     let skipped = live_counter(&b, "skipped").await;
@@ -446,13 +410,7 @@ async fn the_daily_workflows_work_in_a_real_browser() {
     wait_for("the job page to show the retry by itself", PAGE, || {
         let b = b.clone();
         async move {
-            let badge = b
-                .find(Locator::Css("dd .badge"))
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
+            let badge = text_of(&b, "dd .badge").await?;
             (badge == "ready").then_some(())
         }
     })

@@ -12,7 +12,7 @@ use jobqueue::Queue;
 use std::time::Duration;
 
 use tests::{fresh_queue, wait_for};
-use web_support::browser::{js, serve, shot, Driver};
+use web_support::browser::{js, serve, shot, text, Driver};
 use web_support::insert_job;
 
 /// Finished jobs of three kinds over the last day, a periodic schedule with its ticks, and a
@@ -160,16 +160,6 @@ async fn seed(queue: &Queue) {
     .execute(pool)
     .await
     .unwrap();
-}
-
-/// The text of the first element matching `css`.
-async fn text(b: &Client, css: &str) -> String {
-    b.find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no {css}: {e}"))
-        .text()
-        .await
-        .unwrap()
 }
 
 /// Clicks the button of the form whose action ends with `action`, and returns the notice

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use fantoccini::{Client, ClientBuilder};
+use fantoccini::{Client, ClientBuilder, Locator};
 use jobqueue::Queue;
 use jobqueue_web::Dashboard;
 use serde_json::json;
@@ -136,4 +136,28 @@ pub async fn js(browser: &Client, script: &str) -> serde_json::Value {
         .execute(script, vec![])
         .await
         .expect("run a script in the page")
+}
+
+/// The text of the first element matching `css`, if the page has one now: for a wait that
+/// polls until the page shows something.
+pub async fn text_of(browser: &Client, css: &str) -> Option<String> {
+    browser
+        .find(Locator::Css(css))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()
+}
+
+/// The text of the first element matching `css`; a failure names the selector when the page
+/// has none.
+pub async fn text(browser: &Client, css: &str) -> String {
+    browser
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no {css} on the page: {e}"))
+        .text()
+        .await
+        .expect("the element's text")
 }
