@@ -59,7 +59,12 @@ async fn create_order(
     Json(order): Json<NewOrder>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), (StatusCode, String)> {
     let internal = |e: &dyn std::fmt::Display| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
-    let mut tx = queue.pool().begin().await.map_err(|e| internal(&e))?;
+    let mut tx = queue
+        .mysql_pool()
+        .unwrap()
+        .begin()
+        .await
+        .map_err(|e| internal(&e))?;
     // The job first, then the order: if the order cannot be inserted, the rollback takes
     // the job with it.
     let job = queue
@@ -102,7 +107,7 @@ async fn show_order(
     let row: Option<(String, Option<String>)> =
         sqlx::query_as("SELECT customer, CAST(exported_at AS CHAR) FROM orders WHERE id = ?")
             .bind(id)
-            .fetch_optional(queue.pool())
+            .fetch_optional(queue.mysql_pool().unwrap())
             .await
             .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
     let Some((customer, exported_at)) = row else {
@@ -130,7 +135,7 @@ async fn main() -> anyhow::Result<()> {
         "CREATE TABLE IF NOT EXISTS orders (id BIGINT UNSIGNED PRIMARY KEY, customer VARCHAR(100) NOT NULL, \
          total_cents BIGINT UNSIGNED NOT NULL, exported_at DATETIME(6) NULL)",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await?;
 
     // One signal stops both the HTTP server and the worker.
@@ -163,7 +168,7 @@ async fn main() -> anyhow::Result<()> {
     // The export job takes the application's pool (here the queue's own) as `Data`.
     let worker = Worker::builder(queue.clone())
         .queues(["exports"])
-        .data(queue.pool().clone())
+        .data(queue.mysql_pool().unwrap().clone())
         .build()?;
     let worker = tokio::spawn({
         let stop = stop.clone();
@@ -204,12 +209,12 @@ async fn run_demo(addr: SocketAddr, queue: &Queue) -> anyhow::Result<()> {
         tokio::time::timeout(Duration::from_secs(10), examples::wait_until_done(queue, 2)).await;
     let orders: Vec<(u64, bool)> =
         sqlx::query_as("SELECT id, exported_at IS NOT NULL FROM orders ORDER BY id")
-            .fetch_all(queue.pool())
+            .fetch_all(queue.mysql_pool().unwrap())
             .await?;
     let jobs: Vec<(String, String)> = sqlx::query_as(
         "SELECT CAST(task_key AS CHAR), CAST(status AS CHAR) FROM job_queue ORDER BY id",
     )
-    .fetch_all(queue.pool())
+    .fetch_all(queue.mysql_pool().unwrap())
     .await?;
     println!("orders in the table (id, exported): {orders:?}");
     println!("jobs in the table (key, status): {jobs:?}");

@@ -168,8 +168,8 @@ async fn run_framework(
     input: &mut Input,
 ) -> anyhow::Result<ChildResult> {
     let queue = Queue::connect(url).await?;
-    let pool_size = queue.pool().options().get_max_connections() as usize;
-    warm(queue.pool(), pool_size.min(4)).await?;
+    let pool_size = queue.mysql_pool().unwrap().options().get_max_connections() as usize;
+    warm(queue.mysql_pool().unwrap(), pool_size.min(4)).await?;
     let worker = Worker::builder(queue)
         .queues([QUEUE])
         .concurrency(args.concurrency)

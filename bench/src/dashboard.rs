@@ -254,7 +254,7 @@ pub(crate) async fn run(
         "the overview counts {failed} failed and {waiting} waiting jobs; {seeded_failed} and {} were seeded",
         s.waiting
     );
-    queue.pool().close().await;
+    queue.mysql_pool().unwrap().close().await;
     let mut rows = Vec::new();
     for (p, (label, path)) in pages.iter().enumerate() {
         for pct in [50.0, 99.0] {

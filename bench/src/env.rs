@@ -99,7 +99,7 @@ impl Env {
         let url = self.empty_database(what).await?;
         let queue = Queue::connect(&url).await?;
         queue.migrate().await?;
-        queue.pool().close().await;
+        queue.mysql_pool().unwrap().close().await;
         Ok(url)
     }
 

@@ -157,7 +157,7 @@ async fn idle_once(url: &str, n: usize, s: &FleetSizes) -> anyhow::Result<Idle> 
     group
         .wait(|_, p| p >= s.probes, Duration::from_secs(120))
         .await?;
-    queue.pool().close().await;
+    queue.mysql_pool().unwrap().close().await;
     let results = group.stop().await?;
     counters.close().await?;
     let latencies: Vec<u64> = results.into_iter().flat_map(|r| r.latencies_us).collect();

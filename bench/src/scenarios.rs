@@ -813,7 +813,7 @@ impl Enqueuer {
 
     fn pool(&self) -> &MySqlPool {
         match self {
-            Enqueuer::Framework(q) => q.pool(),
+            Enqueuer::Framework(q) => q.mysql_pool().unwrap(),
             Enqueuer::Baseline(p) => p,
         }
     }

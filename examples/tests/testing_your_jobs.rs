@@ -49,7 +49,12 @@ async fn sign_up(
     Json(form): Json<SignUp>,
 ) -> Result<StatusCode, (StatusCode, String)> {
     let internal = |e: &dyn std::fmt::Display| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
-    let mut tx = queue.pool().begin().await.map_err(|e| internal(&e))?;
+    let mut tx = queue
+        .mysql_pool()
+        .unwrap()
+        .begin()
+        .await
+        .map_err(|e| internal(&e))?;
     let user_id = sqlx::query("INSERT INTO users (email) VALUES (?)")
         .bind(&form.email)
         .execute(&mut *tx)
@@ -73,7 +78,7 @@ async fn app_database(name: &str) -> TestDatabase {
         "CREATE TABLE users (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, email VARCHAR(255) NOT NULL)",
         "CREATE TABLE sent_mail (task_key VARCHAR(255) PRIMARY KEY, email VARCHAR(255) NOT NULL)",
     ] {
-        sqlx::query(table).execute(db.queue().pool()).await.expect("create");
+        sqlx::query(table).execute(db.queue().mysql_pool().unwrap()).await.expect("create");
     }
     db
 }
@@ -105,7 +110,7 @@ async fn signing_up_enqueues_the_welcome_mail_and_it_is_sent_once() {
     assert_eq!(jobs[0].record.task_key, "welcome:1");
 
     // ...and running the queue sends it, once.
-    let pool = db.queue().pool().clone();
+    let pool = db.queue().mysql_pool().unwrap().clone();
     let summary = drain(db.queue())
         .queues(["mail"])
         .data(pool.clone())
@@ -122,7 +127,7 @@ async fn signing_up_enqueues_the_welcome_mail_and_it_is_sent_once() {
 async fn a_failed_sign_up_enqueues_nothing() {
     let db = app_database("signup_fails").await;
     sqlx::query("ALTER TABLE users ADD CONSTRAINT email_has_at CHECK (email LIKE '%@%')")
-        .execute(db.queue().pool())
+        .execute(db.queue().mysql_pool().unwrap())
         .await
         .expect("add check");
     let signed_up = sign_up(
@@ -143,7 +148,7 @@ async fn a_failed_sign_up_enqueues_nothing() {
 async fn the_welcome_mail_of_a_missing_user_fails_for_good() {
     let db = app_database("welcome_missing").await;
     let performed = perform(SendWelcome { user_id: 99 })
-        .data(db.queue().pool().clone())
+        .data(db.queue().mysql_pool().unwrap().clone())
         .await;
     assert_eq!(
         performed,
@@ -156,7 +161,7 @@ async fn the_welcome_mail_of_a_missing_user_fails_for_good() {
 #[tokio::test]
 async fn a_cancelled_welcome_mail_is_not_sent_even_on_its_last_attempt() {
     let db = app_database("welcome_cancelled").await;
-    let pool = db.queue().pool().clone();
+    let pool = db.queue().mysql_pool().unwrap().clone();
     sqlx::query("INSERT INTO users (id, email) VALUES (7, 'bob@example.com')")
         .execute(&pool)
         .await

@@ -173,7 +173,7 @@ async fn prepare(queue: &Queue) -> Prepared {
     ];
     for sql in statements {
         sqlx::query(&sql)
-            .execute(queue.pool())
+            .execute(queue.mysql_pool().unwrap())
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
@@ -214,12 +214,12 @@ async fn rows(queue: &Queue) -> Vec<String> {
          IFNULL(last_error, '-'), run_at, updated_at, IFNULL(finished_at, '-')) AS CHAR) \
          FROM job_queue ORDER BY id",
     )
-    .fetch_all(queue.pool())
+    .fetch_all(queue.mysql_pool().unwrap())
     .await
     .expect("read rows");
     let paused: Vec<String> =
         sqlx::query_scalar("SELECT CAST(queue AS CHAR) FROM job_queue_pause ORDER BY queue")
-            .fetch_all(queue.pool())
+            .fetch_all(queue.mysql_pool().unwrap())
             .await
             .expect("read pauses");
     rows.extend(paused.into_iter().map(|q| format!("paused|{q}")));
@@ -335,7 +335,7 @@ async fn status_counts_match_the_table() {
     let counted: Vec<(String, String, i64)> = sqlx::query_as(
         "SELECT CAST(queue AS CHAR), CAST(status AS CHAR), COUNT(*) FROM job_queue GROUP BY queue, status",
     )
-    .fetch_all(queue.pool())
+    .fetch_all(queue.mysql_pool().unwrap())
     .await
     .expect("count");
     let queues = status["queues"].as_array().expect("queues");
@@ -577,7 +577,7 @@ async fn show_prints_the_attempt_history_the_output_and_the_snoozes() {
     sqlx::query(
         "UPDATE job_queue SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, snoozes = 2",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     store.reclaim(10).await.expect("reclaim");
@@ -666,7 +666,7 @@ async fn metadata_progress_and_every_job_of_a_key() {
         "UPDATE job_queue SET progress = '{\"rows\": 5, \"of\": 9}', progress_at = UTC_TIMESTAMP(6) WHERE id = ?",
     )
     .bind(new)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
 
@@ -1057,7 +1057,10 @@ async fn the_password_never_appears_in_output() {
             format!("CREATE USER '{user}'@'{host}' IDENTIFIED BY '{password}'"),
             format!("GRANT ALL ON `{database}`.* TO '{user}'@'{host}'"),
         ] {
-            sqlx::query(&sql).execute(queue.pool()).await.expect(&sql);
+            sqlx::query(&sql)
+                .execute(queue.mysql_pool().unwrap())
+                .await
+                .expect(&sql);
         }
     }
     // mysql://root@host:port/db -> mysql://USER:PASSWORD@host:port/db
@@ -1124,7 +1127,7 @@ async fn ids_in(queue: &Queue, in_queue: &str, status: &str) -> Vec<u64> {
     sqlx::query_scalar("SELECT id FROM job_queue WHERE queue = ? AND status = ? ORDER BY id")
         .bind(in_queue)
         .bind(status)
-        .fetch_all(queue.pool())
+        .fetch_all(queue.mysql_pool().unwrap())
         .await
         .expect("read ids")
 }

@@ -43,7 +43,7 @@ async fn list_and_show_say_why_a_job_waits() {
     let waiting = sqlx::query(insert)
         .bind("added_in_the_next_release")
         .bind("next:1")
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .expect("insert")
         .last_insert_id();
@@ -70,13 +70,13 @@ async fn list_and_show_say_why_a_job_waits() {
     let crashed = sqlx::query(insert)
         .bind("heavy")
         .bind("heavy:1")
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .expect("insert")
         .last_insert_id();
     sqlx::query("UPDATE job_queue SET lease_expiries = 2, attempts = 2 WHERE id = ?")
         .bind(crashed)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .expect("update");
 

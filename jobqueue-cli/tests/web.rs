@@ -205,14 +205,14 @@ async fn workers_lists_heartbeats_with_their_leases() {
         "INSERT INTO job_queue_worker (owner, host, pid, version, queues, concurrency, running, started_at, last_seen) VALUES \
          ('app-1:42:aa', 'app-1', 42, '0.1.0', 'mail,exports', 8, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     sqlx::query(
         "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, lease_owner, lease_until) \
          VALUES ('mail', 'send', 'k1', '{}', 'running', 1, 'app-1:42:aa', UTC_TIMESTAMP(6) + INTERVAL 20 SECOND)",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let out = jobqueue(&url, &["workers"]).output().await.unwrap();
@@ -244,7 +244,7 @@ async fn workers_lists_heartbeats_with_their_leases() {
             "UPDATE job_queue_turn SET holder = 'app-1:42:aa', taken_at = UTC_TIMESTAMP(6), \
              expires_at = UTC_TIMESTAMP(6) {expires} WHERE name = 'maintenance'"
         ))
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
         let out = jobqueue(&url, &["workers"]).output().await.unwrap();

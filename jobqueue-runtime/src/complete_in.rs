@@ -1,7 +1,9 @@
 //! [`JobContext::complete_in`]: a job's completion written in the job's own transaction, so
 //! that its database effects and its `done` commit together, or not at all.
 
-use sqlx::{MySql, Transaction};
+use sqlx::Transaction;
+
+use crate::backend::JobDatabase;
 
 use crate::error::{Error, Result};
 use crate::job::JobContext;
@@ -88,12 +90,20 @@ impl JobContext {
     /// - On a [`JobContext::detached`] context (a job called outside a worker) there is no
     ///   claim and no row to complete: nothing is written and it returns `Ok`, so that the
     ///   rest of the transaction can be tested.
-    pub async fn complete_in(&self, tx: &mut Transaction<'_, MySql>) -> Result<()> {
+    pub async fn complete_in<DB: JobDatabase>(&self, tx: &mut Transaction<'_, DB>) -> Result<()> {
         let Some(claim) = &self.claim else {
             return Ok(());
         };
         claim.completion_tried();
-        match store::complete_in(tx, self.id, &claim.owner, self.attempt, claim.holds_slot).await? {
+        match store::complete_in_on(
+            DB::transaction_ref(tx),
+            self.id,
+            &claim.owner,
+            self.attempt,
+            claim.holds_slot,
+        )
+        .await?
+        {
             None => {
                 claim.completion_written();
                 tracing::debug!(

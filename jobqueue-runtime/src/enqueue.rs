@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
+use crate::backend::{ConnRef, JobConnection};
 use chrono::{DateTime, Utc};
-use sqlx::mysql::MySqlConnection;
 
 use crate::error::{Error, Result};
 use crate::job::Job;
@@ -231,20 +231,25 @@ impl Queue {
     /// queue.wake_workers();
     /// # Ok(()) }
     /// ```
-    pub async fn enqueue_in<J: Job>(&self, conn: &mut MySqlConnection, job: J) -> Result<Enqueued> {
+    pub async fn enqueue_in<J: Job, C: JobConnection>(
+        &self,
+        conn: &mut C,
+        job: J,
+    ) -> Result<Enqueued> {
         self.enqueue_in_with(conn, job, EnqueueOptions::default())
             .await
     }
 
     /// [`Queue::enqueue_in`] with per-enqueue options.
-    pub async fn enqueue_in_with<J: Job>(
+    pub async fn enqueue_in_with<J: Job, C: JobConnection>(
         &self,
-        conn: &mut MySqlConnection,
+        conn: &mut C,
         job: J,
         options: EnqueueOptions,
     ) -> Result<Enqueued> {
         let new = self.prepare(&job, &options)?;
-        let outcome = store::insert(conn, &new).await?;
+        let conn = self.own_connection(conn)?;
+        let outcome = store::insert_on(conn, &new).await?;
         self.record(&new, outcome);
         Ok(outcome)
     }
@@ -279,22 +284,37 @@ impl Queue {
     /// transactions that may meet such keys at READ COMMITTED, or use
     /// [`Queue::enqueue_in`], which reads the latest row. Deadlocks and lock wait timeouts
     /// behave as for [`Queue::enqueue_in`].
-    pub async fn enqueue_many_in<J, I>(
+    pub async fn enqueue_many_in<J, I, C>(
         &self,
-        conn: &mut MySqlConnection,
+        conn: &mut C,
         jobs: I,
         options: EnqueueOptions,
     ) -> Result<Vec<Enqueued>>
     where
         J: Job,
         I: IntoIterator<Item = J>,
+        C: JobConnection,
     {
         let news = self.prepare_many(jobs, &options)?;
-        let outcomes = store::insert_many(conn, &news).await?;
+        let conn = self.own_connection(conn)?;
+        let outcomes = store::insert_many_on(conn, &news).await?;
         for (n, o) in news.iter().zip(&outcomes) {
             self.record(n, *o);
         }
         Ok(outcomes)
+    }
+
+    /// `conn` as the store takes it, or [`Error::WrongBackend`] when it is a connection of
+    /// another database than the queue's.
+    fn own_connection<'c, C: JobConnection>(&self, conn: &'c mut C) -> Result<ConnRef<'c>> {
+        let conn = conn.conn_ref();
+        if conn.backend() != self.backend() {
+            return Err(Error::WrongBackend {
+                given: conn.backend(),
+                queue: self.backend(),
+            });
+        }
+        Ok(conn)
     }
 
     fn prepare_many<J: Job, I: IntoIterator<Item = J>>(

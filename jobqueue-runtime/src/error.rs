@@ -31,6 +31,23 @@ pub enum Error {
     #[error("unsupported database server: {0}")]
     UnsupportedServer(String),
 
+    /// This operation has no version for the queue's database yet.
+    #[error("this operation is not available on {backend} yet")]
+    Unsupported {
+        /// The queue's database.
+        backend: crate::Backend,
+    },
+
+    /// A connection or transaction of one database was handed to a queue on another (a
+    /// `PgConnection` to a queue on MySQL, say).
+    #[error("a {given} connection was given to a queue on {queue}: pass a connection of the queue's own database")]
+    WrongBackend {
+        /// The database of the connection given.
+        given: crate::Backend,
+        /// The queue's database.
+        queue: crate::Backend,
+    },
+
     /// A task key is empty, too long or otherwise unusable.
     #[error("invalid task key {key:?}: {reason}")]
     InvalidKey {
@@ -105,8 +122,8 @@ pub enum Error {
         reason: String,
     },
 
-    /// The database URL does not parse, or is not a MySQL or MariaDB URL.
-    #[error("cannot parse the database URL ({url}): {reason}; expected mysql://user:password@host:port/database")]
+    /// The database URL does not parse, or names no database this library runs on.
+    #[error("cannot parse the database URL ({url}): {reason}; expected mysql://user:password@host:port/database or postgres://user:password@host:port/database")]
     InvalidUrl {
         /// The URL, its password hidden.
         url: String,
@@ -281,6 +298,15 @@ impl fmt::Display for JobRef {
 }
 
 impl Error {
+    /// This error as a sqlx error, for code that returns `sqlx::Result`: a database error
+    /// as it was, anything else carried inside `sqlx::Error::Configuration`.
+    pub(crate) fn into_sqlx(self) -> sqlx::Error {
+        match self {
+            Error::Database(e) => e,
+            other => sqlx::Error::Configuration(Box::new(other)),
+        }
+    }
+
     /// What the database server's error behind this error means ([`DbErrorKind`]): a
     /// deadlock, a duplicate key, a right the user lacks, a missing table... `None` when this
     /// is not a server error, or one of no class the library names.

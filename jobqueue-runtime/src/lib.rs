@@ -4,6 +4,7 @@
 
 mod admin;
 mod audit;
+mod backend;
 mod complete_in;
 pub mod cron;
 mod data;
@@ -27,6 +28,7 @@ mod wait;
 mod worker;
 
 pub use audit::{AuditEntry, AUDIT_JOB_ROWS};
+pub use backend::{Backend, DatabasePool, JobConnection, JobDatabase};
 pub use data::{Data, DataNeed};
 pub use enqueue::{EnqueueOptions, MAX_METADATA_BYTES};
 pub use error::{BoxError, Error, JobError, JobRef, Result};

@@ -5,11 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool};
 use tokio::sync::watch;
+
+use crate::backend::{Backend, DatabasePool};
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::store::{server, DbErrorKind, LeaseConnect, ServerInfo, Store};
+use crate::store::connect::LeaseOptions;
+use crate::store::{server, Db, DbErrorKind, LeaseConnect, ServerInfo, Store};
 
 /// Settings of a [`Queue`]. Every field has a documented default.
 #[derive(Debug, Clone)]
@@ -188,10 +192,11 @@ pub struct Queue {
 }
 
 pub(crate) struct QueueInner {
-    pub(crate) pool: MySqlPool,
+    pub(crate) pool: DatabasePool,
     pub(crate) config: QueueConfig,
     /// True when the pool is the caller's: its sessions may not be at READ COMMITTED, so
-    /// every queue transaction sets the level itself.
+    /// every queue transaction sets the level itself (MySQL; on PostgreSQL every transaction
+    /// of the queue sets it).
     pub(crate) set_isolation: bool,
     pub(crate) wake: watch::Sender<u64>,
     /// Bumped each time a worker of this process has recorded how jobs ended, so that
@@ -226,6 +231,17 @@ impl Queue {
 
     /// Connects with explicit settings.
     pub async fn connect_with(url: &str, config: QueueConfig) -> Result<Queue> {
+        match Backend::of_url(url) {
+            Some(Backend::MySql) => {}
+            Some(Backend::Postgres) => return Self::connect_postgres(url, config).await,
+            None => {
+                return Err(Error::InvalidUrl {
+                    url: redact_url(url),
+                    reason: "the scheme must be mysql://, mariadb://, postgres:// or postgresql://"
+                        .into(),
+                })
+            }
+        }
         let options: MySqlConnectOptions =
             url.parse().map_err(|e: sqlx::Error| Error::InvalidUrl {
                 url: redact_url(url),
@@ -248,7 +264,30 @@ impl Queue {
             Ok(pool) => pool,
             Err(e) => return Err(connect_error(e, url, probe).await),
         };
-        Self::build(pool, config, false).await
+        Self::build(pool.into(), config, false).await
+    }
+
+    /// [`Queue::connect_with`] for a PostgreSQL URL: a pool of the queue's own whose sessions
+    /// end a transaction left idle for [`QueueConfig::idle_transaction_timeout`]
+    /// (`idle_in_transaction_session_timeout`).
+    async fn connect_postgres(url: &str, config: QueueConfig) -> Result<Queue> {
+        let options: PgConnectOptions =
+            url.parse().map_err(|e: sqlx::Error| Error::InvalidUrl {
+                url: redact_url(url),
+                reason: e.to_string(),
+            })?;
+        let idle_ms = config
+            .idle_transaction_timeout
+            .map(|d| d.as_millis().clamp(1, i32::MAX as u128) as u64);
+        let pool = crate::store::connect::connect_postgres_pool(
+            options,
+            config.max_connections,
+            config.acquire_timeout,
+            config.max_lifetime,
+            idle_ms,
+        )
+        .await?;
+        Self::build(pool.into(), config, false).await
     }
 
     /// Wraps a pool the application already has, to share it between the application's
@@ -263,16 +302,26 @@ impl Queue {
     /// and the application's transactions are left as they are. Its statement cache is the
     /// pool's (sqlx's default is 100 per connection; see
     /// [`QueueConfig::statement_cache_capacity`]).
-    pub async fn from_pool(pool: MySqlPool) -> Result<Queue> {
-        Self::build(pool, QueueConfig::default(), true).await
+    ///
+    /// A `PgPool` works the same way: the queue's transactions say READ COMMITTED each, and
+    /// the application's keep their level.
+    pub async fn from_pool(pool: impl Into<DatabasePool>) -> Result<Queue> {
+        Self::build(pool.into(), QueueConfig::default(), true).await
     }
 
     /// [`Queue::from_pool`] with explicit settings (the pool settings in `config` are unused).
-    pub async fn from_pool_with(pool: MySqlPool, config: QueueConfig) -> Result<Queue> {
-        Self::build(pool, config, true).await
+    pub async fn from_pool_with(
+        pool: impl Into<DatabasePool>,
+        config: QueueConfig,
+    ) -> Result<Queue> {
+        Self::build(pool.into(), config, true).await
     }
 
-    async fn build(pool: MySqlPool, config: QueueConfig, set_isolation: bool) -> Result<Queue> {
+    async fn build(pool: DatabasePool, config: QueueConfig, set_isolation: bool) -> Result<Queue> {
+        let pool = match pool {
+            DatabasePool::MySql(pool) => pool,
+            DatabasePool::Postgres(pool) => return Self::build_postgres(pool, config).await,
+        };
         let server = server::inspect(&pool).await?;
         if config.check_server {
             server.check()?;
@@ -290,6 +339,7 @@ impl Queue {
         // migrating it, so a missing or old schema is only logged here (a warning would
         // precede every `jobqueue migrate`); workers refuse it at start, and
         // `Queue::check_schema` refuses it for anyone who asks.
+        let pool = DatabasePool::MySql(pool);
         match crate::store::migrate::state(&pool).await {
             Ok(state) => {
                 if let Some(e) = state.error() {
@@ -298,9 +348,36 @@ impl Queue {
             }
             Err(e) => schema_unreadable(&e),
         }
+        Ok(Self::assemble(pool, config, set_isolation, server))
+    }
+
+    /// A queue on a PostgreSQL pool: the server checked, the schema's state logged.
+    async fn build_postgres(pool: PgPool, config: QueueConfig) -> Result<Queue> {
+        let server = server::inspect_postgres(&pool).await?;
+        if config.check_server {
+            server.check()?;
+        }
+        let pool = DatabasePool::Postgres(pool);
+        match crate::store::migrate::state(&pool).await {
+            Ok(state) => {
+                if let Some(e) = state.error() {
+                    tracing::info!("{e}");
+                }
+            }
+            Err(e) => schema_unreadable(&e),
+        }
+        Ok(Self::assemble(pool, config, false, server))
+    }
+
+    fn assemble(
+        pool: DatabasePool,
+        config: QueueConfig,
+        set_isolation: bool,
+        server: ServerInfo,
+    ) -> Queue {
         let (wake, _) = watch::channel(0);
         let (ended, _) = watch::channel(0);
-        Ok(Queue {
+        Queue {
             inner: Arc::new(QueueInner {
                 pool,
                 config,
@@ -310,7 +387,23 @@ impl Queue {
                 metrics: Arc::new(Metrics::default()),
                 server,
             }),
-        })
+        }
+    }
+
+    /// The store's view of this queue's database.
+    pub(crate) fn db(&self) -> Db {
+        match &self.inner.pool {
+            DatabasePool::MySql(pool) => Db::MySql {
+                pool: pool.clone(),
+                set_isolation: self.inner.set_isolation,
+            },
+            DatabasePool::Postgres(pool) => Db::Postgres { pool: pool.clone() },
+        }
+    }
+
+    /// Which database the queue is on.
+    pub fn backend(&self) -> Backend {
+        self.inner.pool.backend()
     }
 
     /// Applies the embedded migrations (creates or upgrades `job_queue`). Needs a user with
@@ -351,37 +444,38 @@ impl Queue {
     /// `job_queue_migrations`: what `jobqueue migrate --print-sql` prints, for teams that
     /// apply DDL with their own tool (Flyway, Liquibase, Atlas, gh-ost...).
     pub fn migration_sql() -> String {
-        crate::store::migrate::script()
+        crate::store::migrate::script(Backend::MySql)
+    }
+
+    /// [`Queue::migration_sql`] for `backend`: the PostgreSQL schema for
+    /// [`Backend::Postgres`].
+    pub fn migration_sql_for(backend: Backend) -> String {
+        crate::store::migrate::script(backend)
     }
 
     /// The store behind this queue: the protocol's steps (claim, renew, complete...), for
     /// this workspace's protocol tests. Not a stable API.
     #[doc(hidden)]
     pub fn store(&self) -> Store {
-        Store::new(
-            self.inner.pool.clone(),
-            self.inner.set_isolation,
-            self.inner.metrics.clone(),
-            None,
-        )
+        Store::new(self.db(), self.inner.metrics.clone(), None)
     }
 
     /// A store on this queue's pool for a worker: its own counters, and every call bounded
     /// by `call_timeout`.
     pub(crate) fn worker_store(&self, metrics: Arc<Metrics>, call_timeout: Duration) -> Store {
-        Store::new(
-            self.inner.pool.clone(),
-            self.inner.set_isolation,
-            metrics,
-            Some(call_timeout),
-        )
+        Store::new(self.db(), metrics, Some(call_timeout))
     }
 
     /// What a worker's lease store connects with: this pool's connect options, acquire
     /// timeout and connection lifetime.
     pub(crate) fn lease_connect_options(&self) -> LeaseConnect {
         LeaseConnect {
-            options: (*self.inner.pool.connect_options()).clone(),
+            options: match &self.inner.pool {
+                DatabasePool::MySql(pool) => LeaseOptions::MySql((*pool.connect_options()).clone()),
+                DatabasePool::Postgres(pool) => {
+                    LeaseOptions::Postgres((*pool.connect_options()).clone())
+                }
+            },
             acquire_timeout: self.inner.config.acquire_timeout,
             max_lifetime: self.inner.config.max_lifetime,
         }
@@ -409,8 +503,19 @@ impl Queue {
 
     /// The pool the queue uses: the application's, with [`Queue::from_pool`]; with
     /// [`Queue::connect`], the queue's own, whose sessions run at READ COMMITTED.
-    pub fn pool(&self) -> &MySqlPool {
+    /// [`DatabasePool::mysql`] and [`DatabasePool::postgres`] give the typed pool.
+    pub fn pool(&self) -> &DatabasePool {
         &self.inner.pool
+    }
+
+    /// The queue's pool if it is on MySQL or MariaDB (see [`Queue::pool`]).
+    pub fn mysql_pool(&self) -> Option<&MySqlPool> {
+        self.inner.pool.mysql()
+    }
+
+    /// The queue's pool if it is on PostgreSQL (see [`Queue::pool`]).
+    pub fn postgres_pool(&self) -> Option<&PgPool> {
+        self.inner.pool.postgres()
     }
 
     /// What the server said about itself when the queue connected.

@@ -150,7 +150,7 @@ pub async fn global_status(pool: &MySqlPool, name: &str) -> u64 {
 pub async fn count_status(queue: &Queue, status: JobStatus) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM job_queue WHERE status = ?")
         .bind(status.as_str())
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .expect("count jobs")
 }

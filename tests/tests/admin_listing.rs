@@ -30,7 +30,7 @@ async fn insert(queue: &Queue, name: &str, status: JobStatus, secs: i64) -> u64 
     .bind(status.as_str())
     .bind(status.as_str())
     .bind(secs)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .expect("insert a job")
     .last_insert_id()
@@ -142,7 +142,7 @@ async fn jobs_that_change_status_between_pages_shift_no_other() {
             sqlx::query("UPDATE job_queue SET status = ? WHERE id = ?")
                 .bind(other)
                 .bind(id)
-                .execute(queue.pool())
+                .execute(queue.mysql_pool().unwrap())
                 .await
                 .unwrap();
         }
@@ -172,7 +172,7 @@ async fn jobs_that_change_status_between_pages_shift_no_other() {
         assert!(!unique.contains(&before_cursor));
         assert_eq!(shown.last(), Some(&after_cursor), "{status}");
         sqlx::query("DELETE FROM job_queue")
-            .execute(queue.pool())
+            .execute(queue.mysql_pool().unwrap())
             .await
             .unwrap();
     }

@@ -18,14 +18,14 @@ async fn seed(queue: &Queue) {
            UTC_TIMESTAMP(6) - INTERVAL IF(seq <= 20, 240, 1) HOUR \
          FROM seq_1_to_40",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .expect("seed");
 }
 
 async fn count(queue: &Queue, sql: &str) -> u64 {
     sqlx::query_scalar::<_, i64>(sql)
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}")) as u64
 }

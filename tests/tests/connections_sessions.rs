@@ -202,7 +202,7 @@ async fn prepared_statements_per_process_stay_within_the_documented_bound() {
         let open: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM job_queue WHERE status IN ('ready', 'scheduled', 'running')",
         )
-        .fetch_one(queues[0].pool())
+        .fetch_one(queues[0].mysql_pool().unwrap())
         .await
         .unwrap();
         (open == 0).then_some(())
@@ -262,7 +262,7 @@ async fn rows_locked_by_a_silent_session_become_claimable_within_the_bound() {
     for n in 0..5 {
         let _ = queue.enqueue(Noop { n }).await.unwrap();
     }
-    let mut silent = queue.pool().acquire().await.unwrap();
+    let mut silent = queue.mysql_pool().unwrap().acquire().await.unwrap();
     silent.execute("BEGIN").await.unwrap();
     let locked: Vec<u64> = sqlx::query_scalar(
         "SELECT id FROM job_queue WHERE queue = 'conn' AND status = 'ready' \
@@ -362,13 +362,13 @@ async fn an_enqueue_after_a_leaked_transaction_is_committed() {
     let queue = Queue::connect_with(&url, QueueConfig::default().max_connections(1))
         .await
         .unwrap();
-    let mut conn = queue.pool().acquire().await.unwrap();
+    let mut conn = queue.mysql_pool().unwrap().acquire().await.unwrap();
     conn.execute("START TRANSACTION").await.unwrap();
     drop(conn);
 
     let id = queue.enqueue(Noop { n: 7 }).await.unwrap();
     assert!(id.is_new());
-    queue.pool().close().await;
+    queue.mysql_pool().unwrap().close().await;
 
     let again = Queue::connect(&url).await.unwrap();
     assert!(
@@ -468,7 +468,7 @@ async fn racing_enqueues_of_one_key_survive_the_duplicate_key_deadlock() {
         "{outcomes:?}"
     );
     let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     assert_eq!(rows, 1);

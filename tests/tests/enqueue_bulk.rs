@@ -29,7 +29,7 @@ async fn assert_ids_match_keys(queue: &Queue, keys: &[u32], out: &[Enqueued]) {
     let rows: HashMap<u64, String> = sqlx::query_as::<_, (u64, Vec<u8>)>(
         "SELECT id, task_key FROM job_queue WHERE kind = 'fast_bulk'",
     )
-    .fetch_all(queue.pool())
+    .fetch_all(queue.mysql_pool().unwrap())
     .await
     .expect("rows")
     .into_iter()
@@ -71,7 +71,7 @@ async fn concurrent_bulk_enqueues_report_the_id_of_every_row() {
         assert_ids_match_keys(&queue, &keys, &out).await;
     }
     let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     assert_eq!(total, 10_000);
@@ -129,7 +129,7 @@ async fn bulk_enqueue_with_taken_keys_in_a_later_chunk() {
     }
     assert_ids_match_keys(&queue, &keys, &out).await;
     let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     assert_eq!(total, 2_500, "each key once");
@@ -150,7 +150,7 @@ async fn a_bulk_enqueue_larger_than_max_allowed_packet_is_stored_whole() {
     let url = fresh_database("regressions_packet").await;
     let probe = Queue::connect(&url).await.unwrap();
     let packet: i64 = sqlx::query_scalar("SELECT CAST(@@max_allowed_packet AS SIGNED)")
-        .fetch_one(probe.pool())
+        .fetch_one(probe.mysql_pool().unwrap())
         .await
         .unwrap();
     let packet = usize::try_from(packet).unwrap();
@@ -182,7 +182,7 @@ async fn a_bulk_enqueue_larger_than_max_allowed_packet_is_stored_whole() {
     let (rows, bytes): (i64, i64) = sqlx::query_as(
         "SELECT COUNT(*), CAST(SUM(LENGTH(payload)) AS SIGNED) FROM job_queue WHERE status = 'ready'",
     )
-    .fetch_one(queue.pool())
+    .fetch_one(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     assert_eq!(rows, count as i64, "every job is stored");
@@ -228,7 +228,7 @@ async fn a_bulk_enqueue_keeps_the_callers_order() {
 
     let keys: Vec<String> =
         sqlx::query_scalar("SELECT CAST(task_key AS CHAR) FROM job_queue ORDER BY id")
-            .fetch_all(queue.pool())
+            .fetch_all(queue.mysql_pool().unwrap())
             .await
             .unwrap();
     let expected: Vec<String> = labels

@@ -50,7 +50,7 @@ const WORKER_BIN: &str = env!("CARGO_BIN_EXE_test-worker");
 async fn prepare(url: &str) -> Queue {
     let queue = migrated_queue(url).await;
     sqlx::query(jobs::EFFECTS_TABLE)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .expect("create effects");
     queue
@@ -406,11 +406,11 @@ async fn a_row_locked_by_another_transaction_is_skipped_not_waited_for() {
         })
         .collect();
     let began = Instant::now();
-    let waits_before = row_lock_waits_so_far(queue.pool()).await;
+    let waits_before = row_lock_waits_so_far(queue.mysql_pool().unwrap()).await;
 
     // Every other job is done while the lock is held, and nothing waits for the lock.
     wait_for("nine jobs done", Duration::from_secs(30), || async {
-        (done_effects(queue.pool()).await == 9).then_some(())
+        (done_effects(queue.mysql_pool().unwrap()).await == 9).then_some(())
     })
     .await;
     let nine_in = began.elapsed();
@@ -422,11 +422,11 @@ async fn a_row_locked_by_another_transaction_is_skipped_not_waited_for() {
         )
         .await;
     }
-    let waits = row_lock_waits_so_far(queue.pool()).await - waits_before;
+    let waits = row_lock_waits_so_far(queue.mysql_pool().unwrap()).await - waits_before;
     assert_eq!(waits, 0, "a worker waited for the locked row");
     let row = row(&queue, locked).await;
     assert_eq!((row.status, row.attempts), (JobStatus::Ready, 0));
-    let effects = effect_rows(queue.pool()).await;
+    let effects = effect_rows(queue.mysql_pool().unwrap()).await;
     assert_eq!(effects.len(), 9, "{effects:?}");
     for (i, id) in ids.iter().enumerate() {
         let n = effects.iter().filter(|e| e.job_id == *id).count();
@@ -443,7 +443,7 @@ async fn a_row_locked_by_another_transaction_is_skipped_not_waited_for() {
         .await
         .unwrap();
     wait_status(&queue, locked, JobStatus::Done, Duration::from_secs(15)).await;
-    let effects = effect_rows(queue.pool()).await;
+    let effects = effect_rows(queue.mysql_pool().unwrap()).await;
     assert_eq!(effects.len(), 10);
     let mut keys: Vec<&str> = effects.iter().map(|e| e.task_key.as_str()).collect();
     keys.sort_unstable();
@@ -488,7 +488,7 @@ async fn for_each_host(pool: &MySqlPool, user: &str, sql: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_worker_is_quiet_and_survives_a_revoked_privilege() {
     let (url, queue) = setup("faults_idle").await;
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     let db: String = sqlx::query_scalar("SELECT DATABASE()")
         .fetch_one(pool)
         .await
@@ -579,7 +579,7 @@ async fn an_idle_worker_is_quiet_and_survives_a_revoked_privilege() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_worker_s_jobs_come_back_after_one_lease() {
     let (url, queue) = setup("faults_crash").await;
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     const LEASE: f64 = 2.0; // `slow`'s lease
     const MAINTENANCE: f64 = 0.5;
     let mut slow_ids = Vec::new();
@@ -690,7 +690,7 @@ async fn a_killed_worker_s_jobs_come_back_after_one_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_enqueues_leave_one_job_and_one_side_effect() {
     let (url, queue) = setup("faults_duplicates").await;
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
 
     // One after the other.
     let seq = queue.enqueue(effect("dup-seq", 0)).await.unwrap();
@@ -862,7 +862,7 @@ async fn duplicate_enqueues_leave_one_job_and_one_side_effect() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_worker_that_wakes_after_its_lease_changes_nothing() {
     let (url, queue) = setup("faults_zombie").await;
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     let id = queue
         .enqueue(Slow {
             name: "zombie".into(),
@@ -941,7 +941,7 @@ async fn workers_ride_out_a_database_restart() {
         .unwrap_or_else(|e| panic!("{e}"));
     let url = db_server.create_database("faults_restart").await.unwrap();
     let queue = prepare(&url).await;
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     const JOBS: i64 = 300;
     queue
         .enqueue_many((0..JOBS).map(|i| effect(format!("restart-{i}"), 20)))
@@ -1047,7 +1047,7 @@ async fn workers_ride_out_a_database_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_jobs_over_four_processes_run_exactly_once() {
     let (url, queue) = setup("faults_scale").await;
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     const JOBS: i64 = 10_000;
     let args = ["--concurrency", "8"];
     let mut workers: Vec<Proc> = (0..4)
@@ -1141,7 +1141,7 @@ async fn insert_raw(pool: &MySqlPool, kind: &str, key: &str, payload: &str, atte
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_a_clear_error_and_harms_nothing_else() {
     let (url, queue) = setup("faults_bad_input").await;
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
 
     // Refused at enqueue, with the reason.
     let huge = queue
@@ -1325,7 +1325,7 @@ async fn bad_input_gets_a_clear_error_and_harms_nothing_else() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn periodic_ticks_run_once_however_many_processes_schedule_them() {
     let (url, queue) = setup("faults_periodic").await;
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     let args = ["--periodic", "--maintenance-ms", "200"];
     let mut workers = [
         Proc::worker("worker-a", &url, &args),

@@ -73,7 +73,7 @@ async fn turn(queue: &Queue) -> (Option<String>, bool, String) {
         "SELECT holder, expires_at > UTC_TIMESTAMP(6) AS live, CAST(taken_at AS CHAR) AS taken \
          FROM job_queue_turn WHERE name = 'maintenance'",
     )
-    .fetch_one(queue.pool())
+    .fetch_one(queue.mysql_pool().unwrap())
     .await
     .expect("the turn's row");
     let live: i64 = row.try_get("live").expect("live");
@@ -87,7 +87,7 @@ async fn turn(queue: &Queue) -> (Option<String>, bool, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_worker_holds_the_maintenance_turn_and_another_takes_it_when_it_stops() {
     let queue = fresh_queue("fleet_turn").await;
-    let url = database_url(queue.pool()).await;
+    let url = database_url(queue.mysql_pool().unwrap()).await;
     let a = own_worker(&url, "turn-a", "fleet_turn", |b| b).await;
     let b = own_worker(&url, "turn-b", "fleet_turn", |b| b).await;
 
@@ -172,13 +172,13 @@ async fn one_worker_holds_the_maintenance_turn_and_another_takes_it_when_it_stop
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_that_stops_renewing_loses_the_turn_once_it_expires() {
     let queue = fresh_queue("fleet_frozen").await;
-    let url = database_url(queue.pool()).await;
+    let url = database_url(queue.mysql_pool().unwrap()).await;
     // A holder that froze: it took the turn, and will not renew it.
     sqlx::query(
         "UPDATE job_queue_turn SET holder = 'frozen:1:x', taken_at = UTC_TIMESTAMP(6), \
          expires_at = UTC_TIMESTAMP(6) + INTERVAL 1500000 MICROSECOND WHERE name = 'maintenance'",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .expect("freeze a holder");
     let due = queue
@@ -202,7 +202,7 @@ async fn a_holder_that_stops_renewing_loses_the_turn_once_it_expires() {
                  FROM job_queue_turn t JOIN job_queue j ON j.id = ? WHERE t.name = 'maintenance'",
                 )
                 .bind(due)
-                .fetch_one(queue.pool())
+                .fetch_one(queue.mysql_pool().unwrap())
                 .await
                 .expect("read the turn and the job");
                 let holder = text_col(&row, "holder");
@@ -231,7 +231,7 @@ async fn a_holder_that_stops_renewing_loses_the_turn_once_it_expires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_of_idle_workers_probes_about_as_often_as_one() {
     let queue = fresh_queue("fleet_probe").await;
-    let url = database_url(queue.pool()).await;
+    let url = database_url(queue.mysql_pool().unwrap()).await;
     let mut workers = Vec::new();
     for i in 0..4 {
         workers.push(
@@ -289,13 +289,13 @@ async fn a_group_of_idle_workers_probes_about_as_often_as_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_at_full_drain_holds_at_most_four_connections() {
     let queue = fresh_queue("fleet_drain").await;
-    let url = database_url(queue.pool()).await;
+    let url = database_url(queue.mysql_pool().unwrap()).await;
     const JOBS: u32 = 640;
     queue
         .enqueue_many((0..JOBS).map(|n| DrainSleep { n }))
         .await
         .expect("enqueue");
-    queue.pool().close().await;
+    queue.mysql_pool().unwrap().close().await;
     let mut watcher = MySqlConnection::connect(&url).await.expect("connect");
     let count_sql = "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
                      WHERE DB = DATABASE() AND ID <> CONNECTION_ID()";
@@ -337,7 +337,7 @@ async fn a_worker_at_full_drain_holds_at_most_four_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_enqueued_by_another_queue_starts_promptly_while_several_workers_idle() {
     let producer = fresh_queue("fleet_latency").await;
-    let url = database_url(producer.pool()).await;
+    let url = database_url(producer.mysql_pool().unwrap()).await;
     let mut started = STARTED.open();
     let mut workers = Vec::new();
     for i in 0..3 {

@@ -39,7 +39,7 @@ async fn finished(
     .bind(times_ms.is_some())
     .bind(run * 1000)
     .bind((run + wait) * 1000)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .expect("insert a finished job")
     .last_insert_id()
@@ -78,7 +78,7 @@ async fn one_count_keeps_exact_per_kind_counts_sums_and_percentiles() {
          ('reports', 'report', 'now:1', '{}', 'done', 1, 5, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)), \
          ('reports', 'report', 'running:1', '{}', 'running', 1, 5, NULL, UTC_TIMESTAMP(6))",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     // Figures older than they are kept (48 h) are deleted by the count; a bucket ten hours
@@ -88,7 +88,7 @@ async fn one_count_keeps_exact_per_kind_counts_sums_and_percentiles() {
          (UTC_TIMESTAMP() - INTERVAL 49 HOUR, 'reports', 'ancient', 1, 0, 0, 0, 0, 0, 0,0,0,0,0,0,0,0,0,0,0,0), \
          (UTC_TIMESTAMP() - INTERVAL 10 HOUR, 'reports', 'report', 7, 1, 0, 8, 8000000, 0, 0,0,0,0,8,0,0,0,0,0,0,0)",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
 
@@ -151,7 +151,7 @@ async fn one_count_keeps_exact_per_kind_counts_sums_and_percentiles() {
     assert!(day.iter().all(|k| k.kind != "ancient"));
     let ancient: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM job_queue_kind_stats WHERE kind = 'ancient'")
-            .fetch_one(queue.pool())
+            .fetch_one(queue.mysql_pool().unwrap())
             .await
             .unwrap();
     assert_eq!(ancient, 0, "the count deletes figures older than 48 hours");
@@ -160,7 +160,7 @@ async fn one_count_keeps_exact_per_kind_counts_sums_and_percentiles() {
     let (done, failed): (i64, i64) = sqlx::query_as(
         "SELECT CAST(SUM(done) AS SIGNED), CAST(SUM(failed) AS SIGNED) FROM job_queue_throughput WHERE queue = 'reports'",
     )
-    .fetch_one(queue.pool())
+    .fetch_one(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     assert_eq!((done, failed), (4, 1));
@@ -206,7 +206,7 @@ async fn kp_every_second() -> Result<(), JobError> {
 async fn ticks(queue: &Queue, kind: &str) -> Vec<chrono::NaiveDateTime> {
     sqlx::query_scalar("SELECT run_at FROM job_queue WHERE kind = ? ORDER BY run_at")
         .bind(kind)
-        .fetch_all(queue.pool())
+        .fetch_all(queue.mysql_pool().unwrap())
         .await
         .unwrap()
 }
@@ -368,7 +368,7 @@ async fn run_now_enqueues_one_job_with_a_key_of_its_own_that_runs() {
         "INSERT INTO job_queue_cron (kind, last_tick, updated_at, schedule) VALUES \
          ('elsewhere_nightly', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), '0 0 3 * * *')",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let e = queue
@@ -380,7 +380,7 @@ async fn run_now_enqueues_one_job_with_a_key_of_its_own_that_runs() {
         "INSERT INTO job_queue (queue, kind, task_key, payload, status, max_attempts, priority) VALUES \
          ('nightly', 'elsewhere_nightly', 'elsewhere_nightly@2026-12-01T03:00:00.000000Z', '{\"full\": true}', 'done', 7, -2)",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let Enqueued::New(copy) = queue.run_periodic_now("elsewhere_nightly").await.unwrap() else {
@@ -396,7 +396,7 @@ async fn run_now_enqueues_one_job_with_a_key_of_its_own_that_runs() {
 #[tokio::test]
 async fn a_queue_page_shows_its_limits_their_holders_and_its_workers() {
     let queue = fresh_queue("kind_queue_page").await;
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     // Two running jobs hold the two slots of `tenant:7`; three wait for it, two in `mail`
     // and one in `other`; one `mail` job waits for a rate key.
     let mut ids = Vec::new();
@@ -520,14 +520,14 @@ async fn the_throughput_is_kept_when_the_per_kind_figures_cannot_be() {
     finished(&queue, "q", "k", "done", 1, Some((10, 10))).await;
     // As for a user not granted the table (or a database not migrated that far).
     sqlx::query("DROP TABLE job_queue_kind_stats")
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     queue.store().count_throughput().await.unwrap();
     let done: i64 = sqlx::query_scalar(
         "SELECT CAST(COALESCE(SUM(done), 0) AS SIGNED) FROM job_queue_throughput WHERE queue = 'q'",
     )
-    .fetch_one(queue.pool())
+    .fetch_one(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     assert_eq!(done, 1);

@@ -348,7 +348,7 @@ async fn a_row_locked_by_another_session_disturbs_only_its_own_job() {
     }
 
     let locked = *ids.iter().min().unwrap();
-    let mut holder = queue.pool().begin().await.unwrap();
+    let mut holder = queue.mysql_pool().unwrap().begin().await.unwrap();
     sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
         .bind(locked)
         .fetch_one(&mut *holder)
@@ -554,7 +554,7 @@ async fn a_database_clock_that_jumps_ahead_is_reported() {
     receive(&mut started, "the job to start", Duration::from_secs(10)).await;
     sqlx::query("UPDATE job_queue SET lease_until = lease_until - INTERVAL 2 SECOND WHERE id = ?")
         .bind(id)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
 
@@ -599,7 +599,7 @@ async fn a_job_finished_during_a_renewal_does_not_discount_the_others() {
     assert_eq!(ids.len(), 2);
     let (a, b) = (ids[0], ids[1]);
     let lease_of = |id: u64| {
-        let pool = direct.pool().clone();
+        let pool = direct.mysql_pool().unwrap().clone();
         async move {
             sqlx::query_scalar::<_, chrono::NaiveDateTime>(
                 "SELECT lease_until FROM job_queue WHERE id = ?",
@@ -613,7 +613,7 @@ async fn a_job_finished_during_a_renewal_does_not_discount_the_others() {
     let before = lease_of(a).await;
 
     let finisher = {
-        let pool = direct.pool().clone();
+        let pool = direct.mysql_pool().unwrap().clone();
         let tripped = proxy.tripped.clone();
         tokio::spawn(async move {
             let mut tripped = tripped;
@@ -699,7 +699,7 @@ async fn a_job_with_a_pending_cancel_is_stopped_when_its_lease_is_lost() {
     let told_cancel = receive(&mut told, "the job to be told", Duration::from_secs(10)).await;
     assert_eq!(told_cancel, "told Some(Requested)");
 
-    let mut holder = queue.pool().begin().await.unwrap();
+    let mut holder = queue.mysql_pool().unwrap().begin().await.unwrap();
     sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
         .bind(id)
         .fetch_one(&mut *holder)

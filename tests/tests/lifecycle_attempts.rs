@@ -19,7 +19,7 @@ async fn expire_lease(queue: &Queue, id: u64) {
         "UPDATE job_queue SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
     )
     .bind(id)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .expect("expire the lease");
 }
@@ -190,7 +190,7 @@ async fn the_history_keeps_the_last_twenty_attempts_and_is_pruned_with_its_job()
     let gone = queue.attempts(id).await.unwrap_err();
     assert_eq!(gone.to_string(), format!("no job with id {id}"));
     let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     assert_eq!(left, 0, "nothing of the job is left");
@@ -349,7 +349,7 @@ async fn outputs_round_trip_typed_and_an_oversized_one_fails_the_job() {
     );
     let stored: Option<String> = sqlx::query_scalar("SELECT output FROM job_queue WHERE id = ?")
         .bind(unit)
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     assert_eq!(stored, None, "`()` stores nothing");

@@ -202,7 +202,7 @@ async fn while_active_frees_the_key_when_the_job_ends_and_keeps_the_old_row() {
         .map(|j| j.id)
         .collect();
     assert_eq!(history, vec![second.id(), first.id()]);
-    assert_eq!(live(queue.pool(), "report:7").await, (1, 1));
+    assert_eq!(live(queue.mysql_pool().unwrap(), "report:7").await, (1, 1));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -256,7 +256,7 @@ async fn unique_for_a_period_frees_the_key_once_it_has_passed_even_if_the_job_wa
         )
         .bind(id)
         .bind(first.id())
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .unwrap();
         assert!(
@@ -273,7 +273,7 @@ async fn unique_for_a_period_frees_the_key_once_it_has_passed_even_if_the_job_wa
             "SELECT unique_until <= UTC_TIMESTAMP(6) FROM job_queue WHERE id = ?",
         )
         .bind(holder)
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .unwrap();
         passed.then_some(())
@@ -302,7 +302,7 @@ async fn a_job_finished_by_an_older_worker_frees_its_key_at_the_next_enqueue() {
          updated_at = UTC_TIMESTAMP(6) WHERE id = ?",
     )
     .bind(first.id())
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let next = queue.enqueue(Sync { account: 9 }).await.unwrap();
@@ -381,7 +381,7 @@ async fn race(queues: &[Queue], key: &str, options: EnqueueOptions, bulk: bool) 
                 // A batch of this key and of one key of its own, in the caller's
                 // transaction, retried whole after a deadlock as its caller must.
                 loop {
-                    let mut tx = queue.pool().begin().await.expect("begin");
+                    let mut tx = queue.mysql_pool().unwrap().begin().await.expect("begin");
                     let jobs = vec![
                         Sync { account: 0 },
                         Sync {
@@ -438,7 +438,7 @@ async fn release_cycles<F, Fut>(
     Fut: std::future::Future<Output = ()>,
 {
     let key = "sync:0";
-    let pool = queues[0].pool().clone();
+    let pool = queues[0].mysql_pool().unwrap().clone();
     let mut ids: Vec<u64> = Vec::new();
     for round in 0..4 {
         let outcomes = race(queues, key, options.clone(), bulk).await;
@@ -535,7 +535,7 @@ async fn racing_enqueuers_after_the_period_give_one_new_job_per_cycle() {
                 "SELECT unique_until <= UTC_TIMESTAMP(6) FROM job_queue WHERE id = ?",
             )
             .bind(id)
-            .fetch_one(q.pool())
+            .fetch_one(q.mysql_pool().unwrap())
             .await
             .unwrap();
             passed.then_some(())
@@ -584,7 +584,7 @@ async fn a_bulk_enqueue_frees_keys_whose_jobs_ended_and_keeps_the_others() {
     assert!(out[2].is_new());
     assert_eq!(out[3].duplicate_of(), Some(out[0].id()));
     assert!(row(&queue, ended.id()).await.key_released);
-    assert_eq!(live(queue.pool(), "sync:1").await, (1, 1));
+    assert_eq!(live(queue.mysql_pool().unwrap(), "sync:1").await, (1, 1));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -696,7 +696,7 @@ async fn bad_metadata_is_refused_with_the_fix() {
     assert!(msg.contains("more than the limit of 4096"), "{msg}");
     assert_eq!(
         sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM job_queue")
-            .fetch_one(queue.pool())
+            .fetch_one(queue.mysql_pool().unwrap())
             .await
             .unwrap(),
         0
@@ -855,7 +855,7 @@ async fn an_attempt_that_lost_its_claim_writes_no_progress() {
         "UPDATE job_queue SET lease_owner = 'another-worker', attempts = attempts + 1 WHERE id = ?",
     )
     .bind(id)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     go.send(()).unwrap();

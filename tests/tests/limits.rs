@@ -103,7 +103,7 @@ async fn slots(queue: &Queue, slot_key: &str) -> Vec<(u32, Option<u64>, Option<u
         "SELECT slot_no, job_id, attempt FROM job_queue_slot WHERE slot_key = ? ORDER BY slot_no",
     )
     .bind(slot_key.as_bytes())
-    .fetch_all(queue.pool())
+    .fetch_all(queue.mysql_pool().unwrap())
     .await
     .expect("read slots")
 }
@@ -125,7 +125,7 @@ async fn expire_lease(queue: &Queue, id: u64) {
         "UPDATE job_queue SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
     )
     .bind(id)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .expect("expire the lease");
 }
@@ -302,7 +302,7 @@ async fn every_way_a_claim_ends_frees_its_slot_once() {
         sqlx::query("UPDATE job_queue SET status = 'done' WHERE id IN (?, ?)")
             .bind(first)
             .bind(second)
-            .execute(queue.pool())
+            .execute(queue.mysql_pool().unwrap())
             .await
             .unwrap();
     }
@@ -388,7 +388,7 @@ async fn maintenance_wakes_what_no_release_woke_and_frees_orphaned_slots() {
     // The row becomes final by a path that does not free the slot (an operator's SQL).
     sqlx::query("UPDATE job_queue SET status = 'done', lease_owner = NULL WHERE id = ?")
         .bind(a)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     assert_eq!(row(&queue, b).await.status, JobStatus::Blocked);
@@ -441,7 +441,7 @@ async fn an_enqueue_overrides_the_key_and_a_cancelled_blocked_job_is_forgotten()
         "a cancelled job stays so"
     );
     let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue_blocked")
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     assert_eq!(
@@ -468,7 +468,7 @@ async fn cancelled_blocked_jobs_do_not_keep_a_freed_slot_from_the_next() {
     assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [ids[0]]);
     let waiting = || async {
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue_blocked")
-            .fetch_one(queue.pool())
+            .fetch_one(queue.mysql_pool().unwrap())
             .await
             .unwrap();
         n
@@ -490,7 +490,7 @@ async fn cancelled_blocked_jobs_do_not_keep_a_freed_slot_from_the_next() {
     sqlx::query("UPDATE job_queue SET status = 'cancelled', finished_at = UTC_TIMESTAMP(6) WHERE id IN (?, ?)")
         .bind(ids[8])
         .bind(ids[9])
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
 
@@ -552,7 +552,7 @@ async fn a_periodic_tick_takes_the_limit_keys_of_its_arguments() {
     let tick: u64 = wait_for("a tick", Duration::from_secs(30), || async {
         sqlx::query_scalar("SELECT id FROM job_queue WHERE kind = ? ORDER BY id LIMIT 1")
             .bind(LimitsMaintCron::KIND)
-            .fetch_optional(queue.pool())
+            .fetch_optional(queue.mysql_pool().unwrap())
             .await
             .unwrap()
     })
@@ -624,7 +624,7 @@ async fn a_rate_limit_holds_in_every_window() {
         "SELECT CAST(JSON_UNQUOTE(JSON_EXTRACT(payload, '$.provider')) AS CHAR), updated_at \
          FROM job_queue ORDER BY updated_at",
     )
-    .fetch_all(queue.pool())
+    .fetch_all(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let window = chrono::Duration::milliseconds(400);
@@ -748,7 +748,7 @@ async fn three_workers_never_run_more_than_the_limit_of_a_key() {
         };
         ids.push(id.unwrap().id());
     }
-    let url = tests::database_url(queue.pool()).await;
+    let url = tests::database_url(queue.mysql_pool().unwrap()).await;
     let mut workers = Vec::new();
     for i in 0..3 {
         // Each worker on its own pool, as on its own node.
@@ -791,7 +791,7 @@ async fn three_workers_never_run_more_than_the_limit_of_a_key() {
     );
     let held: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM job_queue_slot WHERE job_id IS NOT NULL")
-            .fetch_one(queue.pool())
+            .fetch_one(queue.mysql_pool().unwrap())
             .await
             .unwrap();
     assert_eq!(held, 0, "every slot is free once every job has ended");
@@ -883,7 +883,7 @@ async fn a_long_backlog_of_one_key_does_not_starve_the_others() {
         .await
         .unwrap();
     let total = i64::from(big + small_keys * per_small);
-    let url = tests::database_url(queue.pool()).await;
+    let url = tests::database_url(queue.mysql_pool().unwrap()).await;
     let mut workers = Vec::new();
     for i in 0..2 {
         let own = Queue::connect(&url).await.unwrap();
@@ -901,7 +901,7 @@ async fn a_long_backlog_of_one_key_does_not_starve_the_others() {
         let n: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM job_queue WHERE status = 'done' AND JSON_EXTRACT(payload, '$.customer') > 0",
         )
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .unwrap();
         (n == small).then_some(())
@@ -910,7 +910,7 @@ async fn a_long_backlog_of_one_key_does_not_starve_the_others() {
     let big_done_then: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM job_queue WHERE status = 'done' AND JSON_EXTRACT(payload, '$.customer') = 0",
     )
-    .fetch_one(queue.pool())
+    .fetch_one(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     wait_for("every job done", Duration::from_secs(600), || async {
@@ -978,7 +978,7 @@ async fn three_workers_sixteen_slots_a_hundred_keys() {
         .enqueue_many((0..1000).map(|n| LimitsMany { key: n / 10, n }))
         .await
         .unwrap();
-    let url = tests::database_url(queue.pool()).await;
+    let url = tests::database_url(queue.mysql_pool().unwrap()).await;
     let mut workers = Vec::new();
     for i in 0..3 {
         let own = Queue::connect(&url).await.unwrap();
@@ -1147,7 +1147,7 @@ async fn jobs_stay_ready_while_another_claim_has_their_free_slots_locked() {
 
     // Another claim, still open, has every free slot of the key locked; it may take them
     // all, or none.
-    let mut other = queue.pool().acquire().await.unwrap();
+    let mut other = queue.mysql_pool().unwrap().acquire().await.unwrap();
     sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         .execute(&mut *other)
         .await
@@ -1231,7 +1231,7 @@ async fn a_finished_job_wakes_the_next_one_behind_thousands_of_cancelled_ones() 
         "UPDATE job_queue SET status = 'cancelled', finished_at = UTC_TIMESTAMP(6) \
          WHERE status = 'blocked'",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let next = queue
@@ -1246,24 +1246,24 @@ async fn a_finished_job_wakes_the_next_one_behind_thousands_of_cancelled_ones() 
     assert_eq!(row(&queue, next).await.status, JobStatus::Blocked);
 
     // The running job ends, on a store of one connection, whose statements are counted.
-    let url = tests::database_url(queue.pool()).await;
+    let url = tests::database_url(queue.mysql_pool().unwrap()).await;
     let one = Queue::connect_with(&url, jobqueue::QueueConfig::default().max_connections(1))
         .await
         .unwrap();
-    let before = questions(one.pool()).await;
+    let before = questions(one.mysql_pool().unwrap()).await;
     assert!(one
         .store()
         .complete("worker-a", &[(running, 1)])
         .await
         .unwrap()
         .is_empty());
-    let spent = questions(one.pool()).await - before;
+    let spent = questions(one.mysql_pool().unwrap()).await - before;
     assert_eq!(row(&queue, next).await.status, JobStatus::Ready, "woken");
     // A few statements per hundred rows left behind, not a few per row: the release runs in
     // the outcome's transaction, which has a few seconds.
     assert!(spent < 150, "{spent} statements to end one job");
     let waiting: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue_blocked")
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     assert_eq!(waiting, 0);
@@ -1300,7 +1300,7 @@ async fn an_operator_cancel_of_a_blocked_job_does_not_deadlock_with_a_wake() {
         .collect();
 
     // A wake, as a release runs it in an outcome's transaction: the waiting row first.
-    let mut wake = queue.pool().acquire().await.unwrap();
+    let mut wake = queue.mysql_pool().unwrap().acquire().await.unwrap();
     sqlx::query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         .execute(&mut *wake)
         .await
@@ -1334,7 +1334,7 @@ async fn an_operator_cancel_of_a_blocked_job_does_not_deadlock_with_a_wake() {
                 "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
                  WHERE DB = DATABASE() AND INFO LIKE 'DELETE FROM job_queue_blocked%'",
             )
-            .fetch_one(queue.pool())
+            .fetch_one(queue.mysql_pool().unwrap())
             .await
             .unwrap();
             (n > 0).then_some(())
@@ -1419,7 +1419,7 @@ async fn a_freed_slot_wakes_a_job_waiting_for_that_key() {
     // waited in is still there.
     sqlx::query("UPDATE job_queue SET status = 'cancelled' WHERE id = ?")
         .bind(both)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     assert!(queue.retry(both).await.unwrap());
@@ -1500,7 +1500,7 @@ async fn maintenance_does_not_wake_jobs_into_slots_above_a_lowered_limit() {
     sqlx::query("UPDATE job_queue SET concurrency_limit = 1 WHERE id IN (?, ?)")
         .bind(ids[0])
         .bind(ids[1])
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     assert!(store

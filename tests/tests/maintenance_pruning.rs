@@ -40,7 +40,7 @@ async fn pruning_works_off_a_backlog_larger_than_one_minutes_quota() {
                      UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) e, \
                     (SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2) f) numbers",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let old = tests::count_status(&queue, JobStatus::Done).await;

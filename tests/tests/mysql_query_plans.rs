@@ -161,7 +161,7 @@ async fn assert_plan(
 async fn maintenance_queries_use_their_indexes() {
     let queue = fresh_queue("store_explain").await;
     // 3,600 jobs over three queues and four priorities...
-    let mut tx = queue.pool().begin().await.expect("begin");
+    let mut tx = queue.mysql_pool().unwrap().begin().await.expect("begin");
     let mut n = 0;
     for q in ["default", "emails", "exports"] {
         for priority in [-5i16, 0, 3, 10] {
@@ -186,17 +186,17 @@ async fn maintenance_queries_use_their_indexes() {
            attempts = IF(id % 6 IN (0, 1), 0, 1), \
            finished_at = IF(id % 6 >= 3, UTC_TIMESTAMP(6), NULL)",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .expect("mix statuses");
     sqlx::query("ANALYZE TABLE job_queue")
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .expect("analyze");
     let statuses = queue.counts(None).await.expect("counts");
     assert_eq!(statuses.len(), 6, "every status is present: {statuses:?}");
 
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     // A job's history and output: one row, by primary key.
     for (what, sql) in [
         ("attempt history", ATTEMPT_LOG_SELECT),
@@ -402,10 +402,10 @@ async fn the_time_a_status_waits_on_is_one_column_under_one_index() {
            lease_until = IF(id % 7 = 2, UTC_TIMESTAMP(6) + INTERVAL id SECOND, NULL), \
            finished_at = IF(id % 7 BETWEEN 3 AND 5, UTC_TIMESTAMP(6) - INTERVAL id SECOND, NULL)",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .expect("mix statuses");
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     for (statuses, column) in [
         ("'scheduled', 'ready', 'blocked'", "run_at"),
         ("'running'", "lease_until"),
@@ -472,7 +472,7 @@ async fn limit_statements_use_their_indexes() {
         FREE_RATE_SLOT, ORPHAN_SLOTS, SLOT_OF_CLAIM, SLOT_RELEASE, WAKE_SCAN,
     };
     let queue = fresh_queue("store_explain_limits").await;
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     // 500 keys of 8 slots, half of them held; 500 keys with 10 blocked jobs each.
     sqlx::query(
         "INSERT INTO job_queue_slot (slot_key, slot_no, job_id, attempt) \
@@ -588,7 +588,7 @@ async fn limit_statements_use_their_indexes() {
 // ---------------------------------------------------------------------------------------
 
 async fn seed(queue: &Queue) {
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     let started = Instant::now();
     // Done jobs over the last week (a retention of 7 days at 1.6 jobs/s), every 47th failed (47 is prime to the 5 queues, so each queue has failed jobs), in 5 queues and 10 kinds.
     sqlx::query(

@@ -69,7 +69,7 @@ async fn tick_rows(queue: &Queue) -> Vec<(String, NaiveDateTime, String, u32)> {
          WHERE kind = ? ORDER BY run_at",
     )
     .bind(Tick::KIND)
-    .fetch_all(queue.pool())
+    .fetch_all(queue.mysql_pool().unwrap())
     .await
     .expect("read tick rows")
 }
@@ -81,7 +81,7 @@ async fn three_processes_run_each_tick_of_an_every_second_job_exactly_once() {
     let url = fresh_database("cron_ticks").await;
     let queue = migrated_queue(&url).await;
     sqlx::query(EFFECTS_TABLE)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .expect("create effects");
 
@@ -98,7 +98,7 @@ async fn three_processes_run_each_tick_of_an_every_second_job_exactly_once() {
              WHERE kind = ? AND status = 'done'",
             )
             .bind(Tick::KIND)
-            .fetch_one(queue.pool())
+            .fetch_one(queue.mysql_pool().unwrap())
             .await
             .unwrap();
             (span >= Some(5)).then_some(())
@@ -146,7 +146,7 @@ async fn three_processes_run_each_tick_of_an_every_second_job_exactly_once() {
     let effects: Vec<(String, i64)> = sqlx::query_as(
         "SELECT CAST(task_key AS CHAR), COUNT(*) FROM effects GROUP BY task_key ORDER BY task_key",
     )
-    .fetch_all(queue.pool())
+    .fetch_all(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let mut done_keys: Vec<&str> = done.iter().map(|r| r.0.as_str()).collect();
@@ -166,14 +166,14 @@ async fn three_processes_run_each_tick_of_an_every_second_job_exactly_once() {
     assert_eq!(sum("claimed"), done.len() as u64, "{counters:?}");
     let per_process: Vec<(u32, i64)> =
         sqlx::query_as("SELECT pid, COUNT(*) FROM effects GROUP BY pid ORDER BY pid")
-            .fetch_all(queue.pool())
+            .fetch_all(queue.mysql_pool().unwrap())
             .await
             .unwrap();
     let max_lag_ms: f64 = sqlx::query_scalar(
         "SELECT CAST(MAX(TIMESTAMPDIFF(MICROSECOND, j.run_at, e.at)) / 1000 AS DOUBLE) \
          FROM effects e JOIN job_queue j ON j.task_key = e.task_key",
     )
-    .fetch_one(queue.pool())
+    .fetch_one(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     println!(

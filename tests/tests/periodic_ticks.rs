@@ -50,7 +50,7 @@ async fn tick_rows(queue: &Queue, kind: &str) -> Vec<(String, NaiveDateTime, Str
          WHERE kind = ? ORDER BY run_at",
     )
     .bind(kind)
-    .fetch_all(queue.pool())
+    .fetch_all(queue.mysql_pool().unwrap())
     .await
     .expect("read tick rows")
 }
@@ -267,7 +267,7 @@ async fn a_new_periodic_kind_gets_no_back_dated_tick() {
     // back-dated tick.
     sqlx::query("DELETE FROM job_queue_cron WHERE kind = ?")
         .bind(FreshMonthly::KIND)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     let (handle, task) = start(worker());
@@ -319,7 +319,7 @@ async fn a_yearly_kind_idle_for_years_runs_its_latest_missed_tick_once() {
     )
     .bind(Yearly::KIND)
     .bind(long_ago)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .expect("record the kind's tick of three years ago");
     let this_year = Utc.with_ymd_and_hms(year, 1, 1, 0, 0, 0).unwrap();
@@ -515,7 +515,7 @@ async fn a_slow_maintenance_pass_does_not_collapse_dense_ticks() {
             "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
              WHERE DB = DATABASE() AND INFO LIKE 'UPDATE job_queue_gauge_refresh%'",
         )
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .expect("read the process list");
         (n == 1).then_some(())

@@ -35,7 +35,7 @@ async fn create_worker_user(root: &Queue, db: &str, user: &str, password: &str) 
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.job_queue_blocked TO '{user}'@'{host}'"),
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.job_queue_worker TO '{user}'@'{host}'"),
         ] {
-            sqlx::query(&stmt).execute(root.pool()).await.expect(&stmt);
+            sqlx::query(&stmt).execute(root.mysql_pool().unwrap()).await.expect(&stmt);
         }
     }
 }
@@ -87,12 +87,12 @@ async fn a_dml_only_user_runs_jobs_and_migrates_only_an_up_to_date_schema() {
 
     // ...but it cannot apply a pending migration, and is told why and what to do.
     let newest: i64 = sqlx::query_scalar("SELECT MAX(version) FROM job_queue_migrations")
-        .fetch_one(root.pool())
+        .fetch_one(root.mysql_pool().unwrap())
         .await
         .unwrap();
     sqlx::query("DELETE FROM job_queue_migrations WHERE version = ?")
         .bind(newest)
-        .execute(root.pool())
+        .execute(root.mysql_pool().unwrap())
         .await
         .unwrap();
     let err = queue.migrate().await.unwrap_err();
@@ -161,7 +161,7 @@ async fn a_worker_user_without_rights_on_the_limits_tables_records_unlimited_out
                 "REVOKE SELECT, INSERT, UPDATE, DELETE ON `{db}`.{table} FROM '{user}'@'{host}'"
             );
             sqlx::query(&revoke)
-                .execute(root.pool())
+                .execute(root.mysql_pool().unwrap())
                 .await
                 .expect(&revoke);
         }
@@ -239,7 +239,7 @@ async fn an_outcome_the_server_refuses_does_not_hold_back_the_others() {
     for host in ["%", "localhost", "127.0.0.1"] {
         let revoke = format!("REVOKE UPDATE ON `{db}`.job_queue_slot FROM '{user}'@'{host}'");
         sqlx::query(&revoke)
-            .execute(root.pool())
+            .execute(root.mysql_pool().unwrap())
             .await
             .expect(&revoke);
     }

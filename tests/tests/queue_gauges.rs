@@ -36,7 +36,7 @@ async fn one_of_many_workers_takes_the_turn_to_count_the_gauges() {
         "the interval has not passed: nobody counts again"
     );
     // Once the last count is older than the interval, the next race has one winner again.
-    let pool = queues[0].pool().clone();
+    let pool = queues[0].mysql_pool().unwrap().clone();
     tests::wait_for(
         "the turn to be half a second old",
         Duration::from_secs(10),
@@ -72,7 +72,7 @@ async fn blocked_jobs_are_counted_and_published() {
         )
         .bind(key)
         .bind(status)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     }
@@ -96,7 +96,7 @@ async fn blocked_jobs_are_counted_and_published() {
         "SELECT CAST(status AS CHAR), jobs FROM job_queue_gauges WHERE queue = 'gauged' \
          ORDER BY status",
     )
-    .fetch_all(queue.pool())
+    .fetch_all(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     assert_eq!(stored, [("ready".to_owned(), 1), ("blocked".to_owned(), 2)]);

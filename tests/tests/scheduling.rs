@@ -97,7 +97,7 @@ async fn a_delayed_job_starts_at_its_time_within_one_maintenance_interval() {
     // Three seconds from the database's now, by the database's clock.
     let at: sqlx::types::chrono::NaiveDateTime =
         sqlx::query_scalar("SELECT UTC_TIMESTAMP(6) + INTERVAL 3 SECOND")
-            .fetch_one(queue.pool())
+            .fetch_one(queue.mysql_pool().unwrap())
             .await
             .unwrap();
     let at = at.and_utc();

@@ -138,7 +138,7 @@ async fn a_database_migrated_by_0_1_is_adopted_without_running_its_ddl_again() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("20261130000001_job_queue.sql"),
-        include_str!("../../jobqueue-runtime/migrations/20261130000001_job_queue.sql"),
+        include_str!("../../jobqueue-runtime/migrations/mysql/20261130000001_job_queue.sql"),
     )
     .unwrap();
     let pool = sqlx::MySqlPool::connect(&url).await.unwrap();
@@ -240,7 +240,7 @@ async fn a_worker_refuses_a_missing_or_older_schema_and_says_how_to_fix_it() {
     let latest = *embedded_versions(&url).await.last().unwrap();
     sqlx::query("DELETE FROM job_queue_migrations WHERE version = ?")
         .bind(latest)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     let e = queue.check_schema().await.unwrap_err();
@@ -304,7 +304,7 @@ async fn a_worker_that_starts_during_a_migration_waits_for_it() {
                 "SELECT COUNT(*) FROM information_schema.processlist \
                  WHERE info LIKE 'SELECT GET_LOCK%' AND db = DATABASE()",
             )
-            .fetch_one(queue.pool())
+            .fetch_one(queue.mysql_pool().unwrap())
             .await
             .unwrap();
             (waiting > 0).then_some(())

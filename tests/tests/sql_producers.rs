@@ -25,7 +25,7 @@ async fn greet_user(ctx: JobContext, user_id: u64) -> Result<(), JobError> {
 async fn id_of(queue: &Queue, task_key: &[u8]) -> u64 {
     sqlx::query_scalar("SELECT id FROM job_queue WHERE task_key = ?")
         .bind(task_key)
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .expect("the row exists")
 }
@@ -33,7 +33,7 @@ async fn id_of(queue: &Queue, task_key: &[u8]) -> u64 {
 async fn status_of(queue: &Queue, id: u64) -> String {
     sqlx::query_scalar("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ?")
         .bind(id)
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .unwrap()
 }
@@ -52,7 +52,7 @@ async fn jobs_inserted_with_plain_sql_run() {
          VALUES ('sql_producers', 'greet_user', 'reminder:42', '{\"user_id\": 43}', \
                  UTC_TIMESTAMP(6) + INTERVAL 2 SECOND, -5);",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .expect("a plain INSERT naming four columns is a complete job");
     let now_id = id_of(&queue, b"welcome:42").await;
@@ -78,7 +78,7 @@ async fn jobs_inserted_with_plain_sql_run() {
         "SELECT TIMESTAMPDIFF(MICROSECOND, created_at, finished_at) FROM job_queue WHERE id = ?",
     )
     .bind(done.id)
-    .fetch_one(queue.pool())
+    .fetch_one(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     assert!(
@@ -103,7 +103,7 @@ async fn rows_with_bad_values_never_stop_the_claim_of_their_queue() {
            ('nobody_serves_this', 'greet_user', 'unknown-queue', '{\"user_id\": 3}', -6), \
            ('sql_bad_rows', 'greet_user', 'good', '{\"user_id\": 4}', 0);",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     // JSON that is not JSON at all never gets in.
@@ -111,7 +111,7 @@ async fn rows_with_bad_values_never_stop_the_claim_of_their_queue() {
         "INSERT INTO job_queue (queue, kind, task_key, payload) \
          VALUES ('sql_bad_rows', 'greet_user', 'not-json', '{user_id: 5')",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await;
     assert!(not_json.is_err(), "the JSON column refuses it");
 

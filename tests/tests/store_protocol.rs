@@ -119,7 +119,7 @@ async fn expire_lease(queue: &Queue, id: u64) {
         "UPDATE job_queue SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
     )
     .bind(id)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .expect("expire lease")
     .rows_affected();
@@ -146,7 +146,7 @@ async fn concurrent_claimers_get_disjoint_jobs() {
     let mut claimers = Vec::new();
     for i in 0..3 {
         let store = queue.store();
-        let pool = queue.pool().clone();
+        let pool = queue.mysql_pool().unwrap().clone();
         let start = start.clone();
         claimers.push(tokio::spawn(async move {
             let owner = format!("worker-{i}");
@@ -230,7 +230,7 @@ async fn claim_skips_a_locked_row_without_waiting() {
     let queue = Queue::from_pool(pool).await.expect("queue");
     queue.migrate().await.expect("migrate");
     let wait_timeout: u64 = sqlx::query_scalar("SELECT @@SESSION.innodb_lock_wait_timeout")
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .expect("read timeout");
     assert_eq!(
@@ -294,7 +294,7 @@ async fn a_claim_of_one_finds_a_job_past_a_locked_head_of_the_queue() {
     for n in 0..40 {
         ids.push(queue.enqueue(Task { n }).await.expect("enqueue").id());
     }
-    let url = tests::database_url(queue.pool()).await;
+    let url = tests::database_url(queue.mysql_pool().unwrap()).await;
     // The first 20 rows in claim order, held by others' claims not yet committed.
     let mut holder = MySqlConnection::connect(&url).await.expect("holder");
     let mut tx = holder.begin().await.expect("begin");
@@ -351,7 +351,7 @@ async fn an_open_claim_holds_up_no_enqueue_promotion_or_reclaim() {
     expire_lease(&queue, expiring).await;
     sqlx::query("UPDATE job_queue SET run_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?")
         .bind(due)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .expect("make it due");
     let mut ready = Vec::new();
@@ -363,7 +363,12 @@ async fn an_open_claim_holds_up_no_enqueue_promotion_or_reclaim() {
     // `Queue::connect`, as a worker's are), held open with more room than there are jobs:
     // candidates to the end of the ready range, then the lock of each.
     let holder_queue = Queue::connect(&url).await.expect("holder queue");
-    let mut holder = holder_queue.pool().acquire().await.expect("holder");
+    let mut holder = holder_queue
+        .mysql_pool()
+        .unwrap()
+        .acquire()
+        .await
+        .expect("holder");
     let mut tx = holder.begin().await.expect("begin");
     let candidates: Vec<u64> = sqlx::query_scalar(statements::CLAIM_SELECT)
         .bind("default")
@@ -666,7 +671,7 @@ async fn promote_makes_due_jobs_ready() {
 
     sqlx::query("UPDATE job_queue SET run_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?")
         .bind(due)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .expect("make due");
     assert_eq!(store.promote(100).await.expect("promote"), 1);
@@ -702,7 +707,11 @@ async fn the_same_key_twice_is_one_job_and_logged() {
         .expect("enqueue");
     assert_eq!(second.duplicate_of(), Some(id));
     assert_eq!(
-        count(queue.pool(), "SELECT COUNT(*) FROM job_queue").await,
+        count(
+            queue.mysql_pool().unwrap(),
+            "SELECT COUNT(*) FROM job_queue"
+        )
+        .await,
         1
     );
     assert_eq!(
@@ -769,7 +778,11 @@ async fn enqueue_in_a_rolled_back_transaction_leaves_nothing() {
 
     assert!(queue.job(id).await.expect("read").is_none());
     assert_eq!(
-        count(queue.pool(), "SELECT COUNT(*) FROM job_queue").await,
+        count(
+            queue.mysql_pool().unwrap(),
+            "SELECT COUNT(*) FROM job_queue"
+        )
+        .await,
         0
     );
     // The key is free again.
@@ -843,7 +856,11 @@ async fn a_duplicate_does_not_abort_the_callers_transaction() {
         .expect("orders");
     assert_eq!(notes, ["before", "after"]);
     assert_eq!(
-        count(queue.pool(), "SELECT COUNT(*) FROM job_queue").await,
+        count(
+            queue.mysql_pool().unwrap(),
+            "SELECT COUNT(*) FROM job_queue"
+        )
+        .await,
         3
     );
     assert_eq!(
@@ -889,12 +906,12 @@ async fn enqueue_many_reports_every_job() {
         }
     }
     assert_eq!(batch.len(), 1200);
-    let before = questions(queue.pool()).await;
+    let before = questions(queue.mysql_pool().unwrap()).await;
     let outcomes = queue
         .enqueue_many(batch.iter().map(|&n| Task { n }))
         .await
         .expect("enqueue_many");
-    let statements = questions(queue.pool()).await - before;
+    let statements = questions(queue.mysql_pool().unwrap()).await - before;
 
     assert_eq!(outcomes.len(), batch.len());
     for (&n, outcome) in batch.iter().zip(&outcomes) {
@@ -913,7 +930,7 @@ async fn enqueue_many_reports_every_job() {
 
     // The ids are those of the rows with each job's key.
     let rows: Vec<(u64, Vec<u8>)> = sqlx::query_as("SELECT id, task_key FROM job_queue")
-        .fetch_all(queue.pool())
+        .fetch_all(queue.mysql_pool().unwrap())
         .await
         .expect("rows");
     assert_eq!(rows.len(), 1100);
@@ -971,7 +988,11 @@ async fn concurrent_enqueues_of_one_key_give_one_job() {
         );
     }
     assert_eq!(
-        count(queue.pool(), "SELECT COUNT(*) FROM job_queue").await,
+        count(
+            queue.mysql_pool().unwrap(),
+            "SELECT COUNT(*) FROM job_queue"
+        )
+        .await,
         5
     );
 }
@@ -1021,7 +1042,11 @@ async fn bad_keys_are_refused_with_the_fix() {
     assert!(msg.contains("leave `key` unset"), "the fix: {msg}");
 
     assert_eq!(
-        count(queue.pool(), "SELECT COUNT(*) FROM job_queue").await,
+        count(
+            queue.mysql_pool().unwrap(),
+            "SELECT COUNT(*) FROM job_queue"
+        )
+        .await,
         1
     );
 }
@@ -1057,7 +1082,11 @@ async fn bad_queue_names_are_refused_with_the_fix() {
         .expect_err("an empty queue name");
     assert!(matches!(err, Error::InvalidQueue { .. }), "{err:?}");
     assert_eq!(
-        count(queue.pool(), "SELECT COUNT(*) FROM job_queue").await,
+        count(
+            queue.mysql_pool().unwrap(),
+            "SELECT COUNT(*) FROM job_queue"
+        )
+        .await,
         0
     );
 }
@@ -1108,7 +1137,11 @@ async fn unserializable_arguments_are_refused() {
         );
     }
     assert_eq!(
-        count(queue.pool(), "SELECT COUNT(*) FROM job_queue").await,
+        count(
+            queue.mysql_pool().unwrap(),
+            "SELECT COUNT(*) FROM job_queue"
+        )
+        .await,
         0
     );
 }
@@ -1149,7 +1182,11 @@ async fn oversized_payloads_are_refused() {
     );
     assert!(msg.contains("store large data elsewhere"), "the fix: {msg}");
     assert_eq!(
-        count(queue.pool(), "SELECT COUNT(*) FROM job_queue").await,
+        count(
+            queue.mysql_pool().unwrap(),
+            "SELECT COUNT(*) FROM job_queue"
+        )
+        .await,
         1
     );
 }
@@ -1191,7 +1228,7 @@ async fn unusual_keys_are_kept_byte_for_byte() {
         let stored: Vec<u8> =
             sqlx::query_scalar("SELECT CAST(task_key AS BINARY) FROM job_queue WHERE id = ?")
                 .bind(id)
-                .fetch_one(queue.pool())
+                .fetch_one(queue.mysql_pool().unwrap())
                 .await
                 .expect("bytes");
         assert_eq!(stored, key.as_bytes(), "{key:?} stored as given");
@@ -1211,7 +1248,7 @@ async fn unusual_keys_are_kept_byte_for_byte() {
         );
     }
     // The same keys in one batch, in reverse: every one a duplicate of its own row.
-    let mut tx = queue.pool().begin().await.expect("begin");
+    let mut tx = queue.mysql_pool().unwrap().begin().await.expect("begin");
     for (key, &id) in keys.iter().zip(&ids).rev() {
         let outcome = queue
             .enqueue_in_with(&mut tx, Task { n: 1000 }, keyed(key))
@@ -1247,7 +1284,11 @@ async fn unusual_keys_are_kept_byte_for_byte() {
     );
 
     assert_eq!(
-        count(queue.pool(), "SELECT COUNT(*) FROM job_queue").await,
+        count(
+            queue.mysql_pool().unwrap(),
+            "SELECT COUNT(*) FROM job_queue"
+        )
+        .await,
         keys.len() as i64 + 2,
         "the table is still there, one row per key"
     );
@@ -1290,7 +1331,7 @@ async fn a_read_only_server_is_refused() {
         .expect("read_only off");
     let queue = Queue::connect(&url).await.expect("a writable server");
     queue.migrate().await.expect("migrate");
-    queue.pool().close().await;
+    queue.mysql_pool().unwrap().close().await;
     admin.close().await.expect("close");
     tokio::task::spawn_blocking(move || drop(server))
         .await
@@ -1311,7 +1352,7 @@ async fn db_time(pool: &MySqlPool, expr: &str) -> NaiveDateTime {
 #[tokio::test(flavor = "multi_thread")]
 async fn delays_start_times_and_priorities_are_stored() {
     let queue = fresh_queue("store_delay").await;
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
 
     let delayed = queue
         .enqueue_with(

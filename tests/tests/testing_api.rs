@@ -138,7 +138,7 @@ async fn schema_exists(db: &TestDatabase, name: &str) -> bool {
         "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
     )
     .bind(name)
-    .fetch_one(other.pool())
+    .fetch_one(other.mysql_pool().unwrap())
     .await
     .expect("read schemata")
         == 1
@@ -178,7 +178,7 @@ async fn a_test_database_is_migrated_and_empty_and_dropped_with_its_guard() {
     assert!(url.ends_with(&kept_name), "{url}");
     assert!(schema_exists(&b, &kept_name).await);
     sqlx::query(&format!("DROP DATABASE `{kept_name}`"))
-        .execute(b.queue().pool())
+        .execute(b.queue().mysql_pool().unwrap())
         .await
         .unwrap();
 
@@ -756,7 +756,7 @@ async fn a_drain_stops_at_a_job_it_cannot_run_and_keeps_it() {
         "INSERT INTO job_queue (queue, kind, task_key, payload) \
          VALUES ('testing_mail', 'no_such_kind', 'unknown:1', '{}')",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     // Rows written by SQL start `scheduled`; the drain promotes them as maintenance would.
@@ -853,15 +853,15 @@ async fn a_test_database_runs_the_applications_migrations() -> jobqueue::Result<
     // Again: nothing is pending, nothing is run twice.
     db.migrate_with(&APP_MIGRATOR).await?;
     sqlx::query("INSERT INTO orders (id, total) VALUES (1, 1250)")
-        .execute(db.queue().pool())
+        .execute(db.queue().mysql_pool().unwrap())
         .await?;
     let total: i64 = sqlx::query_scalar("SELECT total FROM orders WHERE id = 1")
-        .fetch_one(db.queue().pool())
+        .fetch_one(db.queue().mysql_pool().unwrap())
         .await?;
     assert_eq!(total, 1250);
     db.queue().check_schema().await?;
     let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
-        .fetch_all(db.queue().pool())
+        .fetch_all(db.queue().mysql_pool().unwrap())
         .await?;
     assert_eq!(versions, [20260101000000]);
 

@@ -87,7 +87,7 @@ async fn a_server_that_requires_tls_runs_jobs_over_verified_tls() {
         .await
         .expect("connects with ssl-mode=VERIFY_CA");
     let cipher: (String, String) = sqlx::query_as("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     assert!(!cipher.1.is_empty(), "the session is encrypted: {cipher:?}");

@@ -92,7 +92,7 @@ async fn a_job_continues_the_trace_of_the_request_that_enqueued_it() {
 
     let stored: Option<String> =
         sqlx::query_scalar("SELECT traceparent FROM job_queue WHERE kind = 'trace_export'")
-            .fetch_one(queue.pool())
+            .fetch_one(queue.mysql_pool().unwrap())
             .await
             .expect("the job's row");
     let stored = stored.expect("the enqueue stored a traceparent");
@@ -103,7 +103,7 @@ async fn a_job_continues_the_trace_of_the_request_that_enqueued_it() {
 
     let (handle, task) = start(quick_worker(&queue).queues(["traced"]).build().unwrap());
     let id: u64 = sqlx::query_scalar("SELECT id FROM job_queue WHERE kind = 'trace_export'")
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .expect("the job's id");
     wait_status(&queue, id, JobStatus::Done, Duration::from_secs(30)).await;

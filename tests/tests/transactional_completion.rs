@@ -246,7 +246,7 @@ async fn a_stale_attempt_gets_an_error_and_commits_nothing() {
         "UPDATE job_queue SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
     )
     .bind(id)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let reclaimed = store.reclaim(10).await.unwrap();
@@ -445,7 +445,7 @@ async fn count_effects(pool: &MySqlPool, sql: &str) -> i64 {
 async fn workers_killed_inside_their_transactions_leave_each_effect_exactly_once() {
     let url = fresh_database("txdone_killed").await;
     let queue = migrated_queue(&url).await;
-    let pool = queue.pool().clone();
+    let pool = queue.mysql_pool().unwrap().clone();
     sqlx::query(jobs::EFFECTS_TABLE)
         .execute(&pool)
         .await
@@ -587,7 +587,7 @@ async fn the_output_of_a_job_that_completed_itself_is_stored() {
     assert_eq!(done.attempts, 1);
     let stored: Option<String> = sqlx::query_scalar("SELECT output FROM job_queue WHERE id = ?")
         .bind(big)
-        .fetch_one(queue.pool())
+        .fetch_one(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     assert_eq!(stored, None, "an output over the limit is not stored");
@@ -757,7 +757,7 @@ async fn a_limited_job_completing_in_its_transaction_holds_up_no_other_key() {
     // Every slot is free, and each job's effect happened once.
     let held_slots: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM job_queue_slot WHERE job_id IS NOT NULL")
-            .fetch_one(queue.pool())
+            .fetch_one(queue.mysql_pool().unwrap())
             .await
             .unwrap();
     assert_eq!(held_slots, 0);

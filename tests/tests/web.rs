@@ -30,7 +30,7 @@ async fn the_job_page_shows_progress_and_metadata_escaped() {
     .bind(serde_json::json!({ "tenant": HOSTILE }).to_string())
     .bind(serde_json::json!({ "rows": 5, "note": HOSTILE }).to_string())
     .bind(id)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .expect("set metadata and progress");
     let router = Dashboard::new(queue.clone()).router();
@@ -51,7 +51,7 @@ async fn the_job_list_filters_on_metadata() {
         sqlx::query("UPDATE job_queue SET metadata = ? WHERE id = ?")
             .bind(serde_json::json!({ "tenant": tenant }).to_string())
             .bind(id)
-            .execute(queue.pool())
+            .execute(queue.mysql_pool().unwrap())
             .await
             .expect("set metadata");
     }
@@ -163,7 +163,7 @@ async fn the_job_page_lists_the_attempts_and_the_output() {
     store.finish("worker-a", id, 1, &retry).await.unwrap();
     sqlx::query("UPDATE job_queue SET status = 'ready' WHERE id = ?")
         .bind(id)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     assert_eq!(
@@ -797,7 +797,7 @@ async fn kept_throughput(queue: &Queue, name: &str) -> (i64, i64) {
          FROM job_queue_throughput WHERE queue = ?",
     )
     .bind(name)
-    .fetch_one(queue.pool())
+    .fetch_one(queue.mysql_pool().unwrap())
     .await
     .unwrap()
 }
@@ -813,7 +813,7 @@ async fn the_throughput_is_kept_through_pruning_and_counts_each_job_once() {
             "UPDATE job_queue SET finished_at = UTC_TIMESTAMP(6) - INTERVAL 10 MINUTE WHERE id = ?",
         )
         .bind(id)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     }
@@ -847,7 +847,7 @@ async fn the_throughput_is_kept_through_pruning_and_counts_each_job_once() {
 
     // Pruned jobs stay in the chart.
     sqlx::query("DELETE FROM job_queue WHERE status = 'done'")
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     let minutes = queue.throughput(60).await.unwrap();
@@ -863,7 +863,7 @@ async fn the_throughput_is_kept_through_pruning_and_counts_each_job_once() {
                 "SELECT COUNT(*) FROM job_queue \
              WHERE status = 'failed' AND finished_at < UTC_TIMESTAMP(6) - INTERVAL 15 SECOND",
             )
-            .fetch_one(queue.pool())
+            .fetch_one(queue.mysql_pool().unwrap())
             .await
             .unwrap();
             (n == 2).then_some(())
@@ -1075,7 +1075,7 @@ async fn workers_write_a_heartbeat_and_delete_it_on_shutdown() {
          ('old:1:1', 'h', 1, '0.1.0', 'x', 1, 0, UTC_TIMESTAMP(6) - INTERVAL 3 HOUR, UTC_TIMESTAMP(6) - INTERVAL 2 HOUR), \
          ('silent:2:2', 'h', 2, '0.1.0', 'x', 1, 1, UTC_TIMESTAMP(6) - INTERVAL 3 HOUR, UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE)",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let worker = quick_worker(&queue)
@@ -1178,7 +1178,7 @@ async fn the_periodic_page_shows_schedule_next_tick_and_last_outcome() {
     .await;
     sqlx::query("UPDATE job_queue_cron SET last_job_id = ? WHERE kind = 'web_hourly'")
         .bind(failed)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     let router = Dashboard::new(queue.clone()).router();

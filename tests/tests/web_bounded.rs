@@ -71,7 +71,7 @@ async fn every_page_answers_in_bounded_time_and_memory_on_a_hostile_table() {
     let big_bytes: i64 = sqlx::query_scalar(
         "SELECT CAST(SUM(LENGTH(payload)) AS SIGNED) FROM job_queue WHERE queue = 'big'",
     )
-    .fetch_one(queue.pool())
+    .fetch_one(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     assert!(big_bytes >= 160 << 20, "{big_bytes} bytes of payloads");
@@ -390,7 +390,7 @@ async fn the_attempt_history_shown_is_capped() {
     sqlx::query("UPDATE job_queue SET attempt_log = ? WHERE id = ?")
         .bind(serde_json::Value::Array(log).to_string())
         .bind(id)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     let detail = queue.job_detail(id).await.unwrap().expect("the job");
@@ -451,7 +451,7 @@ async fn a_bulk_action_goes_in_bounded_steps_and_says_how_far_it_got() {
             "INSERT INTO job_queue (queue, kind, task_key, payload, status, finished_at) VALUES {}",
             values.join(",")
         ))
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     }
@@ -502,7 +502,7 @@ async fn a_bulk_action_goes_in_bounded_steps_and_says_how_far_it_got() {
 #[tokio::test]
 async fn the_key_prefix_filter_holds_under_no_backslash_escapes() {
     let queue = fresh_queue("web_bounded_like").await;
-    let url = tests::database_url(queue.pool()).await;
+    let url = tests::database_url(queue.mysql_pool().unwrap()).await;
     let pool = tests::pool_with_session(
         &url,
         4,

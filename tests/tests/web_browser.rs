@@ -26,7 +26,7 @@ const HOSTILE_ERROR: &str =
 /// A believable database: three queues, an hour of finished jobs, failures, a worker, a
 /// periodic kind.
 async fn seed(queue: &Queue) -> (u64, u64) {
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     for (q, kind) in [
         ("mail", "send_welcome"),
         ("exports", "export_order"),
@@ -88,7 +88,7 @@ async fn seed(queue: &Queue) -> (u64, u64) {
         .to_string(),
     )
     .bind(failed)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .expect("seed an attempt history");
     let hostile = insert_job(

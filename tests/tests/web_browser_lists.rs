@@ -59,7 +59,7 @@ async fn seed(queue: &Queue) -> Seeded {
          run_at = UTC_TIMESTAMP(6) + INTERVAL 25 MINUTE WHERE id = ?",
     )
     .bind(scheduled)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let done = insert_job(

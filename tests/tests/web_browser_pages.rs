@@ -18,7 +18,7 @@ use web_support::insert_job;
 /// Finished jobs of three kinds over the last day, a periodic schedule with its ticks, and a
 /// `mail` queue whose jobs wait for a concurrency key held by a running job of a live worker.
 async fn seed(queue: &Queue) {
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     for (q, kind, n, fail_every, run_ms, wait_ms) in [
         ("mail", "send_welcome", 300, 40, 180, 900),
         ("exports", "export_order", 60, 7, 12_000, 30_000),
@@ -270,7 +270,7 @@ async fn the_daily_workflow_pages_work_in_a_real_browser() {
     let manual: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM job_queue WHERE kind = 'nightly_report' AND task_key LIKE '% run now'",
     )
-    .fetch_one(queue.pool())
+    .fetch_one(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     assert_eq!(manual, 1);

@@ -59,7 +59,7 @@ async fn ticked_jobs_are_retried_run_cancelled_and_deleted_with_a_notice() {
     let scheduled = insert_job(&queue, "mail", "send", "s1", "{}", "scheduled", None).await;
     sqlx::query("UPDATE job_queue SET run_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE id = ?")
         .bind(scheduled)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     let router = Dashboard::new(queue.clone()).router();
@@ -236,7 +236,11 @@ async fn ticked_jobs_are_retried_run_cancelled_and_deleted_with_a_notice() {
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
 
     // Without the page's token, or with another one, nothing happens.
-    let before = count(queue.pool(), "SELECT COUNT(*) FROM job_queue").await;
+    let before = count(
+        queue.mysql_pool().unwrap(),
+        "SELECT COUNT(*) FROM job_queue",
+    )
+    .await;
     for (form, cookie) in [
         (format!("action=delete&id={failed1}"), Some(token.as_str())),
         (
@@ -249,7 +253,11 @@ async fn ticked_jobs_are_retried_run_cancelled_and_deleted_with_a_notice() {
         assert_eq!(r.status, StatusCode::FORBIDDEN, "{form}: {}", r.body);
     }
     assert_eq!(
-        count(queue.pool(), "SELECT COUNT(*) FROM job_queue").await,
+        count(
+            queue.mysql_pool().unwrap(),
+            "SELECT COUNT(*) FROM job_queue"
+        )
+        .await,
         before
     );
 
@@ -299,12 +307,16 @@ async fn delete_and_run_now_keep_to_the_statuses_they_may_change() {
         "INSERT INTO job_queue_blocked (slot_key, priority, job_id) VALUES ('c:key', 0, ?)",
     )
     .bind(blocked)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     assert!(queue.delete(blocked).await.unwrap());
     assert_eq!(
-        count(queue.pool(), "SELECT COUNT(*) FROM job_queue_blocked").await,
+        count(
+            queue.mysql_pool().unwrap(),
+            "SELECT COUNT(*) FROM job_queue_blocked"
+        )
+        .await,
         0
     );
 
@@ -315,7 +327,7 @@ async fn delete_and_run_now_keep_to_the_statuses_they_may_change() {
          run_at = UTC_TIMESTAMP(6) + INTERVAL 10 MINUTE WHERE id = ?",
     )
     .bind(waiting)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     assert!(queue.run_now(waiting).await.unwrap());
@@ -659,7 +671,7 @@ async fn an_error_filter_that_reads_too_long_is_stopped_with_a_message() {
          SELECT 'q', 'k', CONCAT('slow:', seq), '{}', 'failed', 1, REPEAT('a', 60000), UTC_TIMESTAMP(6) \
          FROM seq_1_to_100",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let router = Dashboard::new(queue.clone()).router();
@@ -701,7 +713,7 @@ async fn the_status_tabs_count_capped_and_by_queue() {
              FROM seq_1_to_1000",
         )
         .bind(batch)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     }
@@ -792,11 +804,11 @@ async fn the_new_statements_are_served_by_their_indexes() {
            IF(seq % 4 >= 2, UTC_TIMESTAMP(6), NULL) \
          FROM seq_1_to_2000",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     sqlx::query("ANALYZE TABLE job_queue")
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     let store = queue.store();
@@ -896,7 +908,7 @@ async fn newer_pages_lead_back_through_the_pages_older_ones_led_to() {
     sqlx::query(
         "UPDATE job_queue SET run_at = '2026-01-01 00:00:00' WHERE status = 'ready' AND id % 4 = 0",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let router = Dashboard::new(queue.clone()).router();
@@ -956,7 +968,7 @@ async fn the_recount_after_an_action_is_bounded() {
     let failed: i64 = sqlx::query_scalar(
         "SELECT CAST(jobs AS SIGNED) FROM job_queue_gauges WHERE queue = 'mail' AND status = 'failed'",
     )
-    .fetch_one(queue.pool())
+    .fetch_one(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     assert_eq!(failed, 1);
@@ -964,13 +976,13 @@ async fn the_recount_after_an_action_is_bounded() {
     // The gauges last counted more than a quick count reads: left to the workers.
     sqlx::query("INSERT INTO job_queue_gauges (queue, status, jobs) VALUES ('huge', 'failed', ?)")
         .bind(jobqueue::admin::RECOUNT_MAX_JOBS + 1)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     assert!(!queue.recount_gauges().await.unwrap());
     let huge: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM job_queue_gauges WHERE queue = 'huge'")
-            .fetch_one(queue.pool())
+            .fetch_one(queue.mysql_pool().unwrap())
             .await
             .unwrap();
     assert_eq!(huge, 1, "no count replaced the gauges");

@@ -34,7 +34,7 @@ async fn finished(
         .bind(status)
         .bind(run_ms * 1000)
         .bind((run_ms + wait_ms) * 1000)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .expect("insert a finished job");
     }
@@ -98,7 +98,7 @@ async fn the_periodic_page_runs_pauses_and_resumes_a_schedule() {
         "INSERT INTO job_queue_cron (kind, last_tick, updated_at, schedule) VALUES \
          ('nightly_export', UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6), '0 0 3 * * *')",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let tick = web_support::insert_job(
@@ -147,7 +147,7 @@ async fn the_periodic_page_runs_pauses_and_resumes_a_schedule() {
     let keys: Vec<String> = sqlx::query_scalar(
         "SELECT CAST(task_key AS CHAR) FROM job_queue WHERE kind = 'nightly_export' ORDER BY id",
     )
-    .fetch_all(queue.pool())
+    .fetch_all(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     assert_eq!(keys.len(), 2, "{keys:?}");
@@ -187,7 +187,7 @@ async fn the_periodic_page_runs_pauses_and_resumes_a_schedule() {
     assert!(r.location.unwrap().contains("1%20schedule%20changed"));
     let paused: Option<chrono::NaiveDateTime> =
         sqlx::query_scalar("SELECT paused_at FROM job_queue_cron WHERE kind = 'nightly_export'")
-            .fetch_one(queue.pool())
+            .fetch_one(queue.mysql_pool().unwrap())
             .await
             .unwrap();
     assert_eq!(paused, None);
@@ -234,7 +234,7 @@ async fn the_periodic_page_runs_pauses_and_resumes_a_schedule() {
         "INSERT INTO job_queue_cron (kind, last_tick, updated_at, schedule) VALUES \
          ('billing/monthly <b>', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), '0 0 0 1 * *')",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let page = get(&router, "/periodic").await.body;
@@ -249,7 +249,7 @@ async fn the_periodic_page_runs_pauses_and_resumes_a_schedule() {
     let paused: bool = sqlx::query_scalar(
         "SELECT paused_at IS NOT NULL FROM job_queue_cron WHERE kind = 'billing/monthly <b>'",
     )
-    .fetch_one(queue.pool())
+    .fetch_one(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     assert!(paused);
@@ -270,7 +270,7 @@ async fn the_periodic_page_runs_pauses_and_resumes_a_schedule() {
 #[tokio::test]
 async fn the_queue_page_shows_its_counts_limits_and_workers() {
     let queue = fresh_queue("web_queue_page").await;
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     let holder =
         web_support::insert_job(&queue, "mail", "send", "run:1", "{}", "running", None).await;
     let mut blocked = Vec::new();

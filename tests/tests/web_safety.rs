@@ -389,7 +389,7 @@ async fn audit_rows(
 ) -> Vec<(String, String, Option<u64>, Option<String>, Option<String>)> {
     sqlx::query_as("SELECT CAST(actor AS CHAR), CAST(action AS CHAR), job_id, CAST(queue AS CHAR), CAST(detail AS CHAR) \
          FROM job_queue_audit ORDER BY id")
-        .fetch_all(queue.pool())
+        .fetch_all(queue.mysql_pool().unwrap())
         .await
         .unwrap()
 }
@@ -560,7 +560,7 @@ async fn redaction_hides_every_field_a_producer_controls() {
          concurrency_key = 'ckey-secret', rate_key = 'rkey-secret' WHERE id = ?",
     )
     .bind(id)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     let secrets = [
@@ -729,7 +729,7 @@ async fn database_errors_show_a_request_id_and_no_internals() {
     let queue = fresh_queue("web_safety_errors").await;
     let router = Dashboard::new(queue.clone()).router();
     sqlx::query("DROP TABLE job_queue_audit")
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     let r = get(&router, "/audit").await;
@@ -785,7 +785,7 @@ async fn maintenance_prunes_audit_rows_past_the_longest_retention() {
         )
         .bind(days)
         .bind(action)
-        .execute(queue.pool())
+        .execute(queue.mysql_pool().unwrap())
         .await
         .unwrap();
     }
@@ -801,7 +801,7 @@ async fn maintenance_prunes_audit_rows_past_the_longest_retention() {
         || async {
             let left: Vec<String> =
                 sqlx::query_scalar("SELECT CAST(action AS CHAR) FROM job_queue_audit ORDER BY id")
-                    .fetch_all(queue.pool())
+                    .fetch_all(queue.mysql_pool().unwrap())
                     .await
                     .unwrap();
             (left == ["recent"]).then_some(())

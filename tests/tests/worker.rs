@@ -79,7 +79,7 @@ async fn three_workers_run_two_hundred_jobs_exactly_once() {
     let (done, attempts): (i64, i64) = sqlx::query_as(
         "SELECT COUNT(*), CAST(SUM(attempts) AS SIGNED) FROM job_queue WHERE status = 'done'",
     )
-    .fetch_one(queue.pool())
+    .fetch_one(queue.mysql_pool().unwrap())
     .await
     .unwrap();
     assert_eq!(
@@ -378,7 +378,7 @@ async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back() {
 
     let ctx = receive(&mut started, "the first attempt", Duration::from_secs(10)).await;
     assert_eq!(ctx.attempt(), 1);
-    let mut blocker = queue.pool().begin().await.unwrap();
+    let mut blocker = queue.mysql_pool().unwrap().begin().await.unwrap();
     sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
         .bind(id)
         .fetch_one(&mut *blocker)
@@ -399,7 +399,7 @@ async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back() {
     let (db_now, lease_until): (chrono::NaiveDateTime, chrono::NaiveDateTime) =
         sqlx::query_as("SELECT UTC_TIMESTAMP(6), lease_until FROM job_queue WHERE id = ?")
             .bind(id)
-            .fetch_one(queue.pool())
+            .fetch_one(queue.mysql_pool().unwrap())
             .await
             .unwrap();
     let stopped_by = db_now - chrono::TimeDelta::from_std(asked - cancelled_at).unwrap();
@@ -647,7 +647,7 @@ async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
         .iter()
         .map(|e| e.id())
         .collect();
-    let mut locker = queue.pool().begin().await.unwrap();
+    let mut locker = queue.mysql_pool().unwrap().begin().await.unwrap();
     let locked: Vec<u64> = sqlx::query_scalar(
         "SELECT id FROM job_queue WHERE status = 'ready' ORDER BY id FOR UPDATE",
     )
@@ -722,7 +722,7 @@ async fn an_unknown_kind_waits_without_spending_attempts_then_fails_naming_the_k
          VALUES ('default', 'no_such_kind', 'no_such_kind:1', '{}', 'ready', UTC_TIMESTAMP(6), 2, \
            30000, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
     )
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .unwrap()
     .last_insert_id();
@@ -747,7 +747,7 @@ async fn an_unknown_kind_waits_without_spending_attempts_then_fails_naming_the_k
                  WHERE id = ? AND status = 'scheduled' AND attempts >= 1",
             )
             .bind(id)
-            .fetch_optional(queue.pool())
+            .fetch_optional(queue.mysql_pool().unwrap())
             .await
             .unwrap()
         },

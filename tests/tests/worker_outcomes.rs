@@ -356,9 +356,10 @@ async fn lost_ack(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(),
 async fn a_claim_whose_commit_reply_is_lost_still_runs_its_job_once() {
     let (queue, effects_pool) = fresh_queue_with_effects("outcomes_lost_ack").await;
     let proxy = Proxy::start(&server_addr(tests::server().url())).await;
-    let proxied = Queue::connect(&proxy.url(&tests::database_url(queue.pool()).await))
-        .await
-        .unwrap();
+    let proxied =
+        Queue::connect(&proxy.url(&tests::database_url(queue.mysql_pool().unwrap()).await))
+            .await
+            .unwrap();
     let id = queue.enqueue(LostAck { n: 1 }).await.unwrap().id();
 
     // The first COMMIT this worker sends is its claim's (maintenance, whose passes commit
@@ -415,9 +416,10 @@ async fn big(blob: String, n: u32) -> Result<(), JobError> {
 async fn the_claim_holds_its_locks_without_reading_payloads() {
     let queue = fresh_queue("outcomes_payload_after").await;
     let proxy = Proxy::start(&server_addr(tests::server().url())).await;
-    let proxied = Queue::connect(&proxy.url(&tests::database_url(queue.pool()).await))
-        .await
-        .unwrap();
+    let proxied =
+        Queue::connect(&proxy.url(&tests::database_url(queue.mysql_pool().unwrap()).await))
+            .await
+            .unwrap();
     let blob = "x".repeat(200 * 1024);
     queue
         .enqueue_many((0..20).map(|n| Big {
@@ -469,7 +471,7 @@ async fn an_old_worker_leaves_jobs_it_cannot_run_to_a_newer_one_without_spending
     tests::init_tracing();
     let url = fresh_database("outcomes_deploy").await;
     let queue = migrated_queue(&url).await;
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     sqlx::query(PROCESS_EFFECTS_TABLE)
         .execute(pool)
         .await
@@ -578,7 +580,7 @@ async fn a_job_that_crashes_its_worker_again_and_again_ends_failed() {
     tests::init_tracing();
     let url = fresh_database("outcomes_poison").await;
     let queue = migrated_queue(&url).await;
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     sqlx::query(PROCESS_EFFECTS_TABLE)
         .execute(pool)
         .await
@@ -724,7 +726,7 @@ async fn utf8(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), Job
 async fn a_row_with_a_key_that_is_not_utf8_fails_alone_and_the_queue_goes_on() {
     let (queue, effects_pool) = fresh_queue_with_effects("outcomes_utf8").await;
     let bad = insert_raw(
-        queue.pool(),
+        queue.mysql_pool().unwrap(),
         "outcomes_utf8",
         b"bad-\xff\xfe-key",
         r#"{"n": 1}"#,
@@ -746,7 +748,7 @@ async fn a_row_with_a_key_that_is_not_utf8_fails_alone_and_the_queue_goes_on() {
     wait_status(&queue, good, JobStatus::Done, Duration::from_secs(10)).await;
     let (status, attempts, _, error) =
         wait_for("the bad row to fail", Duration::from_secs(10), || async {
-            let s = raw_state(queue.pool(), bad).await;
+            let s = raw_state(queue.mysql_pool().unwrap(), bad).await;
             (s.0 == "failed").then_some(s)
         })
         .await;

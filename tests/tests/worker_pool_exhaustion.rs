@@ -24,7 +24,7 @@ use tests::{fresh_database, init_tracing, receive, start, stop, wait_for, Mailbo
 #[job(name = "regressions_pool_hog", lease = "3s", max_attempts = 3)]
 async fn pool_hog(queue: Data<Queue>, n: u32) -> Result<(), JobError> {
     let _ = n;
-    let mut conn = queue.pool().acquire().await?;
+    let mut conn = queue.mysql_pool().unwrap().acquire().await?;
     sqlx::query("SELECT SLEEP(4)").execute(&mut *conn).await?;
     Ok(())
 }
@@ -97,7 +97,7 @@ static REPORTER_GO: tokio::sync::Notify = tokio::sync::Notify::const_new();
 /// Holds one connection of the queue's own pool until the test lets it go.
 #[job(name = "regressions_pool_holder")]
 async fn pool_holder(queue: Data<Queue>, n: u32) -> Result<(), JobError> {
-    let _conn = queue.pool().acquire().await?;
+    let _conn = queue.mysql_pool().unwrap().acquire().await?;
     HOLDERS.send(n);
     HOLDERS_GO.acquire().await.expect("open").forget();
     Ok(())

@@ -128,7 +128,7 @@ async fn dropping_the_run_future_stops_renewals_and_another_worker_takes_over() 
                  FROM job_queue WHERE id = ?",
             )
             .bind(id)
-            .fetch_one(queue.pool())
+            .fetch_one(queue.mysql_pool().unwrap())
             .await
             .unwrap();
             expired.then(|| until.expect("a running job has a lease"))

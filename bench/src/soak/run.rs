@@ -500,7 +500,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
     .await?;
     queue.migrate().await?;
     for table in TABLES {
-        sqlx::raw_sql(table).execute(queue.pool()).await?;
+        sqlx::raw_sql(table)
+            .execute(queue.mysql_pool().unwrap())
+            .await?;
     }
     let accounts: Vec<String> = (1..=ACCOUNTS)
         .map(|a| format!("({a}, {INITIAL_BALANCE})"))
@@ -509,7 +511,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
         "INSERT INTO soak_account (id, balance) VALUES {}",
         accounts.join(", ")
     ))
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await?;
 
     let load = Duration::from_secs_f64(args.minutes * 60.0);
@@ -531,7 +533,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
     let load_began = Instant::now();
     let until = load_began + load;
     let producer = tokio::spawn(produce(queue.clone(), until));
-    let progress = tokio::spawn(report_progress(queue.pool().clone(), until));
+    let progress = tokio::spawn(report_progress(queue.mysql_pool().unwrap().clone(), until));
     let faults = inject(
         &mut fleet,
         place.server.clone(),
@@ -556,11 +558,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
     for slot in 0..fleet.len() {
         fleet.spawn(slot)?;
     }
-    let mut left = unfinished(queue.pool()).await?;
+    let mut left = unfinished(queue.mysql_pool().unwrap()).await?;
     while !left.is_empty() && drain_began.elapsed() < DRAIN_PATIENCE {
         tokio::time::sleep(Duration::from_secs(1)).await;
         fleet.restart_exited()?;
-        left = unfinished(queue.pool()).await?;
+        left = unfinished(queue.mysql_pool().unwrap()).await?;
     }
     fleet.stop_all(Duration::from_secs(30)).await?;
     println!(
@@ -578,7 +580,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
         acknowledged: &produced.acknowledged,
         faults: &faults,
     };
-    let (checks, stats) = checks::check_all(queue.pool(), &run).await?;
+    let (checks, stats) = checks::check_all(queue.mysql_pool().unwrap(), &run).await?;
     let pass = checks.iter().all(|c| c.pass);
     print_summary(
         &produced,
@@ -589,7 +591,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
         began.elapsed(),
     );
 
-    queue.pool().close().await;
+    queue.mysql_pool().unwrap().close().await;
     if args.keep && place.server.is_none() {
         println!("database {} kept", place.database);
     } else if place.server.is_none() {

@@ -89,7 +89,7 @@ impl Store {
             "{RETRY_SET} WHERE id = ? AND status IN ('failed', 'cancelled')"
         ))
         .bind(id)
-        .execute(&self.pool)
+        .execute(self.mysql_pool()?)
         .await?
         .rows_affected())
     }
@@ -112,7 +112,7 @@ impl Store {
 
     /// One job, by id or by task key.
     pub(crate) async fn job(&self, lookup: JobLookup<'_>) -> Result<Option<JobRecord>> {
-        fetch_job(&self.pool, lookup).await
+        fetch_job(self.mysql_pool()?, lookup).await
     }
 
     /// The jobs that gave `key` up to a newer job, newest first, at most `limit`.
@@ -123,7 +123,7 @@ impl Store {
             .bind(high)
             .bind(key)
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(self.mysql_pool()?)
             .await?;
         rows.iter().map(record_from_row).collect()
     }
@@ -133,7 +133,7 @@ impl Store {
     pub(crate) async fn attempt_log(&self, id: u64) -> Result<Option<Option<String>>> {
         let row = sqlx::query(ATTEMPT_LOG_SELECT)
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.mysql_pool()?)
             .await?;
         row.map(|r| opt_text(&r, 0).map_err(Into::into)).transpose()
     }
@@ -145,7 +145,7 @@ impl Store {
     ) -> Result<Option<(String, JobStatus, Option<String>)>> {
         let row = sqlx::query(OUTPUT_SELECT)
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.mysql_pool()?)
             .await?;
         let Some(r) = row else {
             return Ok(None);
@@ -165,14 +165,14 @@ impl Store {
                     "SELECT CAST(status AS CHAR) AS s, COUNT(*) AS n FROM job_queue WHERE queue = ? GROUP BY status",
                 )
                 .bind(q)
-                .fetch_all(&self.pool)
+                .fetch_all(self.mysql_pool()?)
                 .await?
             }
             None => {
                 sqlx::query(
                     "SELECT CAST(status AS CHAR) AS s, COUNT(*) AS n FROM job_queue GROUP BY status",
                 )
-                .fetch_all(&self.pool)
+                .fetch_all(self.mysql_pool()?)
                 .await?
             }
         };
@@ -191,7 +191,7 @@ impl Store {
             "INSERT INTO job_queue_pause (queue, paused_at) VALUES (?, UTC_TIMESTAMP(6))",
         )
         .bind(queue)
-        .execute(&self.pool)
+        .execute(self.mysql_pool()?)
         .await;
         match inserted {
             Err(e) if is_key_conflict(&e) => Ok(false),
@@ -203,7 +203,7 @@ impl Store {
     pub(crate) async fn resume(&self, queue: &str) -> Result<()> {
         sqlx::query("DELETE FROM job_queue_pause WHERE queue = ?")
             .bind(queue)
-            .execute(&self.pool)
+            .execute(self.mysql_pool()?)
             .await?;
         Ok(())
     }
@@ -211,7 +211,7 @@ impl Store {
     /// The paused queues, by name.
     pub(crate) async fn paused_queues_sorted(&self) -> Result<Vec<String>> {
         let rows = sqlx::query("SELECT queue FROM job_queue_pause ORDER BY queue")
-            .fetch_all(&self.pool)
+            .fetch_all(self.mysql_pool()?)
             .await?;
         rows.iter().map(|r| Ok(text(r, 0)?)).collect()
     }
@@ -223,7 +223,7 @@ impl Store {
         )
         .bind(status.as_str())
         .bind(older_than_us)
-        .fetch_one(&self.pool)
+        .fetch_one(self.mysql_pool()?)
         .await?;
         Ok(n as u64)
     }
@@ -237,7 +237,7 @@ impl Store {
     ) -> Result<u64> {
         let (sql, args) = prune_matching_count(query, older_than_us);
         let n: i64 = bind_all(sqlx::query(&sql), &args)
-            .fetch_one(&self.pool)
+            .fetch_one(self.mysql_pool()?)
             .await?
             .try_get(0)?;
         Ok(n as u64)
@@ -286,7 +286,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT queue, CAST(status AS CHAR), COUNT(*) FROM job_queue GROUP BY queue, status ORDER BY queue",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.mysql_pool()?)
         .await?;
         // By name in a map: a scan of the list per row is quadratic in the queues.
         let mut by_name: std::collections::BTreeMap<String, QueueStats> = Default::default();
@@ -323,7 +323,7 @@ impl Store {
             .bind(&s.queue)
             .bind(&s.queue)
             .bind(&s.queue)
-            .fetch_one(&self.pool)
+            .fetch_one(self.mysql_pool()?)
             .await?;
             let age: Option<i64> = r.try_get(0)?;
             s.oldest_ready_secs = age.map(|us| us.max(0) as f64 / 1e6);
@@ -351,7 +351,7 @@ impl Store {
         if let Some(name) = queue {
             q = q.bind(name);
         }
-        let rows = q.bind(limit).fetch_all(&self.pool).await?;
+        let rows = q.bind(limit).fetch_all(self.mysql_pool()?).await?;
         rows.iter()
             .map(|r| {
                 Ok(RunningJob {

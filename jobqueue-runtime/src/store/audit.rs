@@ -60,7 +60,7 @@ impl Store {
                 ))
                 .bind(id)
                 .bind(limit)
-                .fetch_all(&self.pool)
+                .fetch_all(self.mysql_pool()?)
                 .await?
             }
             None => {
@@ -68,7 +68,7 @@ impl Store {
                     "SELECT {AUDIT_COLUMNS} FROM job_queue_audit ORDER BY id DESC LIMIT ?"
                 ))
                 .bind(limit)
-                .fetch_all(&self.pool)
+                .fetch_all(self.mysql_pool()?)
                 .await?
             }
         };

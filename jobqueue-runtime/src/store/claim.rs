@@ -121,7 +121,7 @@ impl Store {
     /// A connection for [`Store::probe_ready`].
     pub(crate) async fn probe_connection(&self) -> Result<ProbeConnection> {
         use sqlx::ConnectOptions as _;
-        let options = self.pool.connect_options();
+        let options = self.mysql_pool()?.connect_options();
         let connect = options.connect();
         match tokio::time::timeout(PROBE_TIMEOUT, connect).await {
             Ok(conn) => Ok(ProbeConnection(conn?)),

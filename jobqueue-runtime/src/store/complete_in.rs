@@ -26,6 +26,24 @@ use super::*;
 /// caller's transaction locks the job's row, that one slot row, and no gap; waking a
 /// blocked job of the key is left to the worker once it sees the commit
 /// ([`Store::wake_after_commit`]), or to maintenance.
+/// [`complete_in`] on a transaction of either database.
+pub(crate) async fn complete_in_on(
+    conn: crate::backend::ConnRef<'_>,
+    id: u64,
+    owner: &str,
+    attempt: u32,
+    holds_slot: bool,
+) -> Result<Option<String>> {
+    match conn {
+        crate::backend::ConnRef::MySql(conn) => {
+            complete_in(conn, id, owner, attempt, holds_slot).await
+        }
+        crate::backend::ConnRef::Postgres(conn) => {
+            super::postgres::complete_in::complete_in(conn, id, owner, attempt, holds_slot).await
+        }
+    }
+}
+
 pub(crate) async fn complete_in(
     conn: &mut MySqlConnection,
     id: u64,

@@ -53,12 +53,43 @@ impl std::fmt::Debug for ProbeConn {
     }
 }
 
+/// The connect options of a queue's pool, for a worker's lease store.
+#[derive(Debug, Clone)]
+pub(crate) enum LeaseOptions {
+    MySql(MySqlConnectOptions),
+    Postgres(sqlx::postgres::PgConnectOptions),
+}
+
 /// What a worker's lease store connects with (see [`Store::lease_store`]).
 #[derive(Debug, Clone)]
 pub(crate) struct LeaseConnect {
-    pub(crate) options: MySqlConnectOptions,
+    pub(crate) options: LeaseOptions,
     pub(crate) acquire_timeout: Duration,
     pub(crate) max_lifetime: Duration,
+}
+
+/// Opens a queue's pool on PostgreSQL. With `idle_ms`, the server ends a session that sits
+/// idle that long inside a transaction (`idle_in_transaction_session_timeout`), so that a
+/// client that died between a claim's lock and its commit does not keep those jobs locked.
+pub(crate) async fn connect_postgres_pool(
+    options: sqlx::postgres::PgConnectOptions,
+    max_connections: u32,
+    acquire_timeout: Duration,
+    max_lifetime: Duration,
+    idle_ms: Option<u64>,
+) -> crate::Result<sqlx::PgPool> {
+    let mut options = options.application_name("jobqueue");
+    if let Some(ms) = idle_ms {
+        options = options.options([("idle_in_transaction_session_timeout", ms.to_string())]);
+    }
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        .max_lifetime(max_lifetime)
+        .idle_timeout(POOL_IDLE_TIMEOUT)
+        .connect_with(options)
+        .await?;
+    Ok(pool)
 }
 
 /// Opens a queue's pool. Every session runs at READ COMMITTED, and with `idle_secs` the
@@ -159,14 +190,12 @@ impl Store {
     /// A store over `pool`. `set_isolation`: the pool is the caller's, so each transaction
     /// sets READ COMMITTED itself. `call_timeout`: see [`Store::call_timeout`].
     pub(crate) fn new(
-        pool: MySqlPool,
-        set_isolation: bool,
+        db: super::Db,
         metrics: Arc<Metrics>,
         call_timeout: Option<Duration>,
     ) -> Store {
         Store {
-            pool,
-            set_isolation,
+            db,
             metrics,
             call_timeout,
         }
@@ -178,6 +207,26 @@ impl Store {
     /// lock, and a statement abandoned after a timeout must not go on holding locks of its
     /// own for long on the server.
     pub(crate) fn lease_store(connect: LeaseConnect, metrics: Arc<Metrics>) -> Store {
+        let options = match connect.options {
+            LeaseOptions::MySql(options) => options,
+            LeaseOptions::Postgres(options) => {
+                // Lock waits end after 1 s; a session idle inside a transaction ends after 5 s.
+                let options = options.options([
+                    ("lock_timeout", "1000".to_string()),
+                    (
+                        "idle_in_transaction_session_timeout",
+                        LEASE_IDLE_TRANSACTION.as_millis().to_string(),
+                    ),
+                ]);
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(2)
+                    .acquire_timeout(connect.acquire_timeout)
+                    .max_lifetime(connect.max_lifetime)
+                    .idle_timeout(POOL_IDLE_TIMEOUT)
+                    .connect_lazy_with(options);
+                return Store::new(super::Db::Postgres { pool }, metrics, None);
+            }
+        };
         let pool = MySqlPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(connect.acquire_timeout)
@@ -202,12 +251,15 @@ impl Store {
                     Ok(())
                 })
             })
-            .connect_lazy_with(
-                connect
-                    .options
-                    .statement_cache_capacity(LEASE_STORE_STATEMENTS),
-            );
-        Store::new(pool, false, metrics, None)
+            .connect_lazy_with(options.statement_cache_capacity(LEASE_STORE_STATEMENTS));
+        Store::new(
+            super::Db::MySql {
+                pool,
+                set_isolation: false,
+            },
+            metrics,
+            None,
+        )
     }
 
     /// A connection for the idle probe: see [`ProbeConn`].
@@ -216,13 +268,14 @@ impl Store {
     pub(crate) async fn probe_conn(&self) -> crate::Result<Option<ProbeConn>> {
         // A pool of one connection would have none left for the heartbeat and maintenance
         // while the worker idles.
-        if self.set_isolation || self.pool.options().get_max_connections() < 2 {
+        let pool = self.mysql_pool()?;
+        if self.set_isolation() || pool.options().get_max_connections() < 2 {
             return Ok(Some(ProbeConn::Own(self.probe_connection().await?)));
         }
         if self.pool_exhausted() {
             return Ok(None);
         }
-        match tokio::time::timeout(PROBE_TIMEOUT, self.pool.acquire()).await {
+        match tokio::time::timeout(PROBE_TIMEOUT, pool.acquire()).await {
             Ok(conn) => Ok(Some(ProbeConn::Pooled(conn?))),
             Err(_) => Err(super::timed_out(PROBE_TIMEOUT).into()),
         }
@@ -231,7 +284,19 @@ impl Store {
     /// Whether every connection of the pool is open and in use: a probe that holds one of
     /// them gives it back, for the application, the heartbeat or maintenance.
     pub(crate) fn pool_exhausted(&self) -> bool {
-        self.pool.num_idle() == 0 && self.pool.size() >= self.pool.options().get_max_connections()
+        let (idle, size, max) = match &self.db {
+            super::Db::MySql { pool, .. } => (
+                pool.num_idle(),
+                pool.size(),
+                pool.options().get_max_connections(),
+            ),
+            super::Db::Postgres { pool } => (
+                pool.num_idle(),
+                pool.size(),
+                pool.options().get_max_connections(),
+            ),
+        };
+        idle == 0 && size >= max
     }
 
     /// Whether any of `queues` (not paused) has a ready job, on `conn` (`sql` from
@@ -264,6 +329,9 @@ impl Store {
 
     /// Closes the store's pool, waiting for its connections to be returned.
     pub(crate) async fn close(&self) {
-        self.pool.close().await;
+        match &self.db {
+            super::Db::MySql { pool, .. } => pool.close().await,
+            super::Db::Postgres { pool } => pool.close().await,
+        }
     }
 }

@@ -310,7 +310,7 @@ impl Store {
     ) -> Result<Vec<MySqlRow>> {
         let sql = time_limited(sql, LIST_TIME_LIMIT);
         match bind_all(sqlx::query(&sql), args)
-            .fetch_all(&self.pool)
+            .fetch_all(self.mysql_pool()?)
             .await
         {
             Ok(rows) => Ok(rows),
@@ -328,7 +328,7 @@ impl Store {
     pub(crate) async fn job_detail(&self, id: u64) -> Result<Option<JobDetail>> {
         let row = sqlx::query(&job_detail_sql())
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.mysql_pool()?)
             .await?;
         row.as_ref().map(detail_from_row).transpose()
     }
@@ -338,7 +338,7 @@ impl Store {
         let (conds, args) = conditions(query);
         let sql = format!("SELECT COUNT(*) FROM job_queue {}", where_clause(&conds));
         let n: i64 = bind_all(sqlx::query(&sql), &args)
-            .fetch_one(&self.pool)
+            .fetch_one(self.mysql_pool()?)
             .await?
             .try_get(0)?;
         Ok(n as u64)
@@ -410,7 +410,7 @@ impl Store {
                     self.fetch_limited(&sql, &args, &of_status).await?
                 } else {
                     bind_all(sqlx::query(&sql), &args)
-                        .fetch_all(&self.pool)
+                        .fetch_all(self.mysql_pool()?)
                         .await?
                 };
                 let more = rows.len() > batch as usize;
@@ -471,12 +471,14 @@ impl Store {
     /// oldest ready job and expired leases; and how long ago the gauges were counted
     /// (`None`: never). One index lookup per queue to find the queues.
     pub(crate) async fn queue_overview(&self) -> Result<(Vec<QueueOverview>, Option<Duration>)> {
-        let rows = sqlx::query(OVERVIEW_SQL).fetch_all(&self.pool).await?;
+        let rows = sqlx::query(OVERVIEW_SQL)
+            .fetch_all(self.mysql_pool()?)
+            .await?;
         let (mut by_name, counted) = fold_overview(&rows)?;
         let mut after = String::new();
         while let Some(q) = sqlx::query_scalar::<_, Vec<u8>>(NEXT_QUEUE_SQL)
             .bind(after.as_str())
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.mysql_pool()?)
             .await?
         {
             after = String::from_utf8_lossy(&q).into_owned();
@@ -515,7 +517,7 @@ impl Store {
                     .bind(after.as_str())
                     .bind(prefix)
                     .bind(end.as_str())
-                    .fetch_optional(&self.pool)
+                    .fetch_optional(self.mysql_pool()?)
                     .await?
                 {
                     if names.len() == limit {
@@ -529,7 +531,7 @@ impl Store {
             None => {
                 let busiest: Vec<Vec<u8>> = sqlx::query_scalar(BUSIEST_QUEUES_SQL)
                     .bind(limit as u64)
-                    .fetch_all(&self.pool)
+                    .fetch_all(self.mysql_pool()?)
                     .await?;
                 names.extend(
                     busiest
@@ -537,12 +539,12 @@ impl Store {
                         .map(|q| String::from_utf8_lossy(q).into_owned()),
                 );
                 let gauged: i64 = sqlx::query_scalar(GAUGED_QUEUES_SQL)
-                    .fetch_one(&self.pool)
+                    .fetch_one(self.mysql_pool()?)
                     .await?;
                 more = (gauged.max(0) as u64).saturating_sub(names.len() as u64);
                 let paused: Vec<Vec<u8>> = sqlx::query_scalar(PAUSED_QUEUES_SQL)
                     .bind(limit as u64)
-                    .fetch_all(&self.pool)
+                    .fetch_all(self.mysql_pool()?)
                     .await?;
                 for q in paused {
                     let q = String::from_utf8_lossy(&q).into_owned();
@@ -559,7 +561,7 @@ impl Store {
                     steps += 1;
                     let Some(q) = sqlx::query_scalar::<_, Vec<u8>>(NEXT_QUEUE_SQL)
                         .bind(after.as_str())
-                        .fetch_optional(&self.pool)
+                        .fetch_optional(self.mysql_pool()?)
                         .await?
                     else {
                         every_queue_seen = true;
@@ -576,7 +578,7 @@ impl Store {
         }
         let (sql, args) = overview_of_statement(&names);
         let rows = bind_all(sqlx::query(&sql).persistent(false), &args)
-            .fetch_all(&self.pool)
+            .fetch_all(self.mysql_pool()?)
             .await?;
         let (mut by_name, counted) = fold_overview(&rows)?;
         let mut queues: Vec<QueueOverview> = names
@@ -610,7 +612,7 @@ impl Store {
             .bind(queue)
             .bind(status.as_str())
             .bind(cap + 1)
-            .fetch_one(&self.pool)
+            .fetch_one(self.mysql_pool()?)
             .await?;
         Ok(n.max(0) as u64)
     }
@@ -631,7 +633,7 @@ impl Store {
         let rows = sqlx::query(THROUGHPUT_TAIL_SQL)
             .bind(since)
             .bind(minutes)
-            .fetch_all(&self.pool)
+            .fetch_all(self.mysql_pool()?)
             .await?;
         for r in &rows {
             let m = ThroughputMinute {
@@ -668,7 +670,7 @@ impl Store {
     )> {
         let rows = sqlx::query(THROUGHPUT_KEPT_SQL)
             .bind(minutes)
-            .fetch_all(&self.pool)
+            .fetch_all(self.mysql_pool()?)
             .await?;
         let mut kept = Vec::with_capacity(rows.len());
         let mut counted_to = None;
@@ -692,7 +694,9 @@ impl Store {
 
     /// The workers' heartbeat rows; those not seen for `gone_after` are marked gone.
     pub(crate) async fn workers(&self, gone_after: Duration) -> Result<Vec<WorkerInfo>> {
-        let rows = sqlx::query(WORKERS_SQL).fetch_all(&self.pool).await?;
+        let rows = sqlx::query(WORKERS_SQL)
+            .fetch_all(self.mysql_pool()?)
+            .await?;
         rows.iter()
             .map(|r| worker_from_row(r, gone_after))
             .collect()
@@ -700,7 +704,9 @@ impl Store {
 
     /// Every periodic kind the schedulers have recorded.
     pub(crate) async fn periodic_jobs(&self) -> Result<Vec<PeriodicJob>> {
-        let rows = sqlx::query(PERIODIC_SQL).fetch_all(&self.pool).await?;
+        let rows = sqlx::query(PERIODIC_SQL)
+            .fetch_all(self.mysql_pool()?)
+            .await?;
         rows.iter().map(periodic_from_row).collect()
     }
 
@@ -713,7 +719,7 @@ impl Store {
     ) -> Result<Vec<(String, String, Option<String>, Option<u64>, String)>> {
         let explain = format!("EXPLAIN {sql}");
         let rows = bind_all(sqlx::query(&explain), args)
-            .fetch_all(&self.pool)
+            .fetch_all(self.mysql_pool()?)
             .await?;
         rows.iter()
             .map(|r| {

@@ -4,6 +4,7 @@ use sqlx::mysql::MySqlConnection;
 use sqlx::Row;
 
 use super::*;
+use crate::backend::ConnRef;
 use crate::error::JobRef;
 use crate::model::{Enqueued, JobStatus, NewJob, Uniqueness};
 
@@ -114,6 +115,22 @@ pub(crate) fn released_range(key: &str) -> (Vec<u8>, Vec<u8>) {
     let mut high = prefix.to_vec();
     high.push(1);
     (low, high)
+}
+
+/// [`insert`] on a connection of either database.
+pub(crate) async fn insert_on(conn: ConnRef<'_>, job: &NewJob) -> Result<Enqueued> {
+    match conn {
+        ConnRef::MySql(conn) => insert(conn, job).await,
+        ConnRef::Postgres(conn) => super::postgres::enqueue::insert(conn, job).await,
+    }
+}
+
+/// [`insert_many`] on a connection of either database.
+pub(crate) async fn insert_many_on(conn: ConnRef<'_>, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+    match conn {
+        ConnRef::MySql(conn) => insert_many(conn, jobs).await,
+        ConnRef::Postgres(conn) => super::postgres::enqueue::insert_many(conn, jobs).await,
+    }
 }
 
 /// Inserts one job; a task key that exists already gives `Duplicate` with the existing id,

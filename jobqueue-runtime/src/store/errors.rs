@@ -174,7 +174,58 @@ impl std::fmt::Display for DbErrorKind {
 
 /// The class of a sqlx error: `None` when it is not a server error, or one of no class.
 pub(crate) fn classify(e: &sqlx::Error) -> Option<DbErrorKind> {
+    if let Some(state) = postgres_state(e) {
+        return class_of_state(state);
+    }
     class_of(server_code(e)?)
+}
+
+/// The SQLSTATE of a PostgreSQL server error.
+pub(crate) fn postgres_state(e: &sqlx::Error) -> Option<&str> {
+    match e {
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+            .map(|e| e.code()),
+        _ => None,
+    }
+}
+
+/// The class of a PostgreSQL SQLSTATE (the codes of the manual's appendix "PostgreSQL Error
+/// Codes").
+fn class_of_state(state: &str) -> Option<DbErrorKind> {
+    use DbErrorKind::*;
+    Some(match state {
+        // deadlock_detected
+        "40P01" => Deadlock,
+        // lock_not_available: a `lock_timeout` ran out.
+        "55P03" => LockWaitTimeout,
+        // serialization_failure: a transaction at REPEATABLE READ or SERIALIZABLE (a pool of
+        // the application's may set them) could not be serialized.
+        "40001" => SnapshotConflict,
+        // unique_violation
+        "23505" => Duplicate,
+        // invalid_password, invalid_authorization_specification
+        "28P01" | "28000" => LoginDenied,
+        // invalid_catalog_name: the database does not exist.
+        "3D000" => UnknownDatabase,
+        // insufficient_privilege
+        "42501" => TableDenied,
+        // undefined_table
+        "42P01" => MissingTable,
+        // undefined_column
+        "42703" => UnknownColumn,
+        // undefined_object: among others, an unknown configuration parameter.
+        "42704" => UnknownVariable,
+        // not_null_violation, check_violation, numeric_value_out_of_range,
+        // string_data_right_truncation, invalid_text_representation,
+        // invalid_datetime_format, datetime_field_overflow, invalid_json_text,
+        // untranslatable_character, character_not_in_repertoire
+        "23502" | "23514" | "22003" | "22001" | "22P02" | "22007" | "22008" | "22P05" | "22021"
+        | "22032" => ValueRefused,
+        // query_canceled: `statement_timeout` ran out (or the statement was cancelled).
+        "57014" => StatementTimeout,
+        _ => return None,
+    })
 }
 
 /// The class of a server error number.

@@ -105,7 +105,7 @@ impl Store {
         let n: i64 = sqlx::query_scalar(
             "SELECT CAST(COALESCE(SUM(jobs), 0) AS SIGNED) FROM job_queue_gauges",
         )
-        .fetch_one(&self.pool)
+        .fetch_one(self.mysql_pool()?)
         .await?;
         Ok(n.max(0) as u64)
     }

@@ -1,5 +1,6 @@
-//! The embedded migrations of this crate's `migrations/` folder, and their own history
-//! table.
+//! The embedded migrations of this crate's `migrations/mysql/` folder, and their own
+//! history table; the PostgreSQL ones are in `store/postgres/migrate.rs`. The functions the
+//! queue calls take either pool and go to the one of its database.
 //!
 //! jobqueue records what it applied in `job_queue_migrations`, not in sqlx's
 //! `_sqlx_migrations`: an application's own sqlx migrator (or Flyway, Liquibase...) fails on
@@ -12,13 +13,15 @@
 
 use std::time::{Duration, Instant};
 
-use sqlx::mysql::{MySqlConnection, MySqlPool};
+use sqlx::mysql::MySqlConnection;
 use sqlx::{Executor, Row};
 
 use super::errors::{classify, DbErrorKind};
+use super::postgres::migrate as pg;
+use crate::backend::{Backend, DatabasePool};
 use crate::error::{Error, Result};
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/mysql");
 
 /// How long `migrate` waits for another process's migration before it gives up.
 const LOCK_WAIT: Duration = Duration::from_secs(120);
@@ -34,9 +37,13 @@ const HISTORY_TABLE: &str = "CREATE TABLE IF NOT EXISTS job_queue_migrations (\n
     PRIMARY KEY (version)\n\
 ) ENGINE = InnoDB";
 
-/// The newest schema version this library knows, and needs.
-pub(crate) fn latest_version() -> i64 {
-    MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
+/// The newest schema version this library knows, and needs, on `backend`.
+pub(crate) fn latest_version(backend: Backend) -> i64 {
+    let migrator = match backend {
+        Backend::MySql => &MIGRATOR,
+        Backend::Postgres => &pg::MIGRATOR,
+    };
+    migrator.iter().map(|m| m.version).max().unwrap_or(0)
 }
 
 /// What the database says about its jobqueue schema.
@@ -46,8 +53,9 @@ pub(crate) enum SchemaState {
     Current,
     /// No migration of jobqueue's recorded.
     Missing,
-    /// Migrated up to this version; newer ones are pending.
-    Behind(i64),
+    /// Migrated up to this version; newer ones are pending (the newest this library knows
+    /// is the second).
+    Behind(i64, i64),
 }
 
 impl SchemaState {
@@ -56,20 +64,21 @@ impl SchemaState {
         match self {
             SchemaState::Current => None,
             SchemaState::Missing => Some(Error::SchemaMissing),
-            SchemaState::Behind(version) => Some(Error::SchemaTooOld {
-                version,
-                needed: latest_version(),
-            }),
+            SchemaState::Behind(version, needed) => Some(Error::SchemaTooOld { version, needed }),
         }
     }
 }
 
 /// Reads the schema version from the history table (or from a 0.1 database's
 /// `_sqlx_migrations`).
-pub(crate) async fn state(pool: &MySqlPool) -> Result<SchemaState> {
+pub(crate) async fn state(pool: &DatabasePool) -> Result<SchemaState> {
+    let pool = match pool {
+        DatabasePool::MySql(pool) => pool,
+        DatabasePool::Postgres(pool) => return pg::state(pool).await,
+    };
     let mut conn = pool.acquire().await?;
     let applied = applied(&mut conn).await?;
-    let latest = latest_version();
+    let latest = latest_version(Backend::MySql);
     if applied.is_empty() {
         return Ok(SchemaState::Missing);
     }
@@ -85,7 +94,7 @@ pub(crate) async fn state(pool: &MySqlPool) -> Result<SchemaState> {
         .filter(|v| *v <= latest)
         .max()
         .unwrap_or(0);
-    Ok(SchemaState::Behind(newest_known))
+    Ok(SchemaState::Behind(newest_known, latest))
 }
 
 /// One row of the history.
@@ -150,7 +159,11 @@ async fn applied(conn: &mut MySqlConnection) -> Result<Vec<Applied>> {
 }
 
 /// Waits while another session holds the migration lock of this database.
-pub(crate) async fn wait_for_migration(pool: &MySqlPool) -> Result<()> {
+pub(crate) async fn wait_for_migration(pool: &DatabasePool) -> Result<()> {
+    let pool = match pool {
+        DatabasePool::MySql(pool) => pool,
+        DatabasePool::Postgres(pool) => return pg::wait_for_migration(pool).await,
+    };
     let mut conn = pool.acquire().await?;
     let busy: Option<i64> =
         sqlx::query_scalar("SELECT IS_USED_LOCK(CONCAT('jobqueue:migrate:', SHA1(DATABASE())))")
@@ -178,7 +191,11 @@ pub(crate) async fn wait_for_migration(pool: &MySqlPool) -> Result<()> {
 /// A schema that is already up to date is only read: no lock, no DDL, so that every replica
 /// may call `migrate` at start-up with a user that has DML rights and `SELECT` on
 /// `job_queue_migrations`.
-pub(crate) async fn run(pool: &MySqlPool) -> Result<()> {
+pub(crate) async fn run(pool: &DatabasePool) -> Result<()> {
+    let pool = match pool {
+        DatabasePool::MySql(pool) => pool,
+        DatabasePool::Postgres(pool) => return pg::run(pool).await.map_err(denied_hint),
+    };
     let mut conn = pool.acquire().await?;
     if up_to_date(&mut conn).await.map_err(denied_hint)? {
         return Ok(());
@@ -275,7 +292,7 @@ async fn run_locked(conn: &mut MySqlConnection) -> Result<()> {
 
 /// Whether a refusal says that the user may not change the schema (rather than that a
 /// migration's SQL failed).
-fn ddl_denied(class: DbErrorKind) -> bool {
+pub(crate) fn ddl_denied(class: DbErrorKind) -> bool {
     use DbErrorKind::*;
     matches!(
         class,
@@ -283,7 +300,7 @@ fn ddl_denied(class: DbErrorKind) -> bool {
     )
 }
 
-fn denied_hint(e: Error) -> Error {
+pub(crate) fn denied_hint(e: Error) -> Error {
     if e.database_class().is_some_and(ddl_denied) {
         Error::MigratePermission {
             source: Box::new(e),
@@ -294,7 +311,11 @@ fn denied_hint(e: Error) -> Error {
 }
 
 /// The migrations not yet applied to the database, by version and description.
-pub(crate) async fn pending(pool: &MySqlPool) -> Result<Vec<(i64, String)>> {
+pub(crate) async fn pending(pool: &DatabasePool) -> Result<Vec<(i64, String)>> {
+    let pool = match pool {
+        DatabasePool::MySql(pool) => pool,
+        DatabasePool::Postgres(pool) => return pg::pending(pool).await,
+    };
     let mut conn = pool.acquire().await?;
     let applied = applied(&mut conn).await?;
     Ok(MIGRATOR
@@ -304,9 +325,12 @@ pub(crate) async fn pending(pool: &MySqlPool) -> Result<Vec<(i64, String)>> {
         .collect())
 }
 
-/// The whole schema as one SQL script: the history table, then each migration followed by
-/// the row that records it. What `jobqueue migrate --print-sql` prints.
-pub(crate) fn script() -> String {
+/// The whole schema of `backend` as one SQL script: the history table, then each migration
+/// followed by the row that records it. What `jobqueue migrate --print-sql` prints.
+pub(crate) fn script(backend: Backend) -> String {
+    if backend == Backend::Postgres {
+        return pg::script();
+    }
     let mut out = String::from(
         "-- jobqueue schema. Apply each version once, in order, with your migration tool;\n\
          -- the INSERT after each records it, so that `Queue::check_schema` and\n\

@@ -45,7 +45,7 @@ macro_rules! transaction {
         loop {
             let mut pooled = acquire(store).await?;
             let one_try = async {
-                if store.set_isolation {
+                if store.set_isolation() {
                     pooled
                         .execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                         .await?;
@@ -164,9 +164,10 @@ macro_rules! on_connection {
 pub(crate) async fn acquire(
     store: &Store,
 ) -> sqlx::Result<sqlx::pool::PoolConnection<sqlx::MySql>> {
+    let pool = store.mysql_pool().map_err(Error::into_sqlx)?;
     match store.call_timeout {
-        None => store.pool.acquire().await,
-        Some(limit) => tokio::time::timeout(limit, store.pool.acquire())
+        None => pool.acquire().await,
+        Some(limit) => tokio::time::timeout(limit, pool.acquire())
             .await
             .unwrap_or_else(|_| Err(timed_out(limit))),
     }
@@ -180,6 +181,48 @@ pub(crate) fn timed_out(limit: Duration) -> sqlx::Error {
             "no reply from the database within {limit:?}; the connection was closed and the call will be retried on a new one"
         ),
     ))
+}
+
+/// The database behind a store, and its backend's settings. Every store function takes the
+/// branch of its backend: the MySQL/MariaDB statements are the functions of this module's
+/// files; the PostgreSQL ones are in [`postgres`], each called from the top of the function
+/// it stands for (see [`on_postgres!`]).
+#[derive(Clone, Debug)]
+pub(crate) enum Db {
+    /// MySQL 8.0 or MariaDB 10.6+.
+    MySql {
+        /// The pool.
+        pool: MySqlPool,
+        /// True when the pool is the caller's: its sessions may not be at READ COMMITTED,
+        /// so every transaction of the store sets the level itself.
+        set_isolation: bool,
+    },
+    /// PostgreSQL 13+.
+    Postgres {
+        /// The pool.
+        pool: sqlx::PgPool,
+    },
+}
+
+impl Db {
+    /// Which database this is.
+    pub(crate) fn backend(&self) -> crate::Backend {
+        match self {
+            Db::MySql { .. } => crate::Backend::MySql,
+            Db::Postgres { .. } => crate::Backend::Postgres,
+        }
+    }
+}
+
+/// Runs the PostgreSQL version of a store function when the store is on PostgreSQL: put at
+/// the top of the MySQL function it stands for, `on_postgres!(self, claim::claim(queue, owner,
+/// limit))` returns `postgres::claim::claim(self, pool, queue, owner, limit).await`.
+macro_rules! on_postgres {
+    ($store:expr, $($f:ident)::+ ($($arg:expr),* $(,)?)) => {
+        if let $crate::store::Db::Postgres { pool } = &$store.db {
+            return $crate::store::postgres::$($f)::+($store, pool, $($arg),*).await;
+        }
+    };
 }
 
 // The steps of the protocol, one file each. Declared after the macros above, which they use.
@@ -200,6 +243,7 @@ mod maintenance;
 pub(crate) mod migrate;
 pub(crate) mod operator;
 mod outcome;
+pub(crate) mod postgres;
 mod progress;
 pub(crate) mod server;
 mod testing;
@@ -211,7 +255,7 @@ pub use admin::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
 pub(crate) use audit::{AuditRow, AUDIT_PRUNE_BATCH};
 pub(crate) use claim::ProbeConnection;
 pub use claim::{claim_lock_sql, ready_probe_sql, CLAIM_SELECT};
-pub(crate) use complete_in::complete_in;
+pub(crate) use complete_in::complete_in_on;
 pub use complete_in::{
     complete_in_sql, CONCURRENCY_KEY_OF_JOB, OUTPUT_AFTER_COMMIT, SLOT_OF_CLAIM, SLOT_RELEASE,
 };
@@ -224,7 +268,7 @@ pub(crate) use decode::{
 };
 use enqueue::is_key_conflict;
 pub use enqueue::release_sql;
-pub(crate) use enqueue::{insert, insert_many};
+pub(crate) use enqueue::{insert, insert_many_on, insert_on};
 pub(crate) use errors::is_deterministic;
 pub use errors::DbErrorKind;
 pub use gauges::{COUNT_GAUGES, COUNT_THROUGHPUT};
@@ -250,8 +294,7 @@ pub(crate) use workers::{RosterRead, WorkerRow};
 /// [`Queue::store`](crate::Queue::store).
 #[derive(Clone, Debug)]
 pub struct Store {
-    pub(crate) pool: MySqlPool,
-    pub(crate) set_isolation: bool,
+    pub(crate) db: Db,
     pub(crate) metrics: Arc<Metrics>,
     /// How long one call (a statement, or one try of a transaction) may wait for the server
     /// before it is given up and its connection closed. `None`: as long as it takes. The
@@ -269,8 +312,36 @@ impl Store {
         }
     }
 
+    /// The MySQL/MariaDB pool, or [`Error::Unsupported`] on another database: what a store
+    /// function that has no version for that database yet answers there.
+    pub(crate) fn mysql_pool(&self) -> Result<&MySqlPool> {
+        match &self.db {
+            Db::MySql { pool, .. } => Ok(pool),
+            other => Err(Error::Unsupported {
+                backend: other.backend(),
+            }),
+        }
+    }
+
+    /// Whether each transaction sets READ COMMITTED itself (a MySQL pool of the caller's).
+    pub(crate) fn set_isolation(&self) -> bool {
+        matches!(
+            self.db,
+            Db::MySql {
+                set_isolation: true,
+                ..
+            }
+        )
+    }
+
+    /// Which database the store is on.
+    pub fn backend(&self) -> crate::Backend {
+        self.db.backend()
+    }
+
     /// The database's clock (`UTC_TIMESTAMP(6)`).
     pub(crate) async fn now(&self) -> Result<NaiveDateTime> {
+        on_postgres!(self, now());
         Ok(
             on_connection!(self, |conn| sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
                 .fetch_one(&mut *conn))

@@ -113,7 +113,7 @@ impl Store {
     pub(crate) async fn run_now(&self, id: u64) -> Result<u64> {
         Ok(sqlx::query(RUN_NOW_UPDATE)
             .bind(id)
-            .execute(&self.pool)
+            .execute(self.mysql_pool()?)
             .await?
             .rows_affected())
     }
@@ -122,7 +122,7 @@ impl Store {
     pub(crate) async fn job_status(&self, id: u64) -> Result<Option<JobStatus>> {
         let row = sqlx::query("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ?")
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.mysql_pool()?)
             .await?;
         row.map(|r| text(&r, 0)?.parse()).transpose()
     }
@@ -139,7 +139,7 @@ impl Store {
             let after = out.last().map(String::as_str).unwrap_or("");
             let Some(name) = sqlx::query_scalar::<_, Vec<u8>>(sql)
                 .bind(after)
-                .fetch_optional(&self.pool)
+                .fetch_optional(self.mysql_pool()?)
                 .await?
             else {
                 break;
@@ -159,10 +159,14 @@ impl Store {
             Some(q) => {
                 sqlx::query(GAUGES_OF_QUEUE)
                     .bind(q)
-                    .fetch_all(&self.pool)
+                    .fetch_all(self.mysql_pool()?)
                     .await?
             }
-            None => sqlx::query(GAUGES_ALL).fetch_all(&self.pool).await?,
+            None => {
+                sqlx::query(GAUGES_ALL)
+                    .fetch_all(self.mysql_pool()?)
+                    .await?
+            }
         };
         let mut counts = StatusCounts::default();
         let mut counted = None;
@@ -191,14 +195,14 @@ impl Store {
                     .bind(q)
                     .bind(status.as_str())
                     .bind(cap + 1)
-                    .fetch_one(&self.pool)
+                    .fetch_one(self.mysql_pool()?)
                     .await?
             }
             None => {
                 sqlx::query_scalar(CAPPED_STATUS_COUNT)
                     .bind(status.as_str())
                     .bind(cap + 1)
-                    .fetch_one(&self.pool)
+                    .fetch_one(self.mysql_pool()?)
                     .await?
             }
         };
@@ -217,7 +221,7 @@ impl Store {
         let (sql, args) = previous_statement(query, cursor, limit);
         let sql = time_limited(&sql, LIST_TIME_LIMIT);
         let rows = match bind_all(sqlx::query(&sql), &args)
-            .fetch_all(&self.pool)
+            .fetch_all(self.mysql_pool()?)
             .await
         {
             Ok(rows) => rows,

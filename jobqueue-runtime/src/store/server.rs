@@ -10,13 +10,17 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServerInfo {
-    /// `VERSION()`, e.g. `10.11.6-MariaDB` or `8.0.36`.
+    /// Which database the server is.
+    pub backend: crate::Backend,
+    /// `VERSION()`, e.g. `10.11.6-MariaDB` or `8.0.36`; PostgreSQL's `server_version`, e.g.
+    /// `15.4 (Debian 15.4-1)`.
     pub version: String,
     /// True for MariaDB, false for MySQL.
     pub mariadb: bool,
     /// The version as (major, minor, patch).
     pub version_number: (u32, u32, u32),
-    /// `read_only`: a replica, or a primary fenced for maintenance.
+    /// `read_only`: a replica, or a primary fenced for maintenance. On PostgreSQL: a standby
+    /// (`pg_is_in_recovery()`), or `default_transaction_read_only` on.
     pub read_only: bool,
     /// `log_bin`: whether the binary log is on.
     pub log_bin: bool,
@@ -67,6 +71,7 @@ pub(crate) async fn inspect(pool: &MySqlPool) -> Result<ServerInfo> {
         _ => None,
     };
     Ok(ServerInfo {
+        backend: crate::Backend::MySql,
         tidb: is_tidb(&version, vars.get("tidb_version").map(String::as_str)),
         max_prepared_stmt_count: vars
             .get("max_prepared_stmt_count")
@@ -85,6 +90,36 @@ pub(crate) async fn inspect(pool: &MySqlPool) -> Result<ServerInfo> {
             .cloned()
             .unwrap_or_default(),
         flush_log_at_trx_commit: get("innodb_flush_log_at_trx_commit"),
+    })
+}
+
+/// What a PostgreSQL server says about itself: its version, whether it is a standby or
+/// read-only, the session's isolation and `synchronous_commit` (in
+/// `flush_log_at_trx_commit`: `off` can lose the last commits in a crash, as MySQL's 0 and 2
+/// can).
+pub(crate) async fn inspect_postgres(pool: &sqlx::PgPool) -> Result<ServerInfo> {
+    let (version, standby, read_only, isolation, synchronous): (String, bool, String, String, String) =
+        sqlx::query_as(
+            "SELECT current_setting('server_version'), pg_is_in_recovery(), \
+             current_setting('default_transaction_read_only'), current_setting('transaction_isolation'), \
+             current_setting('synchronous_commit')",
+        )
+        .fetch_one(pool)
+        .await?;
+    Ok(ServerInfo {
+        backend: crate::Backend::Postgres,
+        version_number: parse_version(&version),
+        version,
+        mariadb: false,
+        read_only: standby || read_only == "on",
+        log_bin: false,
+        binlog_format: String::new(),
+        wsrep_on: false,
+        isolation,
+        flush_log_at_trx_commit: synchronous,
+        tidb: false,
+        max_prepared_stmt_count: None,
+        prepared_stmt_count: None,
     })
 }
 
@@ -126,9 +161,27 @@ impl ServerInfo {
     /// TiDB is refused too: it accepts `FOR UPDATE SKIP LOCKED` but ignores `SKIP LOCKED`, so
     /// claimers would wait on each other's rows (pessimistic mode) or claim the same job
     /// (optimistic mode).
+    ///
+    /// On PostgreSQL: a version older than 13, and a standby or a server whose transactions
+    /// are read-only by default.
     pub fn check(&self) -> Result<()> {
         let refuse = |msg: String| Err(Error::UnsupportedServer(msg));
         let v = self.version_number;
+        if self.backend == crate::Backend::Postgres {
+            if v < (13, 0, 0) {
+                return refuse(format!(
+                    "PostgreSQL {} is older than 13, the oldest release this library supports; upgrade to 13 or later",
+                    self.version
+                ));
+            }
+            if self.read_only {
+                return refuse(format!(
+                    "PostgreSQL {} is read-only (a standby in recovery, or default_transaction_read_only=on); point the queue at the primary",
+                    self.version
+                ));
+            }
+            return Ok(());
+        }
         // Before the version checks: TiDB reports a MySQL version that would pass them.
         if self.tidb {
             return refuse(format!(
@@ -219,6 +272,7 @@ mod tests {
 
     fn info(version: &str) -> ServerInfo {
         ServerInfo {
+            backend: crate::Backend::MySql,
             version: version.into(),
             mariadb: version.contains("MariaDB"),
             version_number: parse_version(version),

@@ -37,7 +37,7 @@ pub struct Hostile {
 }
 
 pub async fn seed(queue: &Queue) -> Hostile {
-    let pool = queue.pool();
+    let pool = queue.mysql_pool().unwrap();
     // 20,000 queues, each with one ready job, in rows of 1,000 per statement.
     for chunk in 0..QUEUES / 1000 {
         let values: Vec<String> = (0..1000)

@@ -36,7 +36,7 @@ pub async fn insert_job(
     .bind(if finished { 1 } else { 0 })
     .bind(error)
     .bind(finished)
-    .execute(queue.pool())
+    .execute(queue.mysql_pool().unwrap())
     .await
     .expect("insert a job")
     .last_insert_id()
