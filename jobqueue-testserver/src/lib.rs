@@ -41,6 +41,21 @@
 //! variable.
 //!
 //! ```no_run
+//! use jobqueue_testserver::{Backend, TestServer};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let server = TestServer::shared_postgres()?;
+//! assert_eq!(server.backend(), Backend::Postgres);
+//! let url = server.create_database("enqueue_twice").await?;
+//! let pool = sqlx::PgPool::connect(&url).await?;
+//! // ...
+//! pool.close().await;
+//! let name = url.rsplit('/').next().unwrap_or_default();
+//! server.drop_database_blocking(name)?;
+//! # Ok(()) }
+//! ```
+//!
+//! ```no_run
 //! use jobqueue_testserver::TestServer;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -402,12 +417,82 @@ mod tests {
         });
     }
 
+    /// Whether process `pid` still exists; a zombie counts as gone (it runs nothing).
     fn process_alive(pid: u32) -> bool {
-        std::process::Command::new("kill")
-            .args(["-0", &pid.to_string()])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => !stat[stat.rfind(')').expect("a stat line") + 1..]
+                .trim_start()
+                .starts_with('Z'),
+            Err(_) if std::path::Path::new("/proc/self/stat").exists() => false,
+            // No /proc: ask `kill`.
+            Err(_) => std::process::Command::new("kill")
+                .args(["-0", &pid.to_string()])
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success()),
+        }
+    }
+
+    /// Set for the helper process of [`a_killed_test_process_leaves_no_postgres_server`].
+    const HOLD_VAR: &str = "JOBQUEUE_TEST_HOLD_POSTGRES";
+
+    /// Not a test: the process that
+    /// [`a_killed_test_process_leaves_no_postgres_server`] starts and kills. It holds a private
+    /// PostgreSQL server until it is killed.
+    #[test]
+    #[ignore = "a helper process of a_killed_test_process_leaves_no_postgres_server"]
+    fn hold_a_private_postgres_server() {
+        if std::env::var_os(HOLD_VAR).is_none() {
+            return; // Run by hand (`--include-ignored`): nothing to hold for.
+        }
+        let server = TestServer::start_postgres().unwrap_or_else(|e| panic!("{e}"));
+        println!(
+            "READY {} {}",
+            server.server_pid().unwrap(),
+            server.dir().unwrap().display()
+        );
+        // Killed long before this; the bound keeps a stray helper from lingering.
+        std::thread::sleep(std::time::Duration::from_secs(120));
+    }
+
+    /// A test process killed with SIGKILL runs no destructor: its PostgreSQL server (stopped
+    /// by the watchdog) and its folder go away all the same.
+    #[test]
+    fn a_killed_test_process_leaves_no_postgres_server() {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "tests::hold_a_private_postgres_server",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env(HOLD_VAR, "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let ready = std::io::BufReader::new(child.stdout.take().unwrap())
+            .lines()
+            .map_while(std::result::Result::ok)
+            .find_map(|line| line.strip_prefix("READY ").map(str::to_owned))
+            .unwrap_or_else(|| panic!("the helper exited: {:?}", child.wait()));
+        let (pid, dir) = ready.split_once(' ').expect("a pid and a folder");
+        let (pid, dir): (u32, std::path::PathBuf) = (pid.parse().unwrap(), dir.into());
+        assert!(dir.join("data").is_dir());
+        assert!(process_alive(pid), "the server {pid} runs");
+
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let began = std::time::Instant::now();
+        while dir.exists() || process_alive(pid) {
+            assert!(
+                began.elapsed() < std::time::Duration::from_secs(60),
+                "server process {pid} or {} still there 60s after its holder was killed",
+                dir.display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
     }
 
     /// A private PostgreSQL server keeps its data across a stop and a restart on the same
