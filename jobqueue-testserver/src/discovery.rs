@@ -1,5 +1,5 @@
-//! Finding a server binary on this machine: `PATH`, the usual install folders, and
-//! `mariadb-install-db` beside a MariaDB server.
+//! Finding a server binary on this machine: `PATH`, the usual install folders,
+//! `mariadb-install-db` beside a MariaDB server, and PostgreSQL's `initdb` and `postgres`.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -18,21 +18,67 @@ pub(crate) const SERVER_DIRS: &[&str] = &["/usr/sbin", "/usr/local/sbin", "/usr/
 pub(crate) const INSTALL_DB_DIRS: &[&str] =
     &["/usr/bin", "/usr/local/bin", "/usr/local/mysql/scripts"];
 
-/// Which server a binary is: they are initialised differently.
+/// Folders searched for PostgreSQL's binaries after those on `PATH` and the versioned folders
+/// of [`POSTGRES_VERSIONS_DIR`].
+pub(crate) const POSTGRES_DIRS: &[&str] = &["/usr/local/pgsql/bin"];
+
+/// Where Debian and Ubuntu install each PostgreSQL version: `<this>/<version>/bin`.
+pub(crate) const POSTGRES_VERSIONS_DIR: &str = "/usr/lib/postgresql";
+
+/// Which server a binary is: they are initialised, started and stopped differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flavor {
     /// `mariadbd`, or a `mysqld` that says `MariaDB` in its `--version`.
     MariaDb,
     /// MySQL's `mysqld`.
     MySql,
+    /// PostgreSQL's `postgres`, with `initdb` in the same folder.
+    Postgres,
+}
+
+impl Flavor {
+    /// The database a server of this flavor speaks to its clients.
+    pub fn backend(self) -> Backend {
+        match self {
+            Flavor::MariaDb | Flavor::MySql => Backend::MySql,
+            Flavor::Postgres => Backend::Postgres,
+        }
+    }
+
+    /// The signal that shuts such a server down in order: PostgreSQL's `SIGTERM` waits for
+    /// every client to disconnect, its `SIGINT` ends their sessions first.
+    pub(crate) fn stop_signal(self) -> &'static str {
+        match self {
+            Flavor::MariaDb | Flavor::MySql => "TERM",
+            Flavor::Postgres => "INT",
+        }
+    }
+
+    /// The URL of such a server this process started on `port` of 127.0.0.1.
+    pub(crate) fn local_url(self, port: u16) -> String {
+        match self {
+            Flavor::MariaDb | Flavor::MySql => format!("mysql://root@127.0.0.1:{port}"),
+            Flavor::Postgres => format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+        }
+    }
+}
+
+/// The database protocol and SQL dialect of a [`TestServer`]: which driver connects to its
+/// URL and which statements create and drop its databases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// MariaDB or MySQL (`mysql://` URLs).
+    MySql,
+    /// PostgreSQL 13 or newer (`postgres://` URLs).
+    Postgres,
 }
 
 /// A server binary found on this machine.
 #[derive(Debug, Clone)]
 pub struct ServerBinary {
-    /// Its path.
+    /// Its path (for PostgreSQL, that of `postgres`; `initdb` is beside it).
     pub path: PathBuf,
-    /// Whether it is MariaDB or MySQL.
+    /// Which server it is.
     pub flavor: Flavor,
 }
 
@@ -103,6 +149,73 @@ pub(crate) fn flavor_of(path: &Path, name: &str) -> Flavor {
         Ok(out) if String::from_utf8_lossy(&out.stdout).contains("MariaDB") => Flavor::MariaDb,
         _ => Flavor::MySql,
     }
+}
+
+/// The folders searched for PostgreSQL's `initdb` and `postgres`: those on `PATH`, then the
+/// `bin` folder of each version under `/usr/lib/postgresql` (Debian and Ubuntu), newest first,
+/// then `/usr/local/pgsql/bin` (a build from source).
+pub fn postgres_search_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).collect())
+        .unwrap_or_default();
+    dirs.extend(versioned_bin_dirs(Path::new(POSTGRES_VERSIONS_DIR)));
+    dirs.extend(POSTGRES_DIRS.iter().map(PathBuf::from));
+    dirs
+}
+
+/// `root/<version>/bin` for each version folder in `root` (`15`, `9.6`), newest first.
+pub(crate) fn versioned_bin_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut versions: Vec<(Vec<u32>, PathBuf)> = std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let name = entry.file_name();
+            let version = name
+                .to_str()?
+                .split('.')
+                .map(|part| part.parse::<u32>().ok())
+                .collect::<Option<Vec<u32>>>()?;
+            Some((version, entry.path().join("bin")))
+        })
+        .collect();
+    versions.sort_by(|a, b| b.0.cmp(&a.0));
+    versions.into_iter().map(|(_, dir)| dir).collect()
+}
+
+/// Finds PostgreSQL's binaries in `dirs`: the first folder holding both `initdb` and
+/// `postgres` (`initdb` runs the `postgres` beside it). When there is none,
+/// [`Error::NotInstalled`] says how to install them.
+pub fn find_postgres_binary(dirs: &[PathBuf]) -> Result<ServerBinary> {
+    if let Some(dir) = dirs
+        .iter()
+        .find(|dir| is_executable(&dir.join("initdb")) && is_executable(&dir.join("postgres")))
+    {
+        return Ok(ServerBinary {
+            path: dir.join("postgres"),
+            flavor: Flavor::Postgres,
+        });
+    }
+    let searched = dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    Err(Error::NotInstalled(format!(
+        "no PostgreSQL server binaries (`initdb` and `postgres` in one folder) found in \
+         {searched}. The tests need them to start a throwaway server of their own. Install \
+         them:\n\
+         \x20 Debian/Ubuntu: sudo apt-get install postgresql\n\
+         \x20 macOS:         brew install postgresql\n\
+         or use an existing server, PostgreSQL 13 or newer (the tests create databases named \
+         jqtest_* on it):\n\
+         \x20 export {POSTGRES_URL_VAR}=postgres://user:pass@host:port/postgres"
+    )))
+}
+
+/// `initdb`, beside a PostgreSQL server binary.
+pub(crate) fn initdb_beside(server: &Path) -> PathBuf {
+    server.with_file_name("initdb")
 }
 
 /// The server binary to start: `JOBQUEUE_TEST_SERVER_BINARY`, or the one found by searching.

@@ -8,7 +8,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// No server binary (or no `mariadb-install-db` beside a MariaDB server) is installed;
+    /// No server binary (or no `mariadb-install-db` beside a MariaDB server, or no folder with
+    /// PostgreSQL's `initdb` and `postgres`) is installed;
     /// the message says how to install one or how to use an existing server instead.
     #[error("test database server: {0}")]
     NotInstalled(String),

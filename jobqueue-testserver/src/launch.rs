@@ -33,10 +33,12 @@ pub(crate) const PORT_ATTEMPTS: usize = 5;
 /// The watchdog. Its standard input is a pipe from the process that started the server;
 /// that process writes `pid N` when a server runs as process N and `none` when it was
 /// stopped. End of input means that process is gone: the watchdog stops the server it was
-/// last told about and deletes the folder (`$1`).
+/// last told about with the signal `$2` (then `SIGKILL` after 30 seconds) and deletes the
+/// folder (`$1`).
 pub(crate) const WATCHDOG_SCRIPT: &str = r#"
 trap '' INT HUP
 dir=$1
+signal=$2
 pid=
 # Whether process $1 still runs. An exited server whose parent is gone may stay a zombie for
 # a while (when nothing reaps orphans quickly), and `kill -0` succeeds on zombies.
@@ -55,7 +57,7 @@ while read -r cmd arg; do
   esac
 done
 if [ -n "$pid" ] && running "$pid"; then
-  kill -TERM "$pid" 2>/dev/null
+  kill -"$signal" "$pid" 2>/dev/null
   n=0
   while running "$pid" && [ "$n" -lt 350 ]; do
     n=$((n + 1))
@@ -82,6 +84,8 @@ pub(crate) struct LocalServer {
 pub(crate) struct ServerState {
     /// The server process, while it runs.
     pub(crate) server: Option<Child>,
+    /// The signal that asks it to shut down in order ([`Flavor::stop_signal`]).
+    pub(crate) stop_signal: &'static str,
     /// The watchdog that stops the server and deletes the folder when this process is gone.
     pub(crate) watchdog: Option<Watchdog>,
 }
@@ -94,13 +98,16 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    pub(crate) fn spawn(dir: &Path) -> Result<Watchdog> {
+    /// Starts the watchdog of the folder `dir`, whose server it will stop with `stop_signal`
+    /// (`TERM`, `INT`).
+    pub(crate) fn spawn(dir: &Path, stop_signal: &str) -> Result<Watchdog> {
         let mut command = Command::new("sh");
         command
             .arg("-c")
             .arg(WATCHDOG_SCRIPT)
             .arg("jobqueue-test-server-watchdog")
             .arg(dir)
+            .arg(stop_signal)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -192,9 +199,21 @@ impl LocalServer {
         Ok(tmp)
     }
 
+    /// Where the server's standard error goes: PostgreSQL logs there, so for it that is the
+    /// error log itself.
+    pub(crate) fn server_stderr(&self) -> PathBuf {
+        match self.binary.flavor {
+            Flavor::MariaDb | Flavor::MySql => self.stderr_log(),
+            Flavor::Postgres => self.error_log(),
+        }
+    }
+
     /// Creates the system tables in a new data directory.
     pub(crate) fn initialize(&self) -> Result<()> {
         let data_dir = self.data_dir();
+        if self.binary.flavor == Flavor::Postgres {
+            return self.initialize_postgres(&data_dir);
+        }
         let tmp_dir = self.tmp_dir()?;
         let mut command = match self.binary.flavor {
             Flavor::MariaDb => {
@@ -218,42 +237,65 @@ impl LocalServer {
                     .arg(concat_arg("--tmpdir=", &tmp_dir));
                 command
             }
+            Flavor::Postgres => unreachable!("initialised above"),
         };
         if let Some(user) = user_if_root() {
             command.arg(format!("--user={user}"));
         }
-        let output = command
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| failure(format!("cannot run {command:?}: {e}")))?;
-        if !output.status.success() {
-            return Err(failure(format!(
-                "initialising the test server's data directory failed ({}): {command:?}\n{}{}",
-                output.status,
-                last_lines(&String::from_utf8_lossy(&output.stdout), 20),
-                last_lines(&String::from_utf8_lossy(&output.stderr), 20),
-            )));
-        }
-        Ok(())
+        run_initialization(command)
     }
 
-    /// Runs the server on `self.port` and waits until it answers a query.
-    pub(crate) fn launch(&self) -> std::result::Result<(), Launch> {
-        let began = Instant::now();
-        let dir = self.dir.path();
-        let log_start = std::fs::metadata(self.error_log())
-            .map(|m| m.len())
-            .unwrap_or(0);
-        let stderr = File::options()
-            .create(true)
-            .append(true)
-            .open(self.stderr_log())
-            .map_err(|e| {
-                Launch::Failed(failure(format!("cannot create the test server's log: {e}")))
-            })?;
+    /// `initdb`: a cluster whose superuser `postgres` needs no password, in UTF-8 with the `C`
+    /// locale (byte order, the same on every machine). As root, the folder is handed to the
+    /// unprivileged account the server will run as, since PostgreSQL refuses to run as root.
+    pub(crate) fn initialize_postgres(&self, data_dir: &Path) -> Result<()> {
+        let account = postgres_account_if_root()?;
+        if let Some(account) = account {
+            account.take_ownership(self.dir.path())?;
+        }
+        let mut command = Command::new(initdb_beside(&self.binary.path));
+        command
+            .arg("-D")
+            .arg(data_dir)
+            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"])
+            .arg("--no-sync")
+            .current_dir(self.dir.path());
+        if let Some(account) = account {
+            account.run_as(&mut command);
+        }
+        run_initialization(command)
+    }
 
-        let tmp_dir = self.tmp_dir().map_err(Launch::Failed)?;
+    /// The server's command line, listening on `self.port` of 127.0.0.1.
+    pub(crate) fn server_command(&self) -> std::result::Result<Command, Launch> {
+        let dir = self.dir.path();
         let mut command = Command::new(&self.binary.path);
+        if self.binary.flavor == Flavor::Postgres {
+            command
+                .arg("-D")
+                .arg(self.data_dir())
+                .arg("-p")
+                .arg(self.port.to_string())
+                .args(["-h", "127.0.0.1"])
+                // Its socket (`.s.PGSQL.PORT`) and the socket's lock file.
+                .arg("-k")
+                .arg(dir)
+                .current_dir(dir);
+            for setting in [
+                // Nothing a test writes needs to survive a crash of the machine.
+                "fsync=off",
+                "synchronous_commit=off",
+                "full_page_writes=off",
+                "max_connections=300",
+            ] {
+                command.arg("-c").arg(setting);
+            }
+            if let Some(account) = postgres_account_if_root().map_err(Launch::Failed)? {
+                account.run_as(&mut command);
+            }
+            return Ok(command);
+        }
+        let tmp_dir = self.tmp_dir().map_err(Launch::Failed)?;
         command
             .arg("--no-defaults")
             .arg(concat_arg("--datadir=", &self.data_dir()))
@@ -279,6 +321,24 @@ impl LocalServer {
         if let Ok(extra) = std::env::var(ARGS_VAR) {
             command.args(extra.split_whitespace());
         }
+        Ok(command)
+    }
+
+    /// Runs the server on `self.port` and waits until it answers a query.
+    pub(crate) fn launch(&self) -> std::result::Result<(), Launch> {
+        let began = Instant::now();
+        let log_start = std::fs::metadata(self.error_log())
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let stderr = File::options()
+            .create(true)
+            .append(true)
+            .open(self.server_stderr())
+            .map_err(|e| {
+                Launch::Failed(failure(format!("cannot create the test server's log: {e}")))
+            })?;
+
+        let mut command = self.server_command()?;
         command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -295,7 +355,7 @@ impl LocalServer {
             watchdog.watch(Some(pid));
         }
 
-        let url = format!("mysql://root@127.0.0.1:{}", self.port);
+        let url = self.binary.flavor.local_url(self.port);
         let address = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
         let mut last_error: String;
         loop {
@@ -318,7 +378,7 @@ impl LocalServer {
                 });
             }
             if TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_ok() {
-                match block_on(probe(&url)) {
+                match block_on(probe(self.binary.flavor.backend(), &url)) {
                     Ok(()) => break,
                     Err(e) => last_error = e,
                 }
@@ -350,12 +410,15 @@ impl LocalServer {
     /// The last lines the server wrote to its error log (and standard error) since `from`.
     pub(crate) fn log_tail(&self, from: u64) -> String {
         let mut text = read_from(&self.error_log(), from);
-        text.push_str(&read_from(&self.stderr_log(), 0));
+        if self.server_stderr() != self.error_log() {
+            text.push_str(&read_from(&self.stderr_log(), 0));
+        }
         last_lines(&text, 30)
     }
 }
 
-/// Stops the server of `state` if it runs: `SIGTERM`, then `SIGKILL` after [`STOP_TIMEOUT`].
+/// Stops the server of `state` if it runs: its stop signal (`SIGTERM`; `SIGINT` for
+/// PostgreSQL), then `SIGKILL` after [`STOP_TIMEOUT`].
 pub(crate) fn stop_server(state: &mut ServerState) -> Result<()> {
     let Some(mut child) = state.server.take() else {
         return Ok(());
@@ -370,9 +433,10 @@ pub(crate) fn stop_server(state: &mut ServerState) -> Result<()> {
     {
         return Ok(());
     }
-    // `Child::kill` sends SIGKILL only; an orderly shutdown wants SIGTERM.
+    // `Child::kill` sends SIGKILL only; an orderly shutdown wants SIGTERM (SIGINT for
+    // PostgreSQL, whose SIGTERM waits for every client to disconnect).
     let _ = Command::new("sh")
-        .args(["-c", "kill -TERM \"$1\"", "sh"])
+        .args(["-c", "kill -\"$1\" \"$2\"", "sh", state.stop_signal])
         .arg(child.id().to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -390,7 +454,8 @@ pub(crate) fn stop_server(state: &mut ServerState) -> Result<()> {
         if Instant::now() >= deadline {
             tracing::warn!(
                 pid = child.id(),
-                "test server ignored SIGTERM for 30s; killing it"
+                signal = state.stop_signal,
+                "test server ignored its stop signal for 30s; killing it"
             );
             child
                 .kill()
@@ -404,30 +469,123 @@ pub(crate) fn stop_server(state: &mut ServerState) -> Result<()> {
     }
 }
 
+/// Runs `id` with `args`: its output, or `None` when it fails (no such user).
+fn id(args: &[&str]) -> Option<String> {
+    Command::new("id")
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+}
+
+/// Whether this process runs as root.
+pub(crate) fn is_root() -> bool {
+    static ROOT: OnceLock<bool> = OnceLock::new();
+    *ROOT.get_or_init(|| id(&["-u"]).as_deref() == Some("0"))
+}
+
 /// The user to pass as `--user` when running as root (the server refuses root without it).
 pub(crate) fn user_if_root() -> Option<&'static str> {
     static USER: OnceLock<Option<String>> = OnceLock::new();
     USER.get_or_init(|| {
-        let id = |flag: &str| {
-            Command::new("id")
-                .arg(flag)
-                .stdin(Stdio::null())
-                .stderr(Stdio::null())
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        };
-        match id("-u") {
-            Some(uid) if uid == "0" => Some(
-                id("-un")
-                    .filter(|n| !n.is_empty())
-                    .unwrap_or_else(|| "root".to_owned()),
-            ),
-            _ => None,
-        }
+        is_root().then(|| {
+            id(&["-un"])
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| "root".to_owned())
+        })
     })
     .as_deref()
+}
+
+/// The accounts PostgreSQL's programs may run as when this process is root, best first:
+/// the one a distribution's package makes, then the one every system has.
+pub(crate) const POSTGRES_ACCOUNTS: &[&str] = &["postgres", "nobody"];
+
+/// An unprivileged account to run a program as.
+#[derive(Debug)]
+pub(crate) struct Account {
+    pub(crate) name: String,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+}
+
+impl Account {
+    /// The account `name`, if it exists.
+    pub(crate) fn lookup(name: &str) -> Option<Account> {
+        let number = |flag: &str| id(&[flag, name])?.parse::<u32>().ok();
+        Some(Account {
+            name: name.to_owned(),
+            uid: number("-u")?,
+            gid: number("-g")?,
+        })
+    }
+
+    /// Makes `command` run as this account.
+    pub(crate) fn run_as(&self, command: &mut Command) {
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::CommandExt as _;
+            command.uid(self.uid).gid(self.gid);
+        }
+        #[cfg(not(unix))]
+        let _ = command;
+    }
+
+    /// Gives this account the folder `dir` (only the folder: it is new and empty).
+    pub(crate) fn take_ownership(&self, dir: &Path) -> Result<()> {
+        #[cfg(unix)]
+        std::os::unix::fs::chown(dir, Some(self.uid), Some(self.gid)).map_err(|e| {
+            failure(format!(
+                "cannot hand the test server's folder {} to the account {}: {e}",
+                dir.display(),
+                self.name
+            ))
+        })?;
+        #[cfg(not(unix))]
+        let _ = dir;
+        Ok(())
+    }
+}
+
+/// The account PostgreSQL runs as when this process is root (`initdb` and `postgres` refuse
+/// to run as root): `postgres` if it exists, else `nobody`. `None` when not root.
+pub(crate) fn postgres_account_if_root() -> Result<Option<&'static Account>> {
+    static ACCOUNT: OnceLock<Option<Account>> = OnceLock::new();
+    if !is_root() {
+        return Ok(None);
+    }
+    match ACCOUNT.get_or_init(|| {
+        POSTGRES_ACCOUNTS
+            .iter()
+            .find_map(|name| Account::lookup(name))
+    }) {
+        Some(account) => Ok(Some(account)),
+        None => Err(failure(format!(
+            "this process runs as root, which PostgreSQL refuses, and none of the accounts \
+             {POSTGRES_ACCOUNTS:?} exists to run it as; create one (useradd --system postgres) \
+             or run the tests as another user"
+        ))),
+    }
+}
+
+/// Runs a command that initialises a data directory, failing with its output.
+pub(crate) fn run_initialization(mut command: Command) -> Result<()> {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| failure(format!("cannot run {command:?}: {e}")))?;
+    if !output.status.success() {
+        return Err(failure(format!(
+            "initialising the test server's data directory failed ({}): {command:?}\n{}{}",
+            output.status,
+            last_lines(&String::from_utf8_lossy(&output.stdout), 20),
+            last_lines(&String::from_utf8_lossy(&output.stderr), 20),
+        )));
+    }
+    Ok(())
 }
 
 /// A free TCP port on 127.0.0.1, as the system hands them out.

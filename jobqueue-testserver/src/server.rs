@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use sqlx::{Connection as _, MySqlConnection};
+use sqlx::{Connection as _, MySqlConnection, PgConnection};
 
 use crate::discovery::*;
 use crate::launch::*;
@@ -18,16 +18,35 @@ use crate::{failure, io_failure, Result};
 /// Environment variable naming an existing server to use instead of starting one.
 pub(crate) const URL_VAR: &str = "JOBQUEUE_TEST_DATABASE_URL";
 
+/// Environment variable naming an existing PostgreSQL server to use instead of starting one.
+pub(crate) const POSTGRES_URL_VAR: &str = "JOBQUEUE_TEST_POSTGRES_URL";
+
+/// The database PostgreSQL statements on the server (`CREATE DATABASE`) connect to: every
+/// cluster has it, and `template1`, the template of new databases, must stay unused.
+pub(crate) const POSTGRES_MAINTENANCE_DATABASE: &str = "postgres";
+
+/// The longest database name: MySQL's 64 characters, PostgreSQL's 63 bytes.
+pub(crate) fn max_database_name(backend: Backend) -> usize {
+    match backend {
+        Backend::MySql => 64,
+        Backend::Postgres => 63,
+    }
+}
+
 /// The fixed start of every database name this crate creates, to find them on a shared server.
 pub(crate) const DATABASE_MARKER: &str = "jqtest";
 
-/// A MariaDB/MySQL server for tests: an external one, or one this process started.
+/// A MariaDB/MySQL or PostgreSQL server for tests: an external one, or one this process
+/// started.
 ///
 /// See the [crate documentation](crate) for how to use it and how it is cleaned up.
 #[derive(Debug)]
 pub struct TestServer {
-    /// `mysql://root@127.0.0.1:PORT`, or the external URL as given.
+    /// `mysql://root@127.0.0.1:PORT` or `postgres://postgres@127.0.0.1:PORT/postgres`, or the
+    /// external URL as given.
     pub(crate) url: String,
+    /// Which database it is.
+    pub(crate) backend: Backend,
     /// `None` for an external server.
     pub(crate) local: Option<LocalServer>,
 }
@@ -45,12 +64,51 @@ impl TestServer {
     pub fn shared() -> Result<&'static TestServer> {
         static SHARED: OnceLock<Result<TestServer>> = OnceLock::new();
         SHARED
-            .get_or_init(|| match external_url() {
-                Some(url) => Ok(TestServer { url, local: None }),
+            .get_or_init(|| match external_url(URL_VAR) {
+                Some(url) => Ok(TestServer {
+                    url,
+                    backend: Backend::MySql,
+                    local: None,
+                }),
                 None => TestServer::start(),
             })
             .as_ref()
             .map_err(|e| e.repeat("the shared test server could not be started"))
+    }
+
+    /// The PostgreSQL server this process shares among its tests: [`shared`](Self::shared)
+    /// for PostgreSQL.
+    ///
+    /// `JOBQUEUE_TEST_POSTGRES_URL` when it is set (`postgres://user:pass@host:port/postgres`;
+    /// used as is, never stopped); otherwise a server started from the `initdb` and `postgres`
+    /// binaries on this machine ([`postgres_search_dirs`]), on first use, once per process. The
+    /// first call waits until the server accepts connections (about a second); an error (such
+    /// as no PostgreSQL binaries) is returned to every call.
+    pub fn shared_postgres() -> Result<&'static TestServer> {
+        static SHARED: OnceLock<Result<TestServer>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| match external_url(POSTGRES_URL_VAR) {
+                Some(url) => TestServer::external_postgres(url),
+                None => TestServer::start_postgres(),
+            })
+            .as_ref()
+            .map_err(|e| e.repeat("the shared PostgreSQL test server could not be started"))
+    }
+
+    /// An external PostgreSQL server at `url`, which must be a `postgres://` or
+    /// `postgresql://` URL.
+    pub(crate) fn external_postgres(url: String) -> Result<TestServer> {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(failure(format!(
+                "{POSTGRES_URL_VAR} must be a postgres:// URL, such as \
+                 postgres://postgres@127.0.0.1:5432/postgres, not {url:?}"
+            )));
+        }
+        Ok(TestServer {
+            url,
+            backend: Backend::Postgres,
+            local: None,
+        })
     }
 
     /// Starts a new private server: its own data directory in a temporary folder and its own
@@ -64,7 +122,22 @@ impl TestServer {
         TestServer::start_with(binary)
     }
 
-    /// [`start`](Self::start) with a given server binary.
+    /// Starts a new private PostgreSQL server, as [`start`](Self::start) does a MariaDB/MySQL
+    /// one: from the `initdb` and `postgres` binaries found in [`postgres_search_dirs`], with
+    /// its own folder and port, and its socket in that folder. It ignores
+    /// `JOBQUEUE_TEST_POSTGRES_URL`.
+    ///
+    /// Its cluster's superuser is `postgres`, without a password; it runs without `fsync`,
+    /// with `synchronous_commit` and `full_page_writes` off (nothing a test writes has to
+    /// survive a crash of the machine) and allows 300 connections. When the tests run as
+    /// root, it runs as the account `postgres` (else `nobody`), since PostgreSQL refuses root.
+    pub fn start_postgres() -> Result<TestServer> {
+        let binary = find_postgres_binary(&postgres_search_dirs())?;
+        TestServer::start_with(binary)
+    }
+
+    /// [`start`](Self::start) with a given server binary (for PostgreSQL, its `postgres`, with
+    /// `initdb` beside it).
     pub fn start_with(binary: ServerBinary) -> Result<TestServer> {
         let began = Instant::now();
         let dir = tempfile::Builder::new()
@@ -75,16 +148,19 @@ impl TestServer {
             ))?;
         // The watchdog comes first, so that the folder goes away even if this process dies
         // while the server is being set up.
-        let watchdog = Watchdog::spawn(dir.path())?;
+        let flavor = binary.flavor;
+        let watchdog = Watchdog::spawn(dir.path(), flavor.stop_signal())?;
         // From here on, `Drop` cleans up whatever step fails.
         let mut this = TestServer {
             url: String::new(),
+            backend: flavor.backend(),
             local: Some(LocalServer {
                 binary,
                 port: 0,
                 dir,
                 state: Mutex::new(ServerState {
                     server: None,
+                    stop_signal: flavor.stop_signal(),
                     watchdog: Some(watchdog),
                 }),
             }),
@@ -108,14 +184,20 @@ impl TestServer {
             elapsed_ms = began.elapsed().as_millis() as u64,
             "test server started"
         );
-        this.url = format!("mysql://root@127.0.0.1:{}", server.port);
+        this.url = flavor.local_url(server.port);
         Ok(this)
     }
 
-    /// The server's URL, `mysql://root@127.0.0.1:PORT` for a server this process started (no
-    /// database part); the external URL as given otherwise.
+    /// The server's URL: for a server this process started, `mysql://root@127.0.0.1:PORT` (no
+    /// database part) or `postgres://postgres@127.0.0.1:PORT/postgres`; the external URL as
+    /// given otherwise.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Whether it is a MariaDB/MySQL or a PostgreSQL server.
+    pub fn backend(&self) -> Backend {
+        self.backend
     }
 
     /// The port a server this process started listens on (on 127.0.0.1); `None` for an
@@ -125,7 +207,8 @@ impl TestServer {
     }
 
     /// The temporary folder of a server this process started (its data directory is `data`
-    /// in it, its error log `error.log`); `None` for an external server.
+    /// in it, its error log `error.log`, a PostgreSQL server's socket `.s.PGSQL.PORT`); `None`
+    /// for an external server.
     pub fn dir(&self) -> Option<&Path> {
         self.local.as_ref().map(|l| l.dir.path())
     }
@@ -141,7 +224,8 @@ impl TestServer {
     ///
     /// The name is `jqtest_{prefix}_{pid}_{counter}_{random}`, with every character outside
     /// `[a-z0-9_]` replaced by `_` and the prefix shortened so that the name fits MySQL's 64
-    /// characters. The database uses `utf8mb4`.
+    /// characters (PostgreSQL's 63). The database uses `utf8mb4` (PostgreSQL: `UTF8`, made
+    /// from `template1` over a connection to the `postgres` database).
     ///
     /// On a server this process started, the databases go away with the server. On an
     /// external server (`JOBQUEUE_TEST_DATABASE_URL`), they are left behind unless dropped
@@ -149,12 +233,24 @@ impl TestServer {
     /// `jqtest_`). `jobqueue::testing::TestDatabase` does both: a migrated database, dropped
     /// with its guard.
     pub async fn create_database(&self, prefix: &str) -> Result<String> {
-        let name = unique_database_name(prefix);
-        let mut conn = MySqlConnection::connect(&url_without_database(&self.url)).await?;
-        sqlx::raw_sql(&format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
-            .execute(&mut conn)
-            .await?;
-        conn.close().await?;
+        let name = unique_database_name(self.backend, prefix);
+        let server_url = server_url(self.backend, &self.url);
+        match self.backend {
+            Backend::MySql => {
+                let mut conn = MySqlConnection::connect(&server_url).await?;
+                sqlx::raw_sql(&format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
+                    .execute(&mut conn)
+                    .await?;
+                conn.close().await?;
+            }
+            Backend::Postgres => {
+                let mut conn = PgConnection::connect(&server_url).await?;
+                sqlx::raw_sql(&format!("CREATE DATABASE \"{name}\" ENCODING 'UTF8'"))
+                    .execute(&mut conn)
+                    .await?;
+                conn.close().await?;
+            }
+        }
         Ok(url_with_database(&self.url, &name))
     }
 
@@ -162,7 +258,8 @@ impl TestServer {
     /// blocking the calling thread until it is gone: for a guard's `Drop`, where nothing can
     /// be awaited. It runs on a connection and a runtime of its own, in a thread of its own,
     /// so it may be called from inside an async test. The statement waits at most 10 s for
-    /// sessions that still use the database's tables in an open transaction.
+    /// sessions that still use the database's tables in an open transaction. On PostgreSQL,
+    /// `DROP DATABASE ... WITH (FORCE)` ends the sessions still connected to it.
     ///
     /// Only names with the `jqtest_` prefix of this crate's databases are dropped; any other
     /// name is an error, so that a mistake cannot drop a database of the application.
@@ -178,14 +275,16 @@ impl TestServer {
             )));
         }
         block_on(drop_database(
-            url_without_database(&self.url),
+            self.backend,
+            server_url(self.backend, &self.url),
             name.to_owned(),
         ))
         .map_err(|e| failure(format!("cannot drop the test database `{name}`: {e}")))
     }
 
-    /// Stops the server, keeping its data: `SIGTERM`, then `SIGKILL` if it has not exited
-    /// after 30 seconds. Returns once the process has exited. Stopping a stopped server does
+    /// Stops the server, keeping its data: `SIGTERM` (PostgreSQL: `SIGINT`, its fast
+    /// shutdown, which ends the sessions of connected clients), then `SIGKILL` if it has not
+    /// exited after 30 seconds. Returns once the process has exited. Stopping a stopped server does
     /// nothing; an external server cannot be stopped (an error).
     pub fn stop(&self) -> Result<()> {
         let local = self.local_or_error("stop")?;
@@ -203,10 +302,14 @@ impl TestServer {
     }
 
     pub(crate) fn local_or_error(&self, what: &str) -> Result<&LocalServer> {
+        let (var, start) = match self.backend {
+            Backend::MySql => (URL_VAR, "TestServer::start"),
+            Backend::Postgres => (POSTGRES_URL_VAR, "TestServer::start_postgres"),
+        };
         self.local.as_ref().ok_or_else(|| {
             failure(format!(
-                "cannot {what} the test server at {URL_VAR}: only a server the tests started \
-                 themselves can be stopped and restarted (use TestServer::start)"
+                "cannot {what} the test server at {var}: only a server the tests started \
+                 themselves can be stopped and restarted (use {start})"
             ))
         })
     }
@@ -228,17 +331,45 @@ impl Drop for TestServer {
     }
 }
 
-/// `DROP DATABASE`, waiting at most 10 s for metadata locks and 30 s in all.
-pub(crate) async fn drop_database(url: String, name: String) -> std::result::Result<(), String> {
+/// `url` for statements on the server rather than in a database: MySQL's without a database
+/// part, PostgreSQL's naming the `postgres` database (a connection needs one).
+pub(crate) fn server_url(backend: Backend, url: &str) -> String {
+    match backend {
+        Backend::MySql => url_without_database(url),
+        Backend::Postgres => url_with_database(url, POSTGRES_MAINTENANCE_DATABASE),
+    }
+}
+
+/// `DROP DATABASE`, waiting at most 10 s for locks and 30 s in all; on PostgreSQL `WITH
+/// (FORCE)`, ending the sessions connected to it.
+pub(crate) async fn drop_database(
+    backend: Backend,
+    url: String,
+    name: String,
+) -> std::result::Result<(), String> {
     let attempt = async {
-        let mut conn = MySqlConnection::connect(&url).await?;
-        sqlx::query("SET SESSION lock_wait_timeout = 10")
-            .execute(&mut conn)
-            .await?;
-        sqlx::query(&format!("DROP DATABASE IF EXISTS `{name}`"))
-            .execute(&mut conn)
-            .await?;
-        conn.close().await
+        match backend {
+            Backend::MySql => {
+                let mut conn = MySqlConnection::connect(&url).await?;
+                sqlx::query("SET SESSION lock_wait_timeout = 10")
+                    .execute(&mut conn)
+                    .await?;
+                sqlx::query(&format!("DROP DATABASE IF EXISTS `{name}`"))
+                    .execute(&mut conn)
+                    .await?;
+                conn.close().await
+            }
+            Backend::Postgres => {
+                let mut conn = PgConnection::connect(&url).await?;
+                sqlx::query("SET lock_timeout = '10s'")
+                    .execute(&mut conn)
+                    .await?;
+                sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                    .execute(&mut conn)
+                    .await?;
+                conn.close().await
+            }
+        }
     };
     match tokio::time::timeout(Duration::from_secs(30), attempt).await {
         Ok(Ok(())) => Ok(()),
@@ -248,11 +379,20 @@ pub(crate) async fn drop_database(url: String, name: String) -> std::result::Res
 }
 
 /// Connects and runs a query: the server is ready when this works.
-pub(crate) async fn probe(url: &str) -> std::result::Result<(), String> {
+pub(crate) async fn probe(backend: Backend, url: &str) -> std::result::Result<(), String> {
     let attempt = async {
-        let mut conn = MySqlConnection::connect(url).await?;
-        sqlx::query("SELECT 1").execute(&mut conn).await?;
-        conn.close().await
+        match backend {
+            Backend::MySql => {
+                let mut conn = MySqlConnection::connect(url).await?;
+                sqlx::query("SELECT 1").execute(&mut conn).await?;
+                conn.close().await
+            }
+            Backend::Postgres => {
+                let mut conn = PgConnection::connect(url).await?;
+                sqlx::query("SELECT 1").execute(&mut conn).await?;
+                conn.close().await
+            }
+        }
     };
     match tokio::time::timeout(Duration::from_secs(5), attempt).await {
         Ok(Ok(())) => Ok(()),
@@ -282,15 +422,18 @@ where
     })
 }
 
-pub(crate) fn external_url() -> Option<String> {
-    std::env::var(URL_VAR)
+/// The URL the environment variable `var` holds, if it is set and not blank.
+pub(crate) fn external_url(var: &str) -> Option<String> {
+    std::env::var(var)
         .ok()
         .map(|url| url.trim().to_owned())
         .filter(|url| !url.is_empty())
 }
 
-/// `jqtest_{prefix}_{pid}_{counter}_{random}`, in `[a-z0-9_]`, at most 64 characters.
-pub(crate) fn unique_database_name(prefix: &str) -> String {
+/// `jqtest_{prefix}_{pid}_{counter}_{random}`, in `[a-z0-9_]`, at most as long as `backend`
+/// allows ([`max_database_name`]).
+pub(crate) fn unique_database_name(backend: Backend, prefix: &str) -> String {
+    let max = max_database_name(backend);
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let suffix = format!(
         "_{}_{}_{:08x}",
@@ -306,6 +449,6 @@ pub(crate) fn unique_database_name(prefix: &str) -> String {
             _ => '_',
         }));
     }
-    head.truncate(64 - suffix.len());
+    head.truncate(max - suffix.len());
     head + &suffix
 }
