@@ -124,6 +124,9 @@ pub use jobqueue_runtime::{Backoff, Data, Job, JobContext, JobError, JobOptions}
 pub use jobqueue_runtime::{
     pool_options, EnqueueOptions, Enqueued, Queue, QueueConfig, Uniqueness,
 };
+// The databases a queue runs on, and the connections it takes from the application.
+#[doc(inline)]
+pub use jobqueue_runtime::{Backend, DatabasePool, JobConnection, JobDatabase};
 // Running jobs.
 #[doc(inline)]
 pub use jobqueue_runtime::{

@@ -24,6 +24,10 @@ use sqlx::mysql::{MySqlPool, MySqlPoolOptions, MySqlRow};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+mod backends;
+pub use backends::{fresh_queue_on, numbered, sql_exec, sql_i64, sql_text, Arg};
+pub use jobqueue::Backend;
+
 /// The test server of this process (started on first use).
 pub fn server() -> &'static TestServer {
     TestServer::shared().unwrap_or_else(|e| panic!("{e}"))
@@ -146,13 +150,14 @@ pub async fn global_status(pool: &MySqlPool, name: &str) -> u64 {
         .unwrap_or_else(|e| panic!("{name} = {value:?} is not a count: {e}"))
 }
 
-/// Count of jobs in `status` (all queues).
+/// Count of jobs in `status` (all queues), on either backend.
 pub async fn count_status(queue: &Queue, status: JobStatus) -> i64 {
-    sqlx::query_scalar("SELECT COUNT(*) FROM job_queue WHERE status = ?")
-        .bind(status.as_str())
-        .fetch_one(queue.mysql_pool().unwrap())
-        .await
-        .expect("count jobs")
+    sql_i64(
+        queue,
+        "SELECT COUNT(*) FROM job_queue WHERE status = ?",
+        &[Arg::Text(status.as_str())],
+    )
+    .await
 }
 
 /// The one number `sql` selects (a `COUNT(*)`, say) on `pool`; panics with the statement if

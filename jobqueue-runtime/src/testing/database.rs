@@ -55,7 +55,14 @@ impl TestDatabase {
     /// open, `Queue::wait`), and should not wait for a connection its worker holds. A test of
     /// the defaults themselves connects a queue of its own with `Queue::connect(db.url())`.
     pub async fn new(prefix: &str) -> Result<TestDatabase> {
-        let mut db = TestDatabase::empty(prefix).await?;
+        Self::new_on(crate::Backend::MySql, prefix).await
+    }
+
+    /// [`TestDatabase::new`] on `backend`'s shared test server: for PostgreSQL,
+    /// [`TestServer::shared_postgres`] (a throwaway server, or the one
+    /// `JOBQUEUE_TEST_POSTGRES_URL` names).
+    pub async fn new_on(backend: crate::Backend, prefix: &str) -> Result<TestDatabase> {
+        let mut db = TestDatabase::empty_on(backend, prefix).await?;
         let config = crate::QueueConfig::default().max_connections(TEST_POOL_CONNECTIONS);
         let queue = Queue::connect_with(&db.url, config)
             .await
@@ -68,7 +75,15 @@ impl TestDatabase {
     /// A new, empty database: not migrated, no queue connected (for tests of migrations and
     /// of the schema checks). [`TestDatabase::url`] connects to it.
     pub async fn empty(prefix: &str) -> Result<TestDatabase> {
-        let server = TestServer::shared()?;
+        Self::empty_on(crate::Backend::MySql, prefix).await
+    }
+
+    /// [`TestDatabase::empty`] on `backend`'s shared test server.
+    pub async fn empty_on(backend: crate::Backend, prefix: &str) -> Result<TestDatabase> {
+        let server = match backend {
+            crate::Backend::Postgres => TestServer::shared_postgres()?,
+            _ => TestServer::shared()?,
+        };
         let url = server.create_database(prefix).await?;
         let name = database_name(&url).to_owned();
         Ok(TestDatabase {
@@ -96,7 +111,7 @@ impl TestDatabase {
     /// let db = TestDatabase::new("checkout").await?;
     /// db.migrate_with(&MIGRATOR).await?;
     /// sqlx::query("INSERT INTO orders (id) VALUES (1)")
-    ///     .execute(db.queue().pool())
+    ///     .execute(db.queue().mysql_pool().expect("a MySQL test database"))
     ///     .await?;
     /// # Ok(()) }
     /// ```
@@ -106,6 +121,13 @@ impl TestDatabase {
     /// [`Error::Migrate`](crate::Error::Migrate) when a migration fails, or a database error
     /// when the database cannot be reached.
     pub async fn migrate_with(&self, migrator: &sqlx::migrate::Migrator) -> crate::Result<()> {
+        if crate::Backend::of_url(&self.url) == Some(crate::Backend::Postgres) {
+            let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&self.url).await?;
+            let outcome = migrator.run(&mut conn).await;
+            let _ = sqlx::Connection::close(conn).await;
+            outcome?;
+            return Ok(());
+        }
         let mut conn = <sqlx::MySqlConnection as sqlx::Connection>::connect(&self.url).await?;
         let outcome = migrator.run(&mut conn).await;
         let _ = sqlx::Connection::close(conn).await;

@@ -1,0 +1,165 @@
+//! The conformance suite's plumbing: one test body run on every backend, and SQL that reads
+//! the same on both.
+//!
+//! A test written once as `async fn name(backend: Backend)` runs on MySQL/MariaDB and on
+//! PostgreSQL through [`on_every_backend!`](crate::on_every_backend), as `mysql::name` and
+//! `postgres::name` (`cargo test postgres::` runs one backend's half). Its raw reads go through
+//! [`sql_i64`], [`sql_text`] and [`sql_exec`], which take MySQL's `?` placeholders and number
+//! them for PostgreSQL; the SQL itself must be what both accept (`COUNT(*)`, `CAST(x AS
+//! CHAR)` is not: use the store's functions, or a column that is text on both).
+
+use jobqueue::testing::TestDatabase;
+use jobqueue::{Backend, Queue};
+
+/// Runs each listed test body, an `async fn name(backend: Backend)` of the calling file, on
+/// every backend: as `#[tokio::test]`s `mysql::name` and `postgres::name` (multi-threaded
+/// runtime of two threads).
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),+ $(,)?) => {
+        mod mysql {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::Backend::MySql).await
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::Backend::Postgres).await
+                }
+            )+
+        }
+    };
+}
+
+/// A queue on a new, migrated database of `backend` ([`TestDatabase::new_on`], kept).
+pub async fn fresh_queue_on(backend: Backend, prefix: &str) -> Queue {
+    let db = TestDatabase::new_on(backend, prefix)
+        .await
+        .unwrap_or_else(|e| panic!("cannot create a {backend} test database: {e}"));
+    let queue = db.queue().clone();
+    db.keep();
+    queue
+}
+
+/// A value bound to a placeholder of [`sql_i64`], [`sql_text`] or [`sql_exec`].
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    /// An integer (ids, counts, attempts).
+    Int(i64),
+    /// A text (statuses, queues, keys, owners).
+    Text(&'a str),
+}
+
+/// `sql` with MySQL's `?` placeholders numbered `$1, $2...` for PostgreSQL (a `?` inside a
+/// quoted string is left alone).
+pub fn numbered(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut n = 0;
+    let mut quoted = false;
+    for c in sql.chars() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                out.push(c);
+            }
+            '?' if !quoted => {
+                n += 1;
+                out.push('$');
+                out.push_str(&n.to_string());
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+macro_rules! bound {
+    ($q:expr, $args:expr) => {{
+        let mut q = $q;
+        for a in $args {
+            q = match *a {
+                Arg::Int(v) => q.bind(v),
+                Arg::Text(v) => q.bind(v),
+            };
+        }
+        q
+    }};
+}
+
+/// The one integer `sql` selects on the queue's database (a `COUNT(*)`, an id, an
+/// `attempts`); panics with the statement if it fails.
+pub async fn sql_i64(queue: &Queue, sql: &str, args: &[Arg<'_>]) -> i64 {
+    let r = match queue.backend() {
+        Backend::Postgres => {
+            let sql = numbered(sql);
+            let q = bound!(sqlx::query_scalar::<_, i64>(&sql), args);
+            q.fetch_one(queue.postgres_pool().expect("a PostgreSQL queue"))
+                .await
+        }
+        _ => {
+            let q = bound!(sqlx::query_scalar::<_, i64>(sql), args);
+            q.fetch_one(queue.mysql_pool().expect("a MySQL queue"))
+                .await
+        }
+    };
+    r.unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// The one text (or NULL) `sql` selects on the queue's database; panics with the statement
+/// if it fails or selects no row.
+pub async fn sql_text(queue: &Queue, sql: &str, args: &[Arg<'_>]) -> Option<String> {
+    let r = match queue.backend() {
+        Backend::Postgres => {
+            let sql = numbered(sql);
+            let q = bound!(sqlx::query_scalar::<_, Option<String>>(&sql), args);
+            q.fetch_one(queue.postgres_pool().expect("a PostgreSQL queue"))
+                .await
+        }
+        _ => {
+            let q = bound!(sqlx::query_scalar::<_, Option<Vec<u8>>>(sql), args);
+            q.fetch_one(queue.mysql_pool().expect("a MySQL queue"))
+                .await
+                .map(|b| b.map(|b| String::from_utf8_lossy(&b).into_owned()))
+        }
+    };
+    r.unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Runs `sql` on the queue's database and returns the rows it changed; panics with the
+/// statement if it fails.
+pub async fn sql_exec(queue: &Queue, sql: &str, args: &[Arg<'_>]) -> u64 {
+    let r = match queue.backend() {
+        Backend::Postgres => {
+            let sql = numbered(sql);
+            let q = bound!(sqlx::query(&sql), args);
+            q.execute(queue.postgres_pool().expect("a PostgreSQL queue"))
+                .await
+                .map(|r| r.rows_affected())
+        }
+        _ => {
+            let q = bound!(sqlx::query(sql), args);
+            q.execute(queue.mysql_pool().expect("a MySQL queue"))
+                .await
+                .map(|r| r.rows_affected())
+        }
+    };
+    r.unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::numbered;
+
+    #[test]
+    fn placeholders_are_numbered_outside_strings() {
+        assert_eq!(
+            numbered("SELECT ? FROM t WHERE a = '?' AND b IN (?, ?)"),
+            "SELECT $1 FROM t WHERE a = '?' AND b IN ($2, $3)"
+        );
+    }
+}

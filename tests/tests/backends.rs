@@ -1,0 +1,75 @@
+//! What holds for the choice of database itself: a queue connects, migrates and checks its
+//! schema on each backend, a URL of no supported database is refused with the schemes that
+//! work, and a connection of one database handed to a queue on the other is refused.
+
+use jobqueue::testing::TestDatabase;
+use jobqueue::{Backend, Error, Queue};
+use tests::{on_every_backend, sql_i64};
+
+async fn migrate_creates_the_schema_and_check_schema_passes(backend: Backend) {
+    let db = TestDatabase::empty_on(backend, "backend_migrate")
+        .await
+        .expect("a database");
+    let queue = Queue::connect(db.url()).await.expect("connect");
+    assert_eq!(queue.backend(), backend);
+    assert_eq!(queue.server_info().backend, backend);
+    let pending = queue.pending_migrations().await.expect("pending");
+    assert!(
+        !pending.is_empty(),
+        "an empty database has every migration pending"
+    );
+    assert!(matches!(
+        queue.check_schema().await,
+        Err(Error::SchemaMissing)
+    ));
+
+    queue.migrate().await.expect("migrate");
+    queue.check_schema().await.expect("the schema is current");
+    assert!(queue
+        .pending_migrations()
+        .await
+        .expect("pending")
+        .is_empty());
+    let recorded = sql_i64(&queue, "SELECT COUNT(*) FROM job_queue_migrations", &[]).await;
+    assert_eq!(
+        recorded as usize,
+        pending.len(),
+        "one history row per migration"
+    );
+    // A second migrate finds nothing to do and records nothing twice.
+    queue.migrate().await.expect("migrate again");
+    let again = sql_i64(&queue, "SELECT COUNT(*) FROM job_queue_migrations", &[]).await;
+    assert_eq!(again, recorded);
+    assert_eq!(
+        sql_i64(&queue, "SELECT COUNT(*) FROM job_queue", &[]).await,
+        0
+    );
+}
+
+on_every_backend!(migrate_creates_the_schema_and_check_schema_passes);
+
+#[tokio::test]
+async fn a_url_of_no_supported_database_names_the_schemes_that_work() {
+    let err = Queue::connect("sqlite://jobs.db").await.unwrap_err();
+    let Error::InvalidUrl { reason, .. } = &err else {
+        panic!("expected InvalidUrl, got {err:?}");
+    };
+    assert!(
+        reason.contains("postgres://") && reason.contains("mysql://"),
+        "{reason}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_print_sql_of_each_backend_is_its_own() {
+    let mysql = Queue::migration_sql_for(Backend::MySql);
+    let postgres = Queue::migration_sql_for(Backend::Postgres);
+    assert!(mysql.contains("ENGINE = InnoDB"), "MySQL DDL");
+    assert!(
+        !postgres.contains("ENGINE"),
+        "no MySQL DDL in the PostgreSQL script"
+    );
+    assert!(postgres.contains("CREATE TABLE job_queue ("));
+    assert!(postgres.contains("INSERT INTO job_queue_migrations"));
+    assert_eq!(Queue::migration_sql(), mysql);
+}
