@@ -89,7 +89,10 @@ async fn total(pool: &MySqlPool) -> anyhow::Result<i64> {
 async fn main() -> anyhow::Result<()> {
     examples::init_logging("warn");
     let queue: Queue = examples::connect("ledger_transfer").await?;
-    let pool = queue.mysql_pool().unwrap().clone();
+    let pool = queue
+        .mysql_pool()
+        .expect("the examples run on MySQL or MariaDB")
+        .clone();
     sqlx::query(
         "CREATE TABLE accounts (id BIGINT UNSIGNED PRIMARY KEY, balance_cents BIGINT NOT NULL)",
     )

@@ -46,7 +46,7 @@ async fn main() -> anyhow::Result<()> {
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS ran_by (job_id BIGINT UNSIGNED, image_id INT UNSIGNED, pid INT UNSIGNED)",
     )
-    .execute(queue.mysql_pool().unwrap())
+    .execute(queue.mysql_pool().expect("the examples run on MySQL or MariaDB"))
     .await?;
 
     let mut workers = Vec::new();
@@ -73,7 +73,11 @@ async fn main() -> anyhow::Result<()> {
     println!("all 300 done in {:.1}s", started.elapsed().as_secs_f64());
 
     let rows: Vec<(u32, i64)> = sqlx::query_as("SELECT pid, COUNT(*) FROM ran_by GROUP BY pid")
-        .fetch_all(queue.mysql_pool().unwrap())
+        .fetch_all(
+            queue
+                .mysql_pool()
+                .expect("the examples run on MySQL or MariaDB"),
+        )
         .await?;
     let per_pid: BTreeMap<u32, i64> = rows.into_iter().collect();
     for (pid, n) in &per_pid {
@@ -81,7 +85,11 @@ async fn main() -> anyhow::Result<()> {
     }
     let runs: i64 = per_pid.values().sum();
     let distinct: i64 = sqlx::query_scalar("SELECT COUNT(DISTINCT job_id) FROM ran_by")
-        .fetch_one(queue.mysql_pool().unwrap())
+        .fetch_one(
+            queue
+                .mysql_pool()
+                .expect("the examples run on MySQL or MariaDB"),
+        )
         .await?;
     println!("{runs} runs of {distinct} distinct jobs: none ran twice");
 
@@ -111,7 +119,12 @@ async fn run_worker() -> anyhow::Result<()> {
     Worker::builder(queue.clone())
         .queues(["images"])
         // The pool the jobs record in: here the queue's own.
-        .data(queue.mysql_pool().unwrap().clone())
+        .data(
+            queue
+                .mysql_pool()
+                .expect("the examples run on MySQL or MariaDB")
+                .clone(),
+        )
         .concurrency(4)
         .build()?
         .run_until(jobqueue::shutdown_signal())

@@ -61,7 +61,7 @@ async fn create_order(
     let internal = |e: &dyn std::fmt::Display| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
     let mut tx = queue
         .mysql_pool()
-        .unwrap()
+        .expect("the examples run on MySQL or MariaDB")
         .begin()
         .await
         .map_err(|e| internal(&e))?;
@@ -107,7 +107,11 @@ async fn show_order(
     let row: Option<(String, Option<String>)> =
         sqlx::query_as("SELECT customer, CAST(exported_at AS CHAR) FROM orders WHERE id = ?")
             .bind(id)
-            .fetch_optional(queue.mysql_pool().unwrap())
+            .fetch_optional(
+                queue
+                    .mysql_pool()
+                    .expect("the examples run on MySQL or MariaDB"),
+            )
             .await
             .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
     let Some((customer, exported_at)) = row else {
@@ -135,7 +139,7 @@ async fn main() -> anyhow::Result<()> {
         "CREATE TABLE IF NOT EXISTS orders (id BIGINT UNSIGNED PRIMARY KEY, customer VARCHAR(100) NOT NULL, \
          total_cents BIGINT UNSIGNED NOT NULL, exported_at DATETIME(6) NULL)",
     )
-    .execute(queue.mysql_pool().unwrap())
+    .execute(queue.mysql_pool().expect("the examples run on MySQL or MariaDB"))
     .await?;
 
     // One signal stops both the HTTP server and the worker.
@@ -168,7 +172,12 @@ async fn main() -> anyhow::Result<()> {
     // The export job takes the application's pool (here the queue's own) as `Data`.
     let worker = Worker::builder(queue.clone())
         .queues(["exports"])
-        .data(queue.mysql_pool().unwrap().clone())
+        .data(
+            queue
+                .mysql_pool()
+                .expect("the examples run on MySQL or MariaDB")
+                .clone(),
+        )
         .build()?;
     let worker = tokio::spawn({
         let stop = stop.clone();
@@ -209,12 +218,20 @@ async fn run_demo(addr: SocketAddr, queue: &Queue) -> anyhow::Result<()> {
         tokio::time::timeout(Duration::from_secs(10), examples::wait_until_done(queue, 2)).await;
     let orders: Vec<(u64, bool)> =
         sqlx::query_as("SELECT id, exported_at IS NOT NULL FROM orders ORDER BY id")
-            .fetch_all(queue.mysql_pool().unwrap())
+            .fetch_all(
+                queue
+                    .mysql_pool()
+                    .expect("the examples run on MySQL or MariaDB"),
+            )
             .await?;
     let jobs: Vec<(String, String)> = sqlx::query_as(
         "SELECT CAST(task_key AS CHAR), CAST(status AS CHAR) FROM job_queue ORDER BY id",
     )
-    .fetch_all(queue.mysql_pool().unwrap())
+    .fetch_all(
+        queue
+            .mysql_pool()
+            .expect("the examples run on MySQL or MariaDB"),
+    )
     .await?;
     println!("orders in the table (id, exported): {orders:?}");
     println!("jobs in the table (key, status): {jobs:?}");

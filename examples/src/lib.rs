@@ -71,7 +71,11 @@ pub async fn wait_for_status(
 pub async fn wait_until_done(queue: &Queue, count: i64) -> anyhow::Result<()> {
     loop {
         let done: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'done'")
-            .fetch_one(queue.mysql_pool().unwrap())
+            .fetch_one(
+                queue
+                    .mysql_pool()
+                    .expect("the examples run on MySQL or MariaDB"),
+            )
             .await?;
         if done >= count {
             return Ok(());

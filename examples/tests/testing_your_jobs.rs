@@ -51,7 +51,7 @@ async fn sign_up(
     let internal = |e: &dyn std::fmt::Display| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
     let mut tx = queue
         .mysql_pool()
-        .unwrap()
+        .expect("the examples run on MySQL or MariaDB")
         .begin()
         .await
         .map_err(|e| internal(&e))?;
@@ -78,7 +78,7 @@ async fn app_database(name: &str) -> TestDatabase {
         "CREATE TABLE users (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, email VARCHAR(255) NOT NULL)",
         "CREATE TABLE sent_mail (task_key VARCHAR(255) PRIMARY KEY, email VARCHAR(255) NOT NULL)",
     ] {
-        sqlx::query(table).execute(db.queue().mysql_pool().unwrap()).await.expect("create");
+        sqlx::query(table).execute(db.queue().mysql_pool().expect("the examples run on MySQL or MariaDB")).await.expect("create");
     }
     db
 }
@@ -110,7 +110,11 @@ async fn signing_up_enqueues_the_welcome_mail_and_it_is_sent_once() {
     assert_eq!(jobs[0].record.task_key, "welcome:1");
 
     // ...and running the queue sends it, once.
-    let pool = db.queue().mysql_pool().unwrap().clone();
+    let pool = db
+        .queue()
+        .mysql_pool()
+        .expect("the examples run on MySQL or MariaDB")
+        .clone();
     let summary = drain(db.queue())
         .queues(["mail"])
         .data(pool.clone())
@@ -127,7 +131,11 @@ async fn signing_up_enqueues_the_welcome_mail_and_it_is_sent_once() {
 async fn a_failed_sign_up_enqueues_nothing() {
     let db = app_database("signup_fails").await;
     sqlx::query("ALTER TABLE users ADD CONSTRAINT email_has_at CHECK (email LIKE '%@%')")
-        .execute(db.queue().mysql_pool().unwrap())
+        .execute(
+            db.queue()
+                .mysql_pool()
+                .expect("the examples run on MySQL or MariaDB"),
+        )
         .await
         .expect("add check");
     let signed_up = sign_up(
@@ -148,7 +156,12 @@ async fn a_failed_sign_up_enqueues_nothing() {
 async fn the_welcome_mail_of_a_missing_user_fails_for_good() {
     let db = app_database("welcome_missing").await;
     let performed = perform(SendWelcome { user_id: 99 })
-        .data(db.queue().mysql_pool().unwrap().clone())
+        .data(
+            db.queue()
+                .mysql_pool()
+                .expect("the examples run on MySQL or MariaDB")
+                .clone(),
+        )
         .await;
     assert_eq!(
         performed,
@@ -161,7 +174,11 @@ async fn the_welcome_mail_of_a_missing_user_fails_for_good() {
 #[tokio::test]
 async fn a_cancelled_welcome_mail_is_not_sent_even_on_its_last_attempt() {
     let db = app_database("welcome_cancelled").await;
-    let pool = db.queue().mysql_pool().unwrap().clone();
+    let pool = db
+        .queue()
+        .mysql_pool()
+        .expect("the examples run on MySQL or MariaDB")
+        .clone();
     sqlx::query("INSERT INTO users (id, email) VALUES (7, 'bob@example.com')")
         .execute(&pool)
         .await

@@ -338,6 +338,16 @@ impl Error {
             _ => None,
         }
     }
+
+    /// The SQLSTATE behind an [`Error::Database`] from PostgreSQL (`"23505"` for a unique
+    /// violation, say), if it is a server error. Prefer [`Error::database_class`]; this is for
+    /// the server errors it has no class for.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            Error::Database(e) => crate::store::errors::postgres_state(e),
+            _ => None,
+        }
+    }
 }
 
 /// How an attempt that did not succeed asks to end.

@@ -62,9 +62,14 @@ const ER_CONSTRAINT_FAILED: u16 = 4025;
 /// What a database server's error means to the queue: the classes of error the library (and
 /// the `jobqueue` command) act on. [`Error::database_class`] tells which an error is.
 ///
-/// Each class names the MySQL/MariaDB error numbers it stands for. A server error of no class
-/// here has none ([`Error::database_class`] returns `None`); its number is still available
-/// from [`Error::server_code`]. More classes may be added.
+/// Each class names the MySQL/MariaDB error numbers it stands for; on PostgreSQL the
+/// SQLSTATEs are: `40P01` deadlock, `55P03` lock wait (`lock_timeout`), `40001` snapshot
+/// (serialization) conflict, `23505` duplicate, `28P01`/`28000` login, `3D000` unknown
+/// database, `42501` denied, `42P01` missing table, `42703` unknown column, `42704` unknown
+/// setting, `23502`/`23514`/`22xxx` value refused, `57014` statement timeout. A server error of
+/// no class here has none ([`Error::database_class`] returns `None`); its number is still
+/// available from [`Error::server_code`] (MySQL) or [`Error::sqlstate`] (PostgreSQL). More
+/// classes may be added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DbErrorKind {
