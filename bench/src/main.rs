@@ -17,6 +17,7 @@ mod env;
 mod fleet;
 mod jobs;
 mod measure;
+mod postgres;
 mod report;
 mod scenarios;
 
@@ -86,6 +87,10 @@ pub(crate) enum Scenario {
     /// start latency of jobs another process enqueues meanwhile, and the connections of a
     /// draining process. Run it without `DATABASE_URL`.
     Fleet,
+    /// The framework on PostgreSQL against the leanest SKIP LOCKED loop on a minimal
+    /// PostgreSQL table: drains, bulk enqueue, an idle worker (`JOBQUEUE_BENCH_POSTGRES_URL`
+    /// names a server; without it a throwaway one is started).
+    Postgres,
 }
 
 #[derive(Subcommand, Debug)]

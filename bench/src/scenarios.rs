@@ -124,10 +124,12 @@ pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
     }
     // The fleet scenario starts up to 32 processes and counts the whole server: only when
     // named.
-    let want =
-        |s: Scenario| args.only.contains(&s) || (args.only.is_empty() && s != Scenario::Fleet);
+    let want = |s: Scenario| {
+        args.only.contains(&s)
+            || (args.only.is_empty() && s != Scenario::Fleet && s != Scenario::Postgres)
+    };
     let mut rows = Vec::new();
-    let all: [(Scenario, &str); 9] = [
+    let all: [(Scenario, &str); 10] = [
         (Scenario::Drain, "drain"),
         (Scenario::Enqueue, "enqueue"),
         (Scenario::Trickle, "trickle"),
@@ -137,6 +139,7 @@ pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
         (Scenario::Dashboard, "dashboard"),
         (Scenario::Limits, "limits"),
         (Scenario::Fleet, "fleet"),
+        (Scenario::Postgres, "postgres"),
     ];
     for (scenario, name) in all {
         if !want(scenario) {
@@ -157,6 +160,7 @@ pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
             Scenario::Dashboard => dashboard(&mut cx).await,
             Scenario::Limits => limits(&mut cx).await,
             Scenario::Fleet => crate::fleet::fleet(&mut cx.env, args.quick, runs).await,
+            Scenario::Postgres => crate::postgres::run(args.quick, runs).await,
         }
         .with_context(|| format!("scenario `{name}` failed"))?;
         eprintln!("   ({name}: {:.0} s)", began.elapsed().as_secs_f64());
