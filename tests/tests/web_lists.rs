@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use jobqueue::admin::{JobFilter, MAX_SELECTION};
 use jobqueue::{Error, JobStatus, Queue};
 use jobqueue_web::Dashboard;
-use tests::{count, fresh_queue, row};
+use tests::{count, fresh_queue, fresh_queue_on, on_every_backend, row, Backend};
 use web_support::{csrf_of, get, insert_job, post, post_with_cookie};
 
 /// The notice a redirect carries, decoded.
@@ -987,3 +987,136 @@ async fn the_recount_after_an_action_is_bounded() {
             .unwrap();
     assert_eq!(huge, 1, "no count replaced the gauges");
 }
+
+/// The row of queue `name` on the overview.
+fn overview_row<'a>(page: &'a str, name: &str) -> &'a str {
+    let start = page
+        .find(&format!(
+            "<tr><th><a href=\"/queues/{name}\">{name}</a></th>"
+        ))
+        .unwrap_or_else(|| panic!("a row for queue {name}: {page}"));
+    let rest = &page[start..];
+    &rest[..rest.find("</tr>").unwrap()]
+}
+
+/// The dashboard's overview and job list show a queue's jobs of several statuses, with
+/// their counts, on every backend: the rows of each listing, the finished jobs' counts, the
+/// pause, and one job's page.
+async fn the_overview_and_the_job_list_show_jobs_of_every_status(backend: Backend) {
+    let queue = fresh_queue_on(backend, "web_lists_backends").await;
+    let mut ids: Vec<(u64, &str, &str)> = Vec::new();
+    for (i, (q, status)) in [
+        ("mail", "failed"),
+        ("mail", "failed"),
+        ("mail", "ready"),
+        ("mail", "scheduled"),
+        ("mail", "done"),
+        ("mail", "done"),
+        ("mail", "done"),
+        ("mail", "cancelled"),
+        ("billing", "done"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let error = (status == "failed").then_some("boom <b>");
+        let id = insert_job(
+            &queue,
+            q,
+            "send",
+            &format!("k:{i}"),
+            "{\"n\": 1}",
+            status,
+            error,
+        )
+        .await;
+        ids.push((id, q, status));
+    }
+    queue.pause("billing").await.unwrap();
+    let router = Dashboard::new(queue.clone()).router();
+
+    let overview = get(&router, "/").await;
+    assert_eq!(overview.status, StatusCode::OK, "{}", overview.body);
+    let mail = overview_row(&overview.body, "mail");
+    assert!(mail.contains("badge active"), "{mail}");
+    assert!(
+        mail.contains("<a href=\"/jobs?queue=mail&amp;status=done\">3</a>"),
+        "{mail}"
+    );
+    assert!(
+        mail.contains("<a href=\"/jobs?queue=mail&amp;status=cancelled\">1</a>"),
+        "{mail}"
+    );
+    // The jobs that ended in the last hour, per queue: 3 done, 2 failed.
+    assert!(
+        mail.contains("<td class=\"n\">3</td><td class=\"n\">2</td>"),
+        "{mail}"
+    );
+    if backend == Backend::MySql {
+        // The counts the queue gauges keep (counted by the page when no worker did).
+        assert!(
+            mail.contains("<a href=\"/jobs?queue=mail&amp;status=failed\">2</a>"),
+            "{mail}"
+        );
+    }
+    let billing = overview_row(&overview.body, "billing");
+    assert!(billing.contains("badge paused"), "{billing}");
+    assert!(
+        billing.contains("action=\"/queues/billing/resume\""),
+        "{billing}"
+    );
+    assert!(
+        billing.contains("<a href=\"/jobs?queue=billing&amp;status=done\">1</a>"),
+        "{billing}"
+    );
+
+    // Every job, newest first, and the finished jobs' tabs.
+    let page = get(&router, "/jobs").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let shown: Vec<usize> = ids
+        .iter()
+        .map(|(id, ..)| {
+            page.body
+                .find(&format!("<a href=\"/jobs/{id}\">{id}</a>"))
+                .unwrap_or_else(|| panic!("a row for job {id}: {}", page.body))
+        })
+        .collect();
+    assert!(
+        shown.windows(2).all(|w| w[0] > w[1]),
+        "newest first: {shown:?}"
+    );
+    assert_eq!(tab_count(&page.body, "done"), "4");
+    assert_eq!(tab_count(&page.body, "cancelled"), "1");
+    // The error, escaped.
+    assert!(page.body.contains("boom &lt;b&gt;"), "{}", page.body);
+
+    // A status, and a status in one queue: exactly their jobs.
+    for (path, queue_name, status) in [
+        ("/jobs?status=failed", None, "failed"),
+        ("/jobs?status=done", None, "done"),
+        ("/jobs?queue=mail&status=done", Some("mail"), "done"),
+        ("/jobs?queue=billing&status=done", Some("billing"), "done"),
+        ("/jobs?status=cancelled", None, "cancelled"),
+    ] {
+        let page = get(&router, path).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+        for (id, q, s) in &ids {
+            let expected = *s == status && queue_name.is_none_or(|n| n == *q);
+            assert_eq!(
+                page.body
+                    .contains(&format!("<a href=\"/jobs/{id}\">{id}</a>")),
+                expected,
+                "{path}: job {id} ({q}, {s}): {}",
+                page.body
+            );
+        }
+    }
+
+    // One job's page.
+    let (failed, ..) = ids[0];
+    let page = get(&router, &format!("/jobs/{failed}")).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("boom &lt;b&gt;"), "{}", page.body);
+}
+
+on_every_backend!(the_overview_and_the_job_list_show_jobs_of_every_status);
