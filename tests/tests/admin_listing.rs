@@ -266,3 +266,55 @@ on_every_backend!(
     jobs_that_change_status_between_pages_shift_no_other,
     a_cursor_continues_only_its_own_listing,
 );
+
+/// On PostgreSQL, a page of one status (and a queue) is a range of a status-time index read
+/// in its order, before and after a cursor: no sort, no scan of the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_one_status_reads_its_index_in_order_on_postgres() {
+    use jobqueue_runtime::__store::statements::postgres::{list_statement, previous_statement};
+    let queue = fresh_queue_on(Backend::Postgres, "list_plan").await;
+    sql_exec(
+        &queue,
+        "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, run_at, \
+           lease_owner, lease_until, finished_at) \
+         SELECT 'q' || (seq % 11), 'k', 'plan:' || seq, '{}', \
+           (ARRAY['done', 'failed', 'ready', 'scheduled', 'cancelled', 'running', 'blocked'])\
+             [seq % 7 + 1], \
+           1, job_queue_now() - seq * INTERVAL '1 second', 'w', \
+           job_queue_now() + seq * INTERVAL '1 second', job_queue_now() - seq * INTERVAL '1 second' \
+         FROM generate_series(1, 60000) AS seq",
+        &[],
+    )
+    .await;
+    sql_exec(&queue, "ANALYZE job_queue", &[]).await;
+    for status in JobStatus::ALL {
+        for filter in [
+            JobFilter::default().status(status),
+            JobFilter::default().status(status).queue("q3"),
+        ] {
+            // A cursor some way into the listing (about 780 jobs of each status and queue),
+            // so that the page before it is not all there is behind it.
+            let first = queue.list(&filter, None, 300).await.unwrap();
+            let cursor = first.next.expect("a second page");
+            for (sql, args) in [
+                list_statement(&filter, None, 20),
+                list_statement(&filter, Some(&cursor), 20),
+                previous_statement(&filter, &cursor, 20),
+            ] {
+                let plan = queue.store().explain(&sql, &args).await.expect("EXPLAIN");
+                assert!(
+                    plan.iter()
+                        .all(|(_, node, ..)| node != "Sort" && node != "Seq Scan"),
+                    "{sql}: {plan:?}"
+                );
+                assert!(
+                    plan.iter().any(|(_, _, index, ..)| matches!(
+                        index.as_deref(),
+                        Some("job_queue_status_at" | "job_queue_queue_status_at")
+                    )),
+                    "{sql}: {plan:?}"
+                );
+            }
+        }
+    }
+}

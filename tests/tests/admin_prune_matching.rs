@@ -148,3 +148,60 @@ async fn prune_matching_statements_use_the_status_time_index() {
 }
 
 on_every_backend!(prune_matching_deletes_only_the_matching_old_jobs);
+
+/// The same on PostgreSQL: with a table of some size (and its statistics), no statement
+/// scans the table, and each batch's locking read is a range of one of the status-time
+/// indexes in its order, without a sort. (The count may take the `(queue, status, ...)`
+/// range of the claim index instead: the same rows.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_matching_statements_use_a_status_time_index_on_postgres() {
+    use jobqueue_runtime::__store::statements::postgres::{
+        prune_matching_count, prune_matching_select,
+    };
+    let queue = fresh_queue_on(Backend::Postgres, "prune_matching_plan").await;
+    sql_exec(
+        &queue,
+        "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, run_at, finished_at) \
+         SELECT CASE WHEN seq % 2 = 0 THEN 'a' ELSE 'b' END, \
+           CASE WHEN seq % 4 < 2 THEN 'x' ELSE 'y' END, 'k:' || seq, '{}', \
+           (ARRAY['done', 'failed', 'ready', 'scheduled', 'cancelled'])[seq % 5 + 1], 1, \
+           job_queue_now(), job_queue_now() - seq * INTERVAL '1 minute' \
+         FROM generate_series(1, 200000) AS seq",
+        &[],
+    )
+    .await;
+    sql_exec(&queue, "ANALYZE job_queue", &[]).await;
+    let from = chrono::Utc::now().naive_utc() - chrono::Duration::days(30);
+    let query = JobFilter::default()
+        .status(JobStatus::Done)
+        .queue("a")
+        .kind("x");
+    let (sql, args) = prune_matching_count(&query, 1_000_000);
+    let plan = queue.store().explain(&sql, &args).await.expect("EXPLAIN");
+    assert!(
+        plan.iter().any(|(_, _, index, ..)| index.is_some())
+            && plan.iter().all(|(_, node, ..)| node != "Seq Scan"),
+        "{sql}: {plan:?}"
+    );
+    for (sql, args) in [
+        prune_matching_select(&query, 1_000_000, None, 500),
+        prune_matching_select(&query, 1_000_000, Some(from), 500),
+    ] {
+        let plan = queue.store().explain(&sql, &args).await.expect("EXPLAIN");
+        assert!(
+            plan.iter().any(|(_, _, index, ..)| matches!(
+                index.as_deref(),
+                Some("job_queue_status_at" | "job_queue_queue_status_at")
+            )),
+            "{sql}: {plan:?}"
+        );
+        assert!(
+            plan.iter().all(|(_, node, ..)| node != "Seq Scan"),
+            "{sql}: {plan:?}"
+        );
+        assert!(
+            plan.iter().all(|(_, node, ..)| node != "Sort"),
+            "{sql}: {plan:?}"
+        );
+    }
+}

@@ -170,12 +170,12 @@ pub(crate) fn list_statement_of(
     cursor: Option<&JobCursor>,
     limit: u32,
 ) -> (String, Vec<Arg>) {
-    let (mut conds, mut args) = conditions(query);
+    let (conds, args) = conditions(query);
+    let mut ranges: Vec<(&'static str, Vec<Arg>)> = Vec::new();
     let order = match query.status {
         None => {
             if let Some(c) = cursor {
-                conds.push("id < ?");
-                args.push(Arg::Int(c.id));
+                ranges.push(("id < ?", vec![Arg::Int(c.id)]));
             }
             "id DESC"
         }
@@ -185,21 +185,25 @@ pub(crate) fn list_statement_of(
                 match (desc, c.at) {
                     // Newest first: the NULL times came first, then times downwards.
                     (true, Some(at)) => {
-                        conds.push("(status_at, id) < (?, ?)");
-                        args.extend([Arg::Time(at), Arg::Int(c.id)]);
+                        ranges.push((
+                            "(status_at, id) < (?, ?)",
+                            vec![Arg::Time(at), Arg::Int(c.id)],
+                        ));
                     }
                     (true, None) => {
-                        conds.push("(status_at IS NOT NULL OR id < ?)");
-                        args.push(Arg::Int(c.id));
+                        ranges.push(("status_at IS NULL AND id < ?", vec![Arg::Int(c.id)]));
+                        ranges.push(("status_at IS NOT NULL", Vec::new()));
                     }
                     // Next first: times upwards, then the NULL times.
                     (false, Some(at)) => {
-                        conds.push("((status_at, id) > (?, ?) OR status_at IS NULL)");
-                        args.extend([Arg::Time(at), Arg::Int(c.id)]);
+                        ranges.push((
+                            "(status_at, id) > (?, ?)",
+                            vec![Arg::Time(at), Arg::Int(c.id)],
+                        ));
+                        ranges.push(("status_at IS NULL", Vec::new()));
                     }
                     (false, None) => {
-                        conds.push("(status_at IS NULL AND id > ?)");
-                        args.push(Arg::Int(c.id));
+                        ranges.push(("status_at IS NULL AND id > ?", vec![Arg::Int(c.id)]));
                     }
                 }
             }
@@ -212,14 +216,58 @@ pub(crate) fn list_statement_of(
             }
         }
     };
-    args.push(Arg::Int(u64::from(limit) + 1));
-    (
-        numbered(&format!(
-            "SELECT {columns}, status_at FROM job_queue {} ORDER BY {order} LIMIT ?",
-            where_clause(&conds)
-        )),
-        args,
+    keyset_select(
+        &format!("{columns}, status_at"),
+        &conds,
+        &args,
+        ranges,
+        order,
+        u64::from(limit) + 1,
     )
+}
+
+/// `SELECT columns FROM job_queue WHERE conds AND range ORDER BY order LIMIT limit`, numbered,
+/// with its arguments. With two ranges (a cursor's range of times and the rows without a
+/// time), each is read as its own ordered range of the index, `limit` rows at most, and the
+/// two are merged: `(... OR status_at IS NULL)` in one statement would make PostgreSQL read
+/// every row after the cursor and sort them.
+pub(crate) fn keyset_select(
+    columns: &str,
+    conds: &[&'static str],
+    args: &[Arg],
+    ranges: Vec<(&'static str, Vec<Arg>)>,
+    order: &str,
+    limit: u64,
+) -> (String, Vec<Arg>) {
+    let one = |range: Option<&(&'static str, Vec<Arg>)>, out: &mut Vec<Arg>| -> String {
+        let mut c = conds.to_vec();
+        out.extend(args.iter().cloned());
+        if let Some((cond, cond_args)) = range {
+            c.push(cond);
+            out.extend(cond_args.iter().cloned());
+        }
+        out.push(Arg::Int(limit));
+        format!(
+            "SELECT {columns} FROM job_queue {} ORDER BY {order} LIMIT ?",
+            where_clause(&c)
+        )
+    };
+    let mut out = Vec::new();
+    let sql = match ranges.len() {
+        0 | 1 => one(ranges.first(), &mut out),
+        _ => {
+            let parts: Vec<String> = ranges
+                .iter()
+                .map(|r| format!("({})", one(Some(r), &mut out)))
+                .collect();
+            out.push(Arg::Int(limit));
+            format!(
+                "SELECT * FROM ({}) page ORDER BY {order} LIMIT ?",
+                parts.join(" UNION ALL ")
+            )
+        }
+    };
+    (numbered(&sql), out)
 }
 
 /// [`list_statement_of`] with every column of a job.
@@ -1079,5 +1127,28 @@ mod tests {
             "{sql}"
         );
         assert_eq!(args.len(), 5);
+    }
+
+    #[test]
+    fn a_page_next_first_reads_the_times_and_then_the_rows_without_one() {
+        let cursor = JobCursor {
+            status: Some(JobStatus::Ready),
+            at: chrono::DateTime::from_timestamp(1_800_000_000, 0).map(|t| t.naive_utc()),
+            id: 7,
+        };
+        let (sql, args) = list_statement_of(
+            "id",
+            &JobFilter::default().status(JobStatus::Ready),
+            Some(&cursor),
+            10,
+        );
+        assert_eq!(
+            sql,
+            "SELECT * FROM ((SELECT id, status_at FROM job_queue WHERE status = $1 \
+             AND (status_at, id) > ($2, $3) ORDER BY status_at, id LIMIT $4) UNION ALL \
+             (SELECT id, status_at FROM job_queue WHERE status = $5 AND status_at IS NULL \
+             ORDER BY status_at, id LIMIT $6)) page ORDER BY status_at, id LIMIT $7"
+        );
+        assert_eq!(args.len(), 7);
     }
 }

@@ -10,9 +10,7 @@ use sqlx::postgres::PgPool;
 use sqlx::Row;
 
 use super::admin::unblock_and_lock;
-use super::dashboard::{
-    conditions, fetch_within, micros_between, newest_first, numbered, where_clause,
-};
+use super::dashboard::{conditions, fetch_within, keyset_select, micros_between, newest_first};
 use super::{db_id, id_of};
 use crate::error::Result;
 use crate::model::{JobCursor, JobFilter, JobStatus, StatusCounts};
@@ -185,11 +183,11 @@ pub(crate) async fn capped_status_count(
 /// the end of a listing next first and at the start of one newest first (see
 /// `postgres/dashboard.rs`), and the conditions follow that order.
 pub fn previous_statement(query: &JobFilter, cursor: &JobCursor, limit: u32) -> (String, Vec<Arg>) {
-    let (mut conds, mut args) = conditions(query);
+    let (conds, args) = conditions(query);
+    let mut ranges: Vec<(&'static str, Vec<Arg>)> = Vec::new();
     let order = match query.status {
         None => {
-            conds.push("id >= ?");
-            args.push(Arg::Int(cursor.id));
+            ranges.push(("id >= ?", vec![Arg::Int(cursor.id)]));
             "id"
         }
         Some(status) => {
@@ -197,20 +195,24 @@ pub fn previous_statement(query: &JobFilter, cursor: &JobCursor, limit: u32) -> 
             let forwards_in_time = newest_first(status);
             match (forwards_in_time, cursor.at) {
                 (true, Some(at)) => {
-                    conds.push("((status_at, id) >= (?, ?) OR status_at IS NULL)");
-                    args.extend([Arg::Time(at), Arg::Int(cursor.id)]);
+                    ranges.push((
+                        "(status_at, id) >= (?, ?)",
+                        vec![Arg::Time(at), Arg::Int(cursor.id)],
+                    ));
+                    ranges.push(("status_at IS NULL", Vec::new()));
                 }
                 (true, None) => {
-                    conds.push("(status_at IS NULL AND id >= ?)");
-                    args.push(Arg::Int(cursor.id));
+                    ranges.push(("status_at IS NULL AND id >= ?", vec![Arg::Int(cursor.id)]));
                 }
                 (false, Some(at)) => {
-                    conds.push("(status_at, id) <= (?, ?)");
-                    args.extend([Arg::Time(at), Arg::Int(cursor.id)]);
+                    ranges.push((
+                        "(status_at, id) <= (?, ?)",
+                        vec![Arg::Time(at), Arg::Int(cursor.id)],
+                    ));
                 }
                 (false, None) => {
-                    conds.push("(status_at IS NOT NULL OR id <= ?)");
-                    args.push(Arg::Int(cursor.id));
+                    ranges.push(("status_at IS NULL AND id <= ?", vec![Arg::Int(cursor.id)]));
+                    ranges.push(("status_at IS NOT NULL", Vec::new()));
                 }
             }
             if forwards_in_time {
@@ -220,13 +222,13 @@ pub fn previous_statement(query: &JobFilter, cursor: &JobCursor, limit: u32) -> 
             }
         }
     };
-    args.push(Arg::Int(u64::from(limit) + 1));
-    (
-        numbered(&format!(
-            "SELECT id, status_at FROM job_queue {} ORDER BY {order} LIMIT ?",
-            where_clause(&conds)
-        )),
-        args,
+    keyset_select(
+        "id, status_at",
+        &conds,
+        &args,
+        ranges,
+        order,
+        u64::from(limit) + 1,
     )
 }
 
