@@ -33,8 +33,9 @@ use crate::model::{
 use crate::store::dashboard::{Arg, BulkBound, LIST_TIME_LIMIT, THROUGHPUT_STALE_AFTER};
 use crate::store::errors::{classify, DbErrorKind};
 use crate::store::postgres::decode::{
-    detail_from_row, job_detail_sql, record_from_row, summary_columns, summary_from_row,
-    JOB_COLUMNS,
+    detail_from_pg_row as detail_from_row, pg_job_detail_sql as job_detail_sql,
+    pg_summary_columns as summary_columns, record_from_pg_row as record_from_row,
+    summary_from_pg_row as summary_from_row, PG_JOB_COLUMNS as JOB_COLUMNS,
 };
 use crate::store::Store;
 
