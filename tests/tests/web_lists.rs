@@ -275,9 +275,8 @@ async fn ticked_jobs_are_retried_run_cancelled_and_deleted_with_a_notice() {
     assert!(exists(&queue, failed1).await);
 }
 
-#[tokio::test]
-async fn delete_and_run_now_keep_to_the_statuses_they_may_change() {
-    let queue = fresh_queue("web_lists_single").await;
+async fn delete_and_run_now_keep_to_the_statuses_they_may_change(backend: Backend) {
+    let queue = fresh_queue_on(backend, "web_lists_single").await;
     let mut finished = Vec::new();
     for (i, status) in ["done", "failed", "cancelled", "ready", "scheduled"]
         .iter()
@@ -303,33 +302,31 @@ async fn delete_and_run_now_keep_to_the_statuses_they_may_change() {
 
     // A blocked job goes with its waiting row.
     let blocked = insert_job(&queue, "q", "k", "blk", "{}", "blocked", None).await;
-    sqlx::query(
+    tests::sql_exec(
+        &queue,
         "INSERT INTO job_queue_blocked (slot_key, priority, job_id) VALUES ('c:key', 0, ?)",
+        &[tests::Arg::Int(blocked as i64)],
     )
-    .bind(blocked)
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    .await;
     assert!(queue.delete(blocked).await.unwrap());
     assert_eq!(
-        count(
-            queue.mysql_pool().unwrap(),
-            "SELECT COUNT(*) FROM job_queue_blocked"
-        )
-        .await,
+        tests::sql_i64(&queue, "SELECT COUNT(*) FROM job_queue_blocked", &[]).await,
         0
     );
 
     // Run now: a retry waiting out its backoff runs now, with its attempts and error kept.
     let waiting = insert_job(&queue, "q", "k", "retrying", "{}", "scheduled", None).await;
-    sqlx::query(
-        "UPDATE job_queue SET attempts = 1, last_error = 'timeout', \
-         run_at = UTC_TIMESTAMP(6) + INTERVAL 10 MINUTE WHERE id = ?",
-    )
-    .bind(waiting)
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    let later_sql = match backend {
+        Backend::Postgres => {
+            "UPDATE job_queue SET attempts = 1, last_error = 'timeout', \
+             run_at = job_queue_now() + INTERVAL '10 minutes' WHERE id = ?"
+        }
+        _ => {
+            "UPDATE job_queue SET attempts = 1, last_error = 'timeout', \
+             run_at = UTC_TIMESTAMP(6) + INTERVAL 10 MINUTE WHERE id = ?"
+        }
+    };
+    tests::sql_exec(&queue, later_sql, &[tests::Arg::Int(waiting as i64)]).await;
     assert!(queue.run_now(waiting).await.unwrap());
     let job = row(&queue, waiting).await;
     assert_eq!(job.status, JobStatus::Ready);
@@ -895,9 +892,8 @@ fn pager_link(body: &str, rel: &str) -> Option<String> {
     Some(head[head.rfind("href=\"")? + 6..].replace("&amp;", "&"))
 }
 
-#[tokio::test]
-async fn newer_pages_lead_back_through_the_pages_older_ones_led_to() {
-    let queue = fresh_queue("web_lists_newer").await;
+async fn newer_pages_lead_back_through_the_pages_older_ones_led_to(backend: Backend) {
+    let queue = fresh_queue_on(backend, "web_lists_newer").await;
     for i in 0..230u32 {
         let (q, status) = match i % 3 {
             0 => ("alpha", "done"),
@@ -907,12 +903,12 @@ async fn newer_pages_lead_back_through_the_pages_older_ones_led_to() {
         insert_job(&queue, q, "k", &format!("newer:{i}"), "{}", status, None).await;
     }
     // Ties: ready jobs sharing one due time are ordered by id.
-    sqlx::query(
+    tests::sql_exec(
+        &queue,
         "UPDATE job_queue SET run_at = '2026-01-01 00:00:00' WHERE status = 'ready' AND id % 4 = 0",
+        &[],
     )
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    .await;
     let router = Dashboard::new(queue.clone()).router();
     for start in [
         "/jobs",
@@ -1127,4 +1123,6 @@ on_every_backend!(
     the_pickers_list_queues_and_kinds,
     the_error_filter_finds_text_with_wildcards_as_plain_characters,
     an_error_filter_that_reads_too_long_is_stopped_with_a_message,
+    newer_pages_lead_back_through_the_pages_older_ones_led_to,
+    delete_and_run_now_keep_to_the_statuses_they_may_change,
 );
