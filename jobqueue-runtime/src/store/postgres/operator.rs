@@ -66,7 +66,7 @@ pub(crate) async fn job_status(
         .bind(db_id(id))
         .fetch_optional(pool)
         .await?;
-    s.map(|s| s.parse()).transpose().map_err(Into::into)
+    s.map(|s| s.parse()).transpose()
 }
 
 /// See the MySQL `names`: one index lookup per name, each after the one before; the
