@@ -223,7 +223,105 @@ async fn bulk_actions_change_the_matching_jobs_and_the_figures_follow(backend: B
     );
 }
 
+async fn the_dashboard_figures_read_workers_schedules_and_throughput(backend: Backend) {
+    let queue = fresh_queue_on(backend, "admin_actions_figures").await;
+    let failed = job(&queue, "mail", "send", "f1", "failed").await;
+    job(&queue, "mail", "send", "d1", "done").await;
+    job(&queue, "mail", "send", "d2", "done").await;
+    job(&queue, "billing", "charge", "c1", "cancelled").await;
+    job(&queue, "billing", "charge", "r1", "ready").await;
+    let long_error = "e".repeat(400);
+    sql_exec(
+        &queue,
+        "UPDATE job_queue SET last_error = ? WHERE id = ?",
+        &[Arg::Text(&long_error), Arg::Int(failed as i64)],
+    )
+    .await;
+    sql_exec(
+        &queue,
+        "INSERT INTO job_queue_worker (owner, host, pid, version, queues, concurrency, running, \
+           started_at, last_seen) VALUES \
+         ('app-1:1:aa', 'app-1', 11, '0.3.0', 'mail,billing', 8, 2, '2020-01-01 00:00:00', \
+           '2020-01-01 00:00:00')",
+        &[],
+    )
+    .await;
+    sql_exec(
+        &queue,
+        "INSERT INTO job_queue_cron (kind, last_tick, last_job_id, updated_at, schedule) \
+         VALUES ('nightly', '2026-01-01 00:00:00', ?, '2026-01-01 00:00:00', '0 3 * * *')",
+        &[Arg::Int(failed as i64)],
+    )
+    .await;
+
+    // A worker silent since 2020 is shown, gone.
+    let workers = queue.workers().await.unwrap();
+    assert_eq!(workers.len(), 1);
+    let w = &workers[0];
+    assert_eq!(
+        (w.owner.as_str(), w.host.as_str(), w.pid),
+        ("app-1:1:aa", "app-1", 11)
+    );
+    assert_eq!(w.queues, ["mail", "billing"]);
+    assert_eq!((w.concurrency, w.running), (8, 2));
+    assert!(w.gone && !w.maintains);
+    assert!(w.seen_secs_ago > 86_400.0);
+
+    // A schedule with its latest job, whose error is cut.
+    let periodic = queue.periodic_jobs().await.unwrap();
+    assert_eq!(periodic.len(), 1);
+    let p = &periodic[0];
+    assert_eq!(p.kind, "nightly");
+    assert_eq!(p.schedule.as_deref(), Some("0 3 * * *"));
+    assert_eq!(p.last_job_id, Some(failed));
+    assert_eq!(p.last_job_status, Some(JobStatus::Failed));
+    assert_eq!(p.last_job_error.as_deref().map(str::len), Some(300));
+    assert!(p.next_tick.is_some_and(|t| t > p.last_tick));
+
+    // The overview: every queue with a job, the finished jobs counted now.
+    let overview = queue.queue_overview().await.unwrap();
+    let names: Vec<&str> = overview.iter().map(|q| q.queue.as_str()).collect();
+    assert_eq!(names, ["billing", "mail"]);
+    assert_eq!(overview[0].counts.cancelled, 1);
+    assert_eq!(overview[1].counts.done, 2);
+
+    // The jobs finished in the last hour, per minute and queue.
+    let minutes = queue.throughput(60).await.unwrap();
+    let done: u64 = minutes
+        .iter()
+        .filter(|m| m.queue == "mail")
+        .map(|m| m.done)
+        .sum();
+    let failed_n: u64 = minutes
+        .iter()
+        .filter(|m| m.queue == "mail")
+        .map(|m| m.failed)
+        .sum();
+    assert_eq!((done, failed_n), (2, 1), "{minutes:?}");
+    assert!(minutes.iter().all(|m| m.minutes_ago < 60));
+
+    // Counts over a filter, exact and capped.
+    let mail = JobFilter::default().queue("mail");
+    assert_eq!(queue.count(&mail).await.unwrap(), 3);
+    assert_eq!(queue.count_capped(&mail, 1).await.unwrap(), 2);
+    assert_eq!(
+        queue
+            .count(&JobFilter::default().status(JobStatus::Done))
+            .await
+            .unwrap(),
+        2
+    );
+
+    // One job for a person: its large columns capped, its error whole below the cap.
+    let detail = queue.job_detail(failed).await.unwrap().expect("the job");
+    assert_eq!(detail.status, JobStatus::Failed);
+    assert_eq!(detail.last_error.as_ref().map(|e| e.bytes), Some(400));
+    assert_eq!(detail.payload.text, "{}");
+    assert!(queue.job_detail(999_999).await.unwrap().is_none());
+}
+
 on_every_backend!(
     cancel_and_retry_change_only_the_statuses_they_may,
     bulk_actions_change_the_matching_jobs_and_the_figures_follow,
+    the_dashboard_figures_read_workers_schedules_and_throughput,
 );
