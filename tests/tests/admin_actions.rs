@@ -312,6 +312,27 @@ async fn the_dashboard_figures_read_workers_schedules_and_throughput(backend: Ba
         2
     );
 
+    // A metadata member: a string or a number, as its text.
+    sql_exec(
+        &queue,
+        "UPDATE job_queue SET metadata = '{\"tenant\": \"acme\", \"n\": 42}' WHERE id = ?",
+        &[Arg::Int(failed as i64)],
+    )
+    .await;
+    for (key, value, expected) in [
+        ("tenant", "acme", vec![failed]),
+        ("n", "42", vec![failed]),
+        ("tenant", "other", vec![]),
+        ("missing", "acme", vec![]),
+    ] {
+        let page = queue
+            .list(&JobFilter::default().meta(key, value), None, 10)
+            .await
+            .unwrap();
+        let ids: Vec<u64> = page.jobs.iter().map(|j| j.id).collect();
+        assert_eq!(ids, expected, "{key} = {value}");
+    }
+
     // One job for a person: its large columns capped, its error whole below the cap.
     let detail = queue.job_detail(failed).await.unwrap().expect("the job");
     assert_eq!(detail.status, JobStatus::Failed);

@@ -318,3 +318,35 @@ async fn a_page_of_one_status_reads_its_index_in_order_on_postgres() {
         }
     }
 }
+
+/// Every statement of the dashboard's pages is one PostgreSQL plans, for a filter of each
+/// kind (with a cursor too): its SQL and its arguments' types are PostgreSQL's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_statements_are_postgresql_statements() {
+    use jobqueue_runtime::__store::statements::postgres::dashboard_statements;
+    let queue = fresh_queue_on(Backend::Postgres, "list_statements").await;
+    let cursor: JobCursor = "done.1764662400123456.4711".parse().unwrap();
+    let by_id: JobCursor = "4711".parse().unwrap();
+    let every = JobFilter::default()
+        .queue("q")
+        .kind("k")
+        .key_prefix("a_b%")
+        .error_contains("50%")
+        .meta("tenant", "acme");
+    for (filter, cursor) in [
+        (JobFilter::default(), None),
+        (JobFilter::default(), Some(&by_id)),
+        (JobFilter::default().status(JobStatus::Done), Some(&cursor)),
+        (every.clone(), Some(&by_id)),
+        (every.status(JobStatus::Done), Some(&cursor)),
+    ] {
+        for (sql, args) in dashboard_statements(&filter, cursor) {
+            let plan = queue
+                .store()
+                .explain(&sql, &args)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            assert!(!plan.is_empty(), "{sql}");
+        }
+    }
+}
