@@ -10,7 +10,10 @@
 //! - A `status_at` that is NULL (a row that lost its time) sorts last in an ascending index
 //!   on PostgreSQL, first on MySQL: such rows come last in a listing next first and first in
 //!   a listing newest first, so that each page is still a range of the index, read without
-//!   a sort. The cursors' conditions are written for that order.
+//!   a sort. The cursors' conditions are written for that order; where a page spans both
+//!   the times and the rows without one, each is read as its own range and the two merged
+//!   (`keyset_select`), as an `OR` would make PostgreSQL read and sort every row after the
+//!   cursor.
 //! - A bulk step changes its batch with one `UPDATE ... RETURNING id`, which locks the rows
 //!   still of the status and names them, where MySQL locks them with a `SELECT ... FOR
 //!   UPDATE` first.
