@@ -100,6 +100,12 @@ pub mod __store {
         // An operator's prune of the jobs matching a filter: its count and its batch's
         // locking read, with their arguments.
         pub use crate::store::{prune_matching_count, prune_matching_select};
+        /// The same statements on PostgreSQL, for `Store::explain` on a queue there.
+        pub mod postgres {
+            pub use crate::store::postgres::admin::{prune_matching_count, prune_matching_select};
+            pub use crate::store::postgres::dashboard::{dashboard_statements, list_statement};
+            pub use crate::store::postgres::operator::previous_statement;
+        }
         // The older jobs of a task key (see `Uniqueness`).
         pub use crate::store::{key_history_sql, release_sql};
         // A running job's progress write.

@@ -7,33 +7,55 @@ use std::collections::BTreeSet;
 
 use jobqueue::admin::{JobCursor, JobFilter};
 use jobqueue::{Error, JobStatus, Queue};
-use tests::fresh_queue;
+use tests::{fresh_queue_on, on_every_backend, sql_exec, Arg, Backend};
 
 /// Inserts one job of `status` in `queue` whose time in that status is `secs` seconds from
 /// now (run_at, lease_until or finished_at); returns its id.
 async fn insert(queue: &Queue, name: &str, status: JobStatus, secs: i64) -> u64 {
     // Whole seconds from one fixed instant, so that jobs given the same `secs` share their
     // time exactly.
-    sqlx::query(
-        "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, run_at, \
-           lease_owner, lease_until, finished_at) \
-         SELECT ?, 'k', CONCAT('list:', UUID()), '{}', ?, 1, \
-           IF(? IN ('scheduled', 'ready', 'blocked'), t, t - INTERVAL 1 HOUR), \
-           IF(? = 'running', 'w', NULL), IF(? = 'running', t, NULL), \
-           IF(? IN ('done', 'failed', 'cancelled'), t, NULL) \
-         FROM (SELECT TIMESTAMP('2030-01-01 00:00:00') + INTERVAL ? SECOND AS t) x",
-    )
-    .bind(name)
-    .bind(status.as_str())
-    .bind(status.as_str())
-    .bind(status.as_str())
-    .bind(status.as_str())
-    .bind(status.as_str())
-    .bind(secs)
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .expect("insert a job")
-    .last_insert_id()
+    match queue.backend() {
+        Backend::Postgres => {
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, run_at, \
+                   lease_owner, lease_until, finished_at) \
+                 SELECT $1, 'k', 'list:' || gen_random_uuid(), '{}', $2, 1, \
+                   CASE WHEN $2 IN ('scheduled', 'ready', 'blocked') THEN t \
+                     ELSE t - INTERVAL '1 hour' END, \
+                   CASE WHEN $2 = 'running' THEN 'w' END, CASE WHEN $2 = 'running' THEN t END, \
+                   CASE WHEN $2 IN ('done', 'failed', 'cancelled') THEN t END \
+                 FROM (SELECT TIMESTAMP '2030-01-01 00:00:00' + $3 * INTERVAL '1 second' AS t) x \
+                 RETURNING id",
+            )
+            .bind(name)
+            .bind(status.as_str())
+            .bind(secs)
+            .fetch_one(queue.postgres_pool().unwrap())
+            .await
+            .expect("insert a job");
+            id as u64
+        }
+        _ => sqlx::query(
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, run_at, \
+               lease_owner, lease_until, finished_at) \
+             SELECT ?, 'k', CONCAT('list:', UUID()), '{}', ?, 1, \
+               IF(? IN ('scheduled', 'ready', 'blocked'), t, t - INTERVAL 1 HOUR), \
+               IF(? = 'running', 'w', NULL), IF(? = 'running', t, NULL), \
+               IF(? IN ('done', 'failed', 'cancelled'), t, NULL) \
+             FROM (SELECT TIMESTAMP('2030-01-01 00:00:00') + INTERVAL ? SECOND AS t) x",
+        )
+        .bind(name)
+        .bind(status.as_str())
+        .bind(status.as_str())
+        .bind(status.as_str())
+        .bind(status.as_str())
+        .bind(status.as_str())
+        .bind(secs)
+        .execute(queue.mysql_pool().unwrap())
+        .await
+        .expect("insert a job")
+        .last_insert_id(),
+    }
 }
 
 /// Every page of `filter`, `limit` jobs at a time, as ids in the order shown.
@@ -65,9 +87,8 @@ fn newest_first(status: JobStatus) -> bool {
     )
 }
 
-#[tokio::test]
-async fn each_status_pages_in_its_order_with_every_job_once() {
-    let queue = fresh_queue("list_order").await;
+async fn each_status_pages_in_its_order_with_every_job_once(backend: Backend) {
+    let queue = fresh_queue_on(backend, "list_order").await;
     // Per status 23 jobs, inserted out of time order, four to a time: ids and times disagree,
     // and page ends fall inside a group of equal times.
     let mut expected = Vec::new();
@@ -116,9 +137,8 @@ async fn each_status_pages_in_its_order_with_every_job_once() {
     assert!(none.jobs.is_empty() && none.next.is_none());
 }
 
-#[tokio::test]
-async fn jobs_that_change_status_between_pages_shift_no_other() {
-    let queue = fresh_queue("list_moving").await;
+async fn jobs_that_change_status_between_pages_shift_no_other(backend: Backend) {
+    let queue = fresh_queue_on(backend, "list_moving").await;
     for (status, first_or_last) in [(JobStatus::Ready, "first"), (JobStatus::Done, "last")] {
         let other = if status == JobStatus::Ready {
             "running"
@@ -139,12 +159,13 @@ async fn jobs_that_change_status_between_pages_shift_no_other() {
         // enters it before the cursor's place and one after it.
         let left: Vec<u64> = vec![shown[0], shown[9], ids[20], ids[25]];
         for id in &left {
-            sqlx::query("UPDATE job_queue SET status = ? WHERE id = ?")
-                .bind(other)
-                .bind(id)
-                .execute(queue.mysql_pool().unwrap())
-                .await
-                .unwrap();
+            let changed = sql_exec(
+                &queue,
+                "UPDATE job_queue SET status = ? WHERE id = ?",
+                &[Arg::Text(other), Arg::Int(*id as i64)],
+            )
+            .await;
+            assert_eq!(changed, 1);
         }
         let (early, late) = if newest_first(status) {
             (60, -3600)
@@ -171,16 +192,12 @@ async fn jobs_that_change_status_between_pages_shift_no_other() {
         assert_eq!(unique, expected, "{status}: {first_or_last}");
         assert!(!unique.contains(&before_cursor));
         assert_eq!(shown.last(), Some(&after_cursor), "{status}");
-        sqlx::query("DELETE FROM job_queue")
-            .execute(queue.mysql_pool().unwrap())
-            .await
-            .unwrap();
+        sql_exec(&queue, "DELETE FROM job_queue", &[]).await;
     }
 }
 
-#[tokio::test]
-async fn a_cursor_continues_only_its_own_listing() {
-    let queue = fresh_queue("list_cursor").await;
+async fn a_cursor_continues_only_its_own_listing(backend: Backend) {
+    let queue = fresh_queue_on(backend, "list_cursor").await;
     for secs in [0, 0, 60] {
         insert(&queue, "q", JobStatus::Done, secs).await;
         insert(&queue, "q", JobStatus::Failed, secs).await;
@@ -241,5 +258,95 @@ async fn a_cursor_continues_only_its_own_listing() {
         "done.5.5.5",
     ] {
         assert!(bad.parse::<JobCursor>().is_err(), "{bad:?}");
+    }
+}
+
+on_every_backend!(
+    each_status_pages_in_its_order_with_every_job_once,
+    jobs_that_change_status_between_pages_shift_no_other,
+    a_cursor_continues_only_its_own_listing,
+);
+
+/// On PostgreSQL, a page of one status (and a queue) is a range of a status-time index read
+/// in its order, before and after a cursor: no sort, no scan of the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_one_status_reads_its_index_in_order_on_postgres() {
+    use jobqueue_runtime::__store::statements::postgres::{list_statement, previous_statement};
+    let queue = fresh_queue_on(Backend::Postgres, "list_plan").await;
+    sql_exec(
+        &queue,
+        "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, run_at, \
+           lease_owner, lease_until, finished_at) \
+         SELECT 'q' || (seq % 11), 'k', 'plan:' || seq, '{}', \
+           (ARRAY['done', 'failed', 'ready', 'scheduled', 'cancelled', 'running', 'blocked'])\
+             [seq % 7 + 1], \
+           1, job_queue_now() - seq * INTERVAL '1 second', 'w', \
+           job_queue_now() + seq * INTERVAL '1 second', job_queue_now() - seq * INTERVAL '1 second' \
+         FROM generate_series(1, 60000) AS seq",
+        &[],
+    )
+    .await;
+    sql_exec(&queue, "ANALYZE job_queue", &[]).await;
+    for status in JobStatus::ALL {
+        for filter in [
+            JobFilter::default().status(status),
+            JobFilter::default().status(status).queue("q3"),
+        ] {
+            // A cursor some way into the listing (about 780 jobs of each status and queue),
+            // so that the page before it is not all there is behind it.
+            let first = queue.list(&filter, None, 300).await.unwrap();
+            let cursor = first.next.expect("a second page");
+            for (sql, args) in [
+                list_statement(&filter, None, 20),
+                list_statement(&filter, Some(&cursor), 20),
+                previous_statement(&filter, &cursor, 20),
+            ] {
+                let plan = queue.store().explain(&sql, &args).await.expect("EXPLAIN");
+                assert!(
+                    plan.iter()
+                        .all(|(_, node, ..)| node != "Sort" && node != "Seq Scan"),
+                    "{sql}: {plan:?}"
+                );
+                assert!(
+                    plan.iter().any(|(_, _, index, ..)| matches!(
+                        index.as_deref(),
+                        Some("job_queue_status_at" | "job_queue_queue_status_at")
+                    )),
+                    "{sql}: {plan:?}"
+                );
+            }
+        }
+    }
+}
+
+/// Every statement of the dashboard's pages is one PostgreSQL plans, for a filter of each
+/// kind (with a cursor too): its SQL and its arguments' types are PostgreSQL's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_statements_are_postgresql_statements() {
+    use jobqueue_runtime::__store::statements::postgres::dashboard_statements;
+    let queue = fresh_queue_on(Backend::Postgres, "list_statements").await;
+    let cursor: JobCursor = "done.1764662400123456.4711".parse().unwrap();
+    let by_id: JobCursor = "4711".parse().unwrap();
+    let every = JobFilter::default()
+        .queue("q")
+        .kind("k")
+        .key_prefix("a_b%")
+        .error_contains("50%")
+        .meta("tenant", "acme");
+    for (filter, cursor) in [
+        (JobFilter::default(), None),
+        (JobFilter::default(), Some(&by_id)),
+        (JobFilter::default().status(JobStatus::Done), Some(&cursor)),
+        (every.clone(), Some(&by_id)),
+        (every.status(JobStatus::Done), Some(&cursor)),
+    ] {
+        for (sql, args) in dashboard_statements(&filter, cursor) {
+            let plan = queue
+                .store()
+                .explain(&sql, &args)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            assert!(!plan.is_empty(), "{sql}");
+        }
     }
 }

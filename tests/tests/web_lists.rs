@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use jobqueue::admin::{JobFilter, MAX_SELECTION};
 use jobqueue::{Error, JobStatus, Queue};
 use jobqueue_web::Dashboard;
-use tests::{count, fresh_queue, row};
+use tests::{count, fresh_queue, fresh_queue_on, on_every_backend, row, Backend};
 use web_support::{csrf_of, get, insert_job, post, post_with_cookie};
 
 /// The notice a redirect carries, decoded.
@@ -275,9 +275,8 @@ async fn ticked_jobs_are_retried_run_cancelled_and_deleted_with_a_notice() {
     assert!(exists(&queue, failed1).await);
 }
 
-#[tokio::test]
-async fn delete_and_run_now_keep_to_the_statuses_they_may_change() {
-    let queue = fresh_queue("web_lists_single").await;
+async fn delete_and_run_now_keep_to_the_statuses_they_may_change(backend: Backend) {
+    let queue = fresh_queue_on(backend, "web_lists_single").await;
     let mut finished = Vec::new();
     for (i, status) in ["done", "failed", "cancelled", "ready", "scheduled"]
         .iter()
@@ -303,33 +302,31 @@ async fn delete_and_run_now_keep_to_the_statuses_they_may_change() {
 
     // A blocked job goes with its waiting row.
     let blocked = insert_job(&queue, "q", "k", "blk", "{}", "blocked", None).await;
-    sqlx::query(
+    tests::sql_exec(
+        &queue,
         "INSERT INTO job_queue_blocked (slot_key, priority, job_id) VALUES ('c:key', 0, ?)",
+        &[tests::Arg::Int(blocked as i64)],
     )
-    .bind(blocked)
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    .await;
     assert!(queue.delete(blocked).await.unwrap());
     assert_eq!(
-        count(
-            queue.mysql_pool().unwrap(),
-            "SELECT COUNT(*) FROM job_queue_blocked"
-        )
-        .await,
+        tests::sql_i64(&queue, "SELECT COUNT(*) FROM job_queue_blocked", &[]).await,
         0
     );
 
     // Run now: a retry waiting out its backoff runs now, with its attempts and error kept.
     let waiting = insert_job(&queue, "q", "k", "retrying", "{}", "scheduled", None).await;
-    sqlx::query(
-        "UPDATE job_queue SET attempts = 1, last_error = 'timeout', \
-         run_at = UTC_TIMESTAMP(6) + INTERVAL 10 MINUTE WHERE id = ?",
-    )
-    .bind(waiting)
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    let later_sql = match backend {
+        Backend::Postgres => {
+            "UPDATE job_queue SET attempts = 1, last_error = 'timeout', \
+             run_at = job_queue_now() + INTERVAL '10 minutes' WHERE id = ?"
+        }
+        _ => {
+            "UPDATE job_queue SET attempts = 1, last_error = 'timeout', \
+             run_at = UTC_TIMESTAMP(6) + INTERVAL 10 MINUTE WHERE id = ?"
+        }
+    };
+    tests::sql_exec(&queue, later_sql, &[tests::Arg::Int(waiting as i64)]).await;
     assert!(queue.run_now(waiting).await.unwrap());
     let job = row(&queue, waiting).await;
     assert_eq!(job.status, JobStatus::Ready);
@@ -424,9 +421,8 @@ async fn delete_and_run_now_keep_to_the_statuses_they_may_change() {
     assert_eq!(r.status, StatusCode::FORBIDDEN);
 }
 
-#[tokio::test]
-async fn the_search_box_finds_a_job_by_id_key_or_key_prefix() {
-    let queue = fresh_queue("web_lists_search").await;
+async fn the_search_box_finds_a_job_by_id_key_or_key_prefix(backend: Backend) {
+    let queue = fresh_queue_on(backend, "web_lists_search").await;
     let order = insert_job(&queue, "shop", "ship", "order:42", "{}", "ready", None).await;
     let other = insert_job(&queue, "shop", "ship", "order:43", "{}", "ready", None).await;
     let numeric = insert_job(&queue, "shop", "ship", "77777777", "{}", "done", None).await;
@@ -434,14 +430,14 @@ async fn the_search_box_finds_a_job_by_id_key_or_key_prefix() {
     let plain = insert_job(&queue, "shop", "ship", "orderZ1x", "{}", "done", None).await;
     let router = Dashboard::new(queue.clone()).router();
 
-    // The box is in the header of every page.
-    for path in [
-        "/",
-        "/jobs",
-        "/workers",
-        "/periodic",
-        &format!("/jobs/{order}"),
-    ] {
+    // The box is in the header of every page. (The periodic page's ticks have no
+    // PostgreSQL version yet.)
+    let job_page = format!("/jobs/{order}");
+    let mut paths = vec!["/", "/jobs", "/workers", "/periodic", job_page.as_str()];
+    if backend == Backend::Postgres {
+        paths.retain(|p| *p != "/periodic");
+    }
+    for path in paths {
         let page = get(&router, path).await.body;
         assert!(
             page.contains(
@@ -530,9 +526,8 @@ fn options(page: &str, id: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn the_pickers_list_queues_and_kinds() {
-    let queue = fresh_queue("web_lists_pickers").await;
+async fn the_pickers_list_queues_and_kinds(backend: Backend) {
+    let queue = fresh_queue_on(backend, "web_lists_pickers").await;
     for (q, kind) in [
         ("mail", "send_welcome"),
         ("billing", "charge_card"),
@@ -583,9 +578,8 @@ async fn the_pickers_list_queues_and_kinds() {
     assert!(options(&refresh, "queue-names").is_empty(), "{refresh}");
 }
 
-#[tokio::test]
-async fn the_error_filter_finds_text_with_wildcards_as_plain_characters() {
-    let queue = fresh_queue("web_lists_error").await;
+async fn the_error_filter_finds_text_with_wildcards_as_plain_characters(backend: Backend) {
+    let queue = fresh_queue_on(backend, "web_lists_error").await;
     let mut ids = std::collections::HashMap::new();
     for (key, q, status, error) in [
         ("pct", "disk", "failed", "disk 100% full"),
@@ -660,20 +654,25 @@ async fn the_error_filter_finds_text_with_wildcards_as_plain_characters() {
     assert!(r.body.contains("at most 200"), "{}", r.body);
 }
 
-#[tokio::test]
-async fn an_error_filter_that_reads_too_long_is_stopped_with_a_message() {
-    let queue = fresh_queue("web_lists_error_slow").await;
+async fn an_error_filter_that_reads_too_long_is_stopped_with_a_message(backend: Backend) {
+    let queue = fresh_queue_on(backend, "web_lists_error_slow").await;
     // Rows whose errors make a substring test slow: each costs about the error's length
     // times the text's (measured: 0.09 s per row on a loaded 2-core machine), so the 100
     // rows would take several seconds; the list stops after one.
-    sqlx::query(
-        "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, last_error, finished_at) \
-         SELECT 'q', 'k', CONCAT('slow:', seq), '{}', 'failed', 1, REPEAT('a', 60000), UTC_TIMESTAMP(6) \
-         FROM seq_1_to_100",
-    )
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    // On PostgreSQL a row's test is cheaper: a thousand rows.
+    let seed = match backend {
+        Backend::Postgres => {
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, last_error, finished_at) \
+             SELECT 'q', 'k', 'slow:' || seq, '{}', 'failed', 1, repeat('a', 60000), job_queue_now() \
+             FROM generate_series(1, 1000) AS seq"
+        }
+        _ => {
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, last_error, finished_at) \
+             SELECT 'q', 'k', CONCAT('slow:', seq), '{}', 'failed', 1, REPEAT('a', 60000), UTC_TIMESTAMP(6) \
+             FROM seq_1_to_100"
+        }
+    };
+    tests::sql_exec(&queue, seed, &[]).await;
     let router = Dashboard::new(queue.clone()).router();
     let text = format!("{}b", "a".repeat(199));
     let started = std::time::Instant::now();
@@ -893,9 +892,8 @@ fn pager_link(body: &str, rel: &str) -> Option<String> {
     Some(head[head.rfind("href=\"")? + 6..].replace("&amp;", "&"))
 }
 
-#[tokio::test]
-async fn newer_pages_lead_back_through_the_pages_older_ones_led_to() {
-    let queue = fresh_queue("web_lists_newer").await;
+async fn newer_pages_lead_back_through_the_pages_older_ones_led_to(backend: Backend) {
+    let queue = fresh_queue_on(backend, "web_lists_newer").await;
     for i in 0..230u32 {
         let (q, status) = match i % 3 {
             0 => ("alpha", "done"),
@@ -905,12 +903,12 @@ async fn newer_pages_lead_back_through_the_pages_older_ones_led_to() {
         insert_job(&queue, q, "k", &format!("newer:{i}"), "{}", status, None).await;
     }
     // Ties: ready jobs sharing one due time are ordered by id.
-    sqlx::query(
+    tests::sql_exec(
+        &queue,
         "UPDATE job_queue SET run_at = '2026-01-01 00:00:00' WHERE status = 'ready' AND id % 4 = 0",
+        &[],
     )
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    .await;
     let router = Dashboard::new(queue.clone()).router();
     for start in [
         "/jobs",
@@ -987,3 +985,144 @@ async fn the_recount_after_an_action_is_bounded() {
             .unwrap();
     assert_eq!(huge, 1, "no count replaced the gauges");
 }
+
+/// The row of queue `name` on the overview.
+fn overview_row<'a>(page: &'a str, name: &str) -> &'a str {
+    let start = page
+        .find(&format!(
+            "<tr><th><a href=\"/queues/{name}\">{name}</a></th>"
+        ))
+        .unwrap_or_else(|| panic!("a row for queue {name}: {page}"));
+    let rest = &page[start..];
+    &rest[..rest.find("</tr>").unwrap()]
+}
+
+/// The dashboard's overview and job list show a queue's jobs of several statuses, with
+/// their counts, on every backend: the rows of each listing, the finished jobs' counts, the
+/// pause, and one job's page.
+async fn the_overview_and_the_job_list_show_jobs_of_every_status(backend: Backend) {
+    let queue = fresh_queue_on(backend, "web_lists_backends").await;
+    let mut ids: Vec<(u64, &str, &str)> = Vec::new();
+    for (i, (q, status)) in [
+        ("mail", "failed"),
+        ("mail", "failed"),
+        ("mail", "ready"),
+        ("mail", "scheduled"),
+        ("mail", "done"),
+        ("mail", "done"),
+        ("mail", "done"),
+        ("mail", "cancelled"),
+        ("billing", "done"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let error = (status == "failed").then_some("boom <b>");
+        let id = insert_job(
+            &queue,
+            q,
+            "send",
+            &format!("k:{i}"),
+            "{\"n\": 1}",
+            status,
+            error,
+        )
+        .await;
+        ids.push((id, q, status));
+    }
+    queue.pause("billing").await.unwrap();
+    let router = Dashboard::new(queue.clone()).router();
+
+    let overview = get(&router, "/").await;
+    assert_eq!(overview.status, StatusCode::OK, "{}", overview.body);
+    let mail = overview_row(&overview.body, "mail");
+    assert!(mail.contains("badge active"), "{mail}");
+    assert!(
+        mail.contains("<a href=\"/jobs?queue=mail&amp;status=done\">3</a>"),
+        "{mail}"
+    );
+    assert!(
+        mail.contains("<a href=\"/jobs?queue=mail&amp;status=cancelled\">1</a>"),
+        "{mail}"
+    );
+    // The jobs that ended in the last hour, per queue: 3 done, 2 failed.
+    assert!(
+        mail.contains("<td class=\"n\">3</td><td class=\"n\">2</td>"),
+        "{mail}"
+    );
+    if backend == Backend::MySql {
+        // The counts the queue gauges keep (counted by the page when no worker did).
+        assert!(
+            mail.contains("<a href=\"/jobs?queue=mail&amp;status=failed\">2</a>"),
+            "{mail}"
+        );
+    }
+    let billing = overview_row(&overview.body, "billing");
+    assert!(billing.contains("badge paused"), "{billing}");
+    assert!(
+        billing.contains("action=\"/queues/billing/resume\""),
+        "{billing}"
+    );
+    assert!(
+        billing.contains("<a href=\"/jobs?queue=billing&amp;status=done\">1</a>"),
+        "{billing}"
+    );
+
+    // Every job, newest first, and the finished jobs' tabs.
+    let page = get(&router, "/jobs").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let shown: Vec<usize> = ids
+        .iter()
+        .map(|(id, ..)| {
+            page.body
+                .find(&format!("<a href=\"/jobs/{id}\">{id}</a>"))
+                .unwrap_or_else(|| panic!("a row for job {id}: {}", page.body))
+        })
+        .collect();
+    assert!(
+        shown.windows(2).all(|w| w[0] > w[1]),
+        "newest first: {shown:?}"
+    );
+    assert_eq!(tab_count(&page.body, "done"), "4");
+    assert_eq!(tab_count(&page.body, "cancelled"), "1");
+    // The error, escaped.
+    assert!(page.body.contains("boom &lt;b&gt;"), "{}", page.body);
+
+    // A status, and a status in one queue: exactly their jobs.
+    for (path, queue_name, status) in [
+        ("/jobs?status=failed", None, "failed"),
+        ("/jobs?status=done", None, "done"),
+        ("/jobs?queue=mail&status=done", Some("mail"), "done"),
+        ("/jobs?queue=billing&status=done", Some("billing"), "done"),
+        ("/jobs?status=cancelled", None, "cancelled"),
+    ] {
+        let page = get(&router, path).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+        for (id, q, s) in &ids {
+            let expected = *s == status && queue_name.is_none_or(|n| n == *q);
+            assert_eq!(
+                page.body
+                    .contains(&format!("<a href=\"/jobs/{id}\">{id}</a>")),
+                expected,
+                "{path}: job {id} ({q}, {s}): {}",
+                page.body
+            );
+        }
+    }
+
+    // One job's page.
+    let (failed, ..) = ids[0];
+    let page = get(&router, &format!("/jobs/{failed}")).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("boom &lt;b&gt;"), "{}", page.body);
+}
+
+on_every_backend!(
+    the_overview_and_the_job_list_show_jobs_of_every_status,
+    the_search_box_finds_a_job_by_id_key_or_key_prefix,
+    the_pickers_list_queues_and_kinds,
+    the_error_filter_finds_text_with_wildcards_as_plain_characters,
+    an_error_filter_that_reads_too_long_is_stopped_with_a_message,
+    newer_pages_lead_back_through_the_pages_older_ones_led_to,
+    delete_and_run_now_keep_to_the_statuses_they_may_change,
+);

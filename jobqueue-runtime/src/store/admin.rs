@@ -36,6 +36,7 @@ impl Store {
     /// job's key. Conflicts that remain possible (a claim blocking the job meanwhile) are
     /// retried, as for the worker's transactions.
     pub(crate) async fn cancel(&self, id: u64) -> Result<Option<CancelOutcome>> {
+        on_postgres!(self, admin::cancel(id));
         let status: Option<String> = transaction!(self, |conn| {
             let (status, unblocked) = unblock_and_lock(&mut *conn, id).await?;
             match status.as_deref() {
@@ -85,6 +86,7 @@ impl Store {
     /// Puts job `id` back to `ready` if it is `failed` or `cancelled`. Returns the rows
     /// changed (0 or 1).
     pub(crate) async fn retry(&self, id: u64) -> Result<u64> {
+        on_postgres!(self, admin::retry(id));
         Ok(sqlx::query(&format!(
             "{RETRY_SET} WHERE id = ? AND status IN ('failed', 'cancelled')"
         ))
@@ -101,6 +103,7 @@ impl Store {
         filter: &JobFilter,
         bound: BulkBound,
     ) -> Result<BulkProgress> {
+        on_postgres!(self, admin::retry_matching(filter, bound));
         self.bulk(
             RETRY_SET,
             filter,
@@ -112,11 +115,13 @@ impl Store {
 
     /// One job, by id or by task key.
     pub(crate) async fn job(&self, lookup: JobLookup<'_>) -> Result<Option<JobRecord>> {
+        on_postgres!(self, decode::job(lookup));
         fetch_job(self.mysql_pool()?, lookup).await
     }
 
     /// The jobs that gave `key` up to a newer job, newest first, at most `limit`.
     pub(crate) async fn released_jobs(&self, key: &str, limit: u32) -> Result<Vec<JobRecord>> {
+        on_postgres!(self, decode::released_jobs(key, limit));
         let (low, high) = super::enqueue::released_range(key);
         let rows = sqlx::query(&key_history_sql())
             .bind(low)
@@ -131,6 +136,7 @@ impl Store {
     /// A job's attempt history (`attempt_log`, JSON text) by id: `None` when there is no
     /// such job, `Some(None)` when no attempt has ended yet.
     pub(crate) async fn attempt_log(&self, id: u64) -> Result<Option<Option<String>>> {
+        on_postgres!(self, decode::attempt_log(id));
         let row = sqlx::query(ATTEMPT_LOG_SELECT)
             .bind(id)
             .fetch_optional(self.mysql_pool()?)
@@ -143,6 +149,7 @@ impl Store {
         &self,
         id: u64,
     ) -> Result<Option<(String, JobStatus, Option<String>)>> {
+        on_postgres!(self, decode::output(id));
         let row = sqlx::query(OUTPUT_SELECT)
             .bind(id)
             .fetch_optional(self.mysql_pool()?)
@@ -159,6 +166,7 @@ impl Store {
 
     /// Jobs per status in one queue (all queues with `None`).
     pub(crate) async fn counts(&self, queue: Option<&str>) -> Result<Vec<(JobStatus, u64)>> {
+        on_postgres!(self, admin::counts(queue));
         let rows = match queue {
             Some(q) => {
                 sqlx::query(
@@ -187,6 +195,7 @@ impl Store {
 
     /// Pauses `queue`. Returns false if it was paused already.
     pub(crate) async fn pause(&self, queue: &str) -> Result<bool> {
+        on_postgres!(self, admin::pause(queue));
         let inserted = sqlx::query(
             "INSERT INTO job_queue_pause (queue, paused_at) VALUES (?, UTC_TIMESTAMP(6))",
         )
@@ -201,6 +210,7 @@ impl Store {
 
     /// Resumes `queue` (nothing happens if it was not paused).
     pub(crate) async fn resume(&self, queue: &str) -> Result<()> {
+        on_postgres!(self, admin::resume(queue));
         sqlx::query("DELETE FROM job_queue_pause WHERE queue = ?")
             .bind(queue)
             .execute(self.mysql_pool()?)
@@ -210,6 +220,7 @@ impl Store {
 
     /// The paused queues, by name.
     pub(crate) async fn paused_queues_sorted(&self) -> Result<Vec<String>> {
+        on_postgres!(self, admin::paused_queues_sorted());
         let rows = sqlx::query("SELECT queue FROM job_queue_pause ORDER BY queue")
             .fetch_all(self.mysql_pool()?)
             .await?;
@@ -218,6 +229,7 @@ impl Store {
 
     /// How many `status` jobs finished more than `older_than_us` microseconds ago.
     pub(crate) async fn prunable(&self, status: JobStatus, older_than_us: i64) -> Result<u64> {
+        on_postgres!(self, admin::prunable(status, older_than_us));
         let n: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM job_queue WHERE status = ? AND status_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND",
         )
@@ -235,6 +247,7 @@ impl Store {
         query: &JobFilter,
         older_than_us: i64,
     ) -> Result<u64> {
+        on_postgres!(self, admin::prunable_matching(query, older_than_us));
         let (sql, args) = prune_matching_count(query, older_than_us);
         let n: i64 = bind_all(sqlx::query(&sql), &args)
             .fetch_one(self.mysql_pool()?)
@@ -255,6 +268,10 @@ impl Store {
         from: Option<NaiveDateTime>,
         limit: u64,
     ) -> Result<(u64, Option<NaiveDateTime>)> {
+        on_postgres!(
+            self,
+            admin::prune_matching_batch(query, older_than_us, from, limit)
+        );
         let (sql, args) = prune_matching_select(query, older_than_us, from, limit);
         let status = query.status.map(JobStatus::as_str).unwrap_or_default();
         transaction!(self, |conn| {
@@ -283,6 +300,7 @@ impl Store {
 
     /// Figures per queue (every queue with at least one job, plus paused ones).
     pub(crate) async fn stats(&self) -> Result<Vec<QueueStats>> {
+        on_postgres!(self, admin::stats());
         let rows = sqlx::query(
             "SELECT queue, CAST(status AS CHAR), COUNT(*) FROM job_queue GROUP BY queue, status ORDER BY queue",
         )
@@ -337,6 +355,7 @@ impl Store {
 
     /// Running jobs with their owners and lease time left, oldest lease first.
     pub(crate) async fn running(&self, queue: Option<&str>, limit: u32) -> Result<Vec<RunningJob>> {
+        on_postgres!(self, admin::running(queue, limit));
         let sql = format!(
             "SELECT id, queue, kind, COALESCE(lease_owner, ''), \
              TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until), attempts \

@@ -74,11 +74,11 @@ pub(super) fn where_clause(conds: &[&str]) -> String {
 }
 
 /// Rows changed per statement of a bulk action: short transactions, few locks at once.
-const BULK_BATCH: u64 = 1000;
+pub(super) const BULK_BATCH: u64 = 1000;
 
 /// How many of the jobs a bulk step changed it names ([`BulkProgress::changed_ids`]): as
 /// many as the audit records one by one.
-const BULK_CHANGED_IDS: usize = crate::AUDIT_JOB_ROWS;
+pub(super) const BULK_CHANGED_IDS: usize = crate::AUDIT_JOB_ROWS;
 
 /// How far one call of a bulk action goes.
 #[derive(Debug, Clone, Copy)]
@@ -252,6 +252,7 @@ impl Store {
         cursor: Option<&JobCursor>,
         limit: u32,
     ) -> Result<JobPage> {
+        on_postgres!(self, dashboard::list(query, cursor, limit));
         let (rows, next) = self.list_rows(JOB_COLUMNS, query, cursor, limit).await?;
         let jobs = rows.iter().map(record_from_row).collect::<Result<_>>()?;
         Ok(JobPage { jobs, next })
@@ -264,6 +265,7 @@ impl Store {
         cursor: Option<&JobCursor>,
         limit: u32,
     ) -> Result<JobSummaryPage> {
+        on_postgres!(self, dashboard::list_summaries(query, cursor, limit));
         let (rows, next) = self
             .list_rows(&summary_columns(), query, cursor, limit)
             .await?;
@@ -326,6 +328,7 @@ impl Store {
 
     /// One job by id, every large column read as capped text.
     pub(crate) async fn job_detail(&self, id: u64) -> Result<Option<JobDetail>> {
+        on_postgres!(self, dashboard::job_detail(id));
         let row = sqlx::query(&job_detail_sql())
             .bind(id)
             .fetch_optional(self.mysql_pool()?)
@@ -335,6 +338,7 @@ impl Store {
 
     /// How many jobs match `query`.
     pub(crate) async fn count(&self, query: &JobFilter) -> Result<u64> {
+        on_postgres!(self, dashboard::count(query));
         let (conds, args) = conditions(query);
         let sql = format!("SELECT COUNT(*) FROM job_queue {}", where_clause(&conds));
         let n: i64 = bind_all(sqlx::query(&sql), &args)
@@ -346,6 +350,7 @@ impl Store {
 
     /// How many jobs match `query`, counted up to `cap + 1`, within [`LIST_TIME_LIMIT`].
     pub(crate) async fn count_capped(&self, query: &JobFilter, cap: u64) -> Result<u64> {
+        on_postgres!(self, dashboard::count_capped(query, cap));
         let (sql, args) = capped_count_statement(query, cap);
         let rows = self.fetch_limited(&sql, &args, query).await?;
         let n: i64 = match rows.first() {
@@ -361,6 +366,7 @@ impl Store {
         query: &JobFilter,
         bound: BulkBound,
     ) -> Result<BulkProgress> {
+        on_postgres!(self, dashboard::cancel_matching(query, bound));
         self.bulk(
             "UPDATE job_queue SET status = 'cancelled', finished_at = UTC_TIMESTAMP(6), \
              updated_at = UTC_TIMESTAMP(6), last_error = 'cancelled by an operator before it ran'",
@@ -471,6 +477,7 @@ impl Store {
     /// oldest ready job and expired leases; and how long ago the gauges were counted
     /// (`None`: never). One index lookup per queue to find the queues.
     pub(crate) async fn queue_overview(&self) -> Result<(Vec<QueueOverview>, Option<Duration>)> {
+        on_postgres!(self, dashboard::queue_overview());
         let rows = sqlx::query(OVERVIEW_SQL)
             .fetch_all(self.mysql_pool()?)
             .await?;
@@ -504,6 +511,7 @@ impl Store {
         limit: usize,
         search: Option<&str>,
     ) -> Result<(QueueOverviewPage, Option<Duration>)> {
+        on_postgres!(self, dashboard::queue_overview_page(limit, search));
         let mut names: Vec<String> = Vec::new();
         let mut more = 0;
         let mut more_idle = false;
@@ -608,6 +616,7 @@ impl Store {
         status: JobStatus,
         cap: u64,
     ) -> Result<u64> {
+        on_postgres!(self, dashboard::capped_count(queue, status, cap));
         let n: i64 = sqlx::query_scalar(CAPPED_COUNT_SQL)
             .bind(queue)
             .bind(status.as_str())
@@ -622,6 +631,7 @@ impl Store {
     /// [`THROUGHPUT_STALE_AFTER`] (no worker of this release runs), counts them first, if
     /// this user may.
     pub(crate) async fn throughput(&self, minutes: u32) -> Result<Vec<ThroughputMinute>> {
+        on_postgres!(self, dashboard::throughput(minutes));
         let (mut kept, mut counted_to, age) = self.kept_throughput(minutes).await?;
         if age.is_none_or(|a| a > THROUGHPUT_STALE_AFTER) {
             match self.count_throughput().await {
@@ -694,6 +704,7 @@ impl Store {
 
     /// The workers' heartbeat rows; those not seen for `gone_after` are marked gone.
     pub(crate) async fn workers(&self, gone_after: Duration) -> Result<Vec<WorkerInfo>> {
+        on_postgres!(self, dashboard::workers(gone_after));
         let rows = sqlx::query(WORKERS_SQL)
             .fetch_all(self.mysql_pool()?)
             .await?;
@@ -704,6 +715,7 @@ impl Store {
 
     /// Every periodic kind the schedulers have recorded.
     pub(crate) async fn periodic_jobs(&self) -> Result<Vec<PeriodicJob>> {
+        on_postgres!(self, dashboard::periodic_jobs());
         let rows = sqlx::query(PERIODIC_SQL)
             .fetch_all(self.mysql_pool()?)
             .await?;
@@ -717,6 +729,7 @@ impl Store {
         sql: &str,
         args: &[Arg],
     ) -> Result<Vec<(String, String, Option<String>, Option<u64>, String)>> {
+        on_postgres!(self, dashboard::explain(sql, args));
         let explain = format!("EXPLAIN {sql}");
         let rows = bind_all(sqlx::query(&explain), args)
             .fetch_all(self.mysql_pool()?)
@@ -996,7 +1009,7 @@ fn fold_overview(rows: &[MySqlRow]) -> Result<(HashMap<String, QueueOverview>, O
 
 /// The first text after every text that starts with `prefix` (in byte order: queue names
 /// compare as ASCII bytes); `None` when no queue name can start with it (it is not ASCII).
-fn prefix_end(prefix: &str) -> Option<String> {
+pub(super) fn prefix_end(prefix: &str) -> Option<String> {
     if !prefix.is_ascii() {
         return None;
     }

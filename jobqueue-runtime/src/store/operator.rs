@@ -82,6 +82,7 @@ impl Store {
     /// a plain read and deleted by primary key before the job's row is locked: the order of
     /// a wake and of the cancel, which the other order would deadlock with.
     pub(crate) async fn delete_job(&self, id: u64) -> Result<Deletion> {
+        on_postgres!(self, operator::delete_job(id));
         transaction!(self, |conn| {
             let (status, unblocked) = super::admin::unblock_and_lock(&mut *conn, id).await?;
             let outcome = match status.as_deref() {
@@ -111,6 +112,7 @@ impl Store {
 
     /// Makes job `id` ready now if it is `scheduled`. Returns the rows changed (0 or 1).
     pub(crate) async fn run_now(&self, id: u64) -> Result<u64> {
+        on_postgres!(self, operator::run_now(id));
         Ok(sqlx::query(RUN_NOW_UPDATE)
             .bind(id)
             .execute(self.mysql_pool()?)
@@ -120,6 +122,7 @@ impl Store {
 
     /// Job `id`'s status, `None` if there is no such job.
     pub(crate) async fn job_status(&self, id: u64) -> Result<Option<JobStatus>> {
+        on_postgres!(self, operator::job_status(id));
         let row = sqlx::query("SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ?")
             .bind(id)
             .fetch_optional(self.mysql_pool()?)
@@ -130,6 +133,7 @@ impl Store {
     /// The first `limit` names of `column` that have a job, in byte order: one index lookup
     /// per name, each after the one before (`SELECT DISTINCT` would read every entry).
     pub(crate) async fn names(&self, column: NameColumn, limit: usize) -> Result<Vec<String>> {
+        on_postgres!(self, operator::names(column, limit));
         let sql = match column {
             NameColumn::Queue => NEXT_QUEUE_NAME,
             NameColumn::Kind => NEXT_KIND_NAME,
@@ -155,6 +159,7 @@ impl Store {
         &self,
         queue: Option<&str>,
     ) -> Result<(StatusCounts, Option<Duration>)> {
+        on_postgres!(self, operator::gauge_counts(queue));
         let rows = match queue {
             Some(q) => {
                 sqlx::query(GAUGES_OF_QUEUE)
@@ -189,6 +194,7 @@ impl Store {
         status: JobStatus,
         cap: u64,
     ) -> Result<u64> {
+        on_postgres!(self, operator::capped_status_count(queue, status, cap));
         let n: i64 = match queue {
             Some(q) => {
                 sqlx::query_scalar(CAPPED_QUEUE_STATUS_COUNT)
@@ -218,6 +224,7 @@ impl Store {
         cursor: &JobCursor,
         limit: u32,
     ) -> Result<Option<Option<JobCursor>>> {
+        on_postgres!(self, operator::previous_cursor(query, cursor, limit));
         let (sql, args) = previous_statement(query, cursor, limit);
         let sql = time_limited(&sql, LIST_TIME_LIMIT);
         let rows = match bind_all(sqlx::query(&sql), &args)

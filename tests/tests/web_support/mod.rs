@@ -24,6 +24,25 @@ pub async fn insert_job(
     error: Option<&str>,
 ) -> u64 {
     let finished = matches!(status, "done" | "failed" | "cancelled");
+    if queue.backend() == jobqueue::Backend::Postgres {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, last_error, finished_at) \
+             VALUES ($1, $2, $3, CAST($4 AS JSONB), $5, $6, $7, CASE WHEN $8 THEN job_queue_now() END) \
+             RETURNING id",
+        )
+        .bind(queue_name)
+        .bind(kind)
+        .bind(key)
+        .bind(payload)
+        .bind(status)
+        .bind(if finished { 1i64 } else { 0 })
+        .bind(error)
+        .bind(finished)
+        .fetch_one(queue.postgres_pool().unwrap())
+        .await
+        .expect("insert a job");
+        return id as u64;
+    }
     sqlx::query(
         "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, last_error, finished_at) \
          VALUES (?, ?, ?, ?, ?, ?, ?, IF(?, UTC_TIMESTAMP(6), NULL))",
