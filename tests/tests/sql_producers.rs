@@ -10,14 +10,28 @@ use tests::{
     wait_status, Mailbox,
 };
 
+// One mailbox per test and backend: the two backends' runs of a test run at once, each on
+// queues of its own (`_pg` for PostgreSQL), and the job finds its mailbox by its queue.
 static GREETED: Mailbox<(String, u64)> = Mailbox::new();
+static GREETED_PG: Mailbox<(String, u64)> = Mailbox::new();
 static GREETED_DESPITE_BAD_ROWS: Mailbox<(String, u64)> = Mailbox::new();
+static GREETED_DESPITE_BAD_ROWS_PG: Mailbox<(String, u64)> = Mailbox::new();
+
+/// The queue of a test's jobs on `backend`.
+fn queue_name(base: &str, backend: Backend) -> String {
+    match backend {
+        Backend::Postgres => format!("{base}_pg"),
+        _ => base.to_owned(),
+    }
+}
 
 /// A kind a service in another language enqueues.
 #[job(queue = "sql_producers")]
 async fn greet_user(ctx: JobContext, user_id: u64) -> Result<(), JobError> {
     let mailbox = match ctx.queue() {
         "sql_bad_rows" => &GREETED_DESPITE_BAD_ROWS,
+        "sql_bad_rows_pg" => &GREETED_DESPITE_BAD_ROWS_PG,
+        "sql_producers_pg" => &GREETED_PG,
         _ => &GREETED,
     };
     mailbox.send((ctx.task_key().to_owned(), user_id));
@@ -62,26 +76,34 @@ async fn raw(queue: &Queue, sql: &str) -> Result<(), sqlx::Error> {
 async fn jobs_inserted_with_plain_sql_run(backend: Backend) {
     init_tracing();
     let queue = fresh_queue_on(backend, "sql_producers").await;
-    let mut greeted = GREETED.open();
+    let name = queue_name("sql_producers", backend);
+    let mut greeted = match backend {
+        Backend::Postgres => GREETED_PG.open(),
+        _ => GREETED.open(),
+    };
 
     // The getting-started guide's statements, as a Java, Python, PHP or Go service would send
     // them, in each database's form.
-    let statements = match backend {
+    let statements = &match backend {
         Backend::Postgres => {
-            "INSERT INTO job_queue (queue, kind, task_key, payload) \
-             VALUES ('sql_producers', 'greet_user', 'welcome:42', '{\"user_id\": 42}') \
+            format!(
+                "INSERT INTO job_queue (queue, kind, task_key, payload) \
+             VALUES ('{name}', 'greet_user', 'welcome:42', '{{\"user_id\": 42}}') \
              ON CONFLICT (task_key) DO NOTHING;
              INSERT INTO job_queue (queue, kind, task_key, payload, run_at, priority) \
-             VALUES ('sql_producers', 'greet_user', 'reminder:42', '{\"user_id\": 43}', \
+             VALUES ('{name}', 'greet_user', 'reminder:42', '{{\"user_id\": 43}}', \
                      job_queue_now() + INTERVAL '2 seconds', -5) \
              ON CONFLICT (task_key) DO NOTHING;"
+            )
         }
         _ => {
-            "INSERT INTO job_queue (queue, kind, task_key, payload) \
-             VALUES ('sql_producers', 'greet_user', 'welcome:42', '{\"user_id\": 42}');
+            format!(
+                "INSERT INTO job_queue (queue, kind, task_key, payload) \
+             VALUES ('{name}', 'greet_user', 'welcome:42', '{{\"user_id\": 42}}');
              INSERT INTO job_queue (queue, kind, task_key, payload, run_at, priority) \
-             VALUES ('sql_producers', 'greet_user', 'reminder:42', '{\"user_id\": 43}', \
+             VALUES ('{name}', 'greet_user', 'reminder:42', '{{\"user_id\": 43}}', \
                      UTC_TIMESTAMP(6) + INTERVAL 2 SECOND, -5);"
+            )
         }
     };
     raw(&queue, statements)
@@ -95,7 +117,7 @@ async fn jobs_inserted_with_plain_sql_run(backend: Backend) {
 
     let (handle, task) = start(
         quick_worker(&queue)
-            .queues(["sql_producers"])
+            .queues([name.as_str()])
             .build()
             .unwrap(),
     );
@@ -119,23 +141,27 @@ async fn jobs_inserted_with_plain_sql_run(backend: Backend) {
 async fn rows_with_bad_values_never_stop_the_claim_of_their_queue(backend: Backend) {
     init_tracing();
     let queue = fresh_queue_on(backend, "sql_bad_rows").await;
-    let mut greeted = GREETED_DESPITE_BAD_ROWS.open();
+    let name = queue_name("sql_bad_rows", backend);
+    let mut greeted = match backend {
+        Backend::Postgres => GREETED_DESPITE_BAD_ROWS_PG.open(),
+        _ => GREETED_DESPITE_BAD_ROWS.open(),
+    };
     // The bad rows come first (lower ids, higher priority), so every claim meets them before
     // the good one. A key that is not UTF-8 can be stored on MySQL/MariaDB only (a VARBINARY
     // column); PostgreSQL's text refuses it, checked below.
     let binary_row = match backend {
-        Backend::Postgres => "",
-        _ => "('sql_bad_rows', 'greet_user', X'FF00FE', '{\"user_id\": 1}', -9), ",
+        Backend::Postgres => String::new(),
+        _ => format!("('{name}', 'greet_user', X'FF00FE', '{{\"user_id\": 1}}', -9), "),
     };
     raw(
         &queue,
         &format!(
             "INSERT INTO job_queue (queue, kind, task_key, payload, priority) VALUES \
                {binary_row}\
-               ('sql_bad_rows', 'no_such_kind', 'unknown-kind', '{{}}', -8), \
-               ('sql_bad_rows', 'greet_user', 'bad-payload', '{{\"user_id\": \"one\"}}', -7), \
+               ('{name}', 'no_such_kind', 'unknown-kind', '{{}}', -8), \
+               ('{name}', 'greet_user', 'bad-payload', '{{\"user_id\": \"one\"}}', -7), \
                ('nobody_serves_this', 'greet_user', 'unknown-queue', '{{\"user_id\": 3}}', -6), \
-               ('sql_bad_rows', 'greet_user', 'good', '{{\"user_id\": 4}}', 0);"
+               ('{name}', 'greet_user', 'good', '{{\"user_id\": 4}}', 0);"
         ),
     )
     .await
@@ -172,7 +198,7 @@ async fn rows_with_bad_values_never_stop_the_claim_of_their_queue(backend: Backe
     // One slot: a claim that chokes on one row would take nothing else, ever.
     let (handle, task) = start(
         quick_worker(&queue)
-            .queues(["sql_bad_rows", "default"])
+            .queues([name.as_str(), "default"])
             .concurrency(1)
             .build()
             .unwrap(),
@@ -228,8 +254,17 @@ async fn rows_with_bad_values_never_stop_the_claim_of_their_queue(backend: Backe
     let seen = tests::receive(&mut greeted, "the good job's run", Duration::from_secs(5)).await;
     assert_eq!(seen, ("good".to_owned(), 4));
     // A kind no worker knows waits for a retry (another deployment may know it). Between a
-    // claim and its put-back it is `running` for a moment, which a read can meet.
-    let unknown = queue.job(unknown_kind).await.unwrap().unwrap();
+    // claim and its put-back it is `running` for a moment, which a read can meet; under load
+    // its first put-back may come after the good job has run, so it is awaited.
+    let unknown = wait_for(
+        "the unknown kind's job to be put back",
+        Duration::from_secs(10),
+        || async {
+            let job = queue.job(unknown_kind).await.unwrap().unwrap();
+            job.last_error.is_some().then_some(job)
+        },
+    )
+    .await;
     assert!(
         matches!(
             unknown.status,
@@ -237,10 +272,13 @@ async fn rows_with_bad_values_never_stop_the_claim_of_their_queue(backend: Backe
         ),
         "{unknown:?}"
     );
-    assert!(unknown
-        .last_error
-        .as_deref()
-        .is_some_and(|e| e.contains("no_such_kind")));
+    assert!(
+        unknown
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("no_such_kind")),
+        "{unknown:?}"
+    );
     // A queue nobody serves just waits.
     assert_eq!(
         queue.job(unknown_queue).await.unwrap().unwrap().status,
