@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use jobqueue::{job, Backend, Data, Error, JobContext, JobError, JobStatus, Queue};
 use sqlx::{MySqlPool, PgPool};
-use tests::{fresh_queue_on, on_every_backend, quick_worker, start, stop, wait_status};
+use tests::{on_every_backend, quick_worker, start, stop, wait_status};
 
 /// The application's own pool, of the database its queue is on: what its jobs take as a
 /// `Data<AppDb>` parameter.
@@ -20,10 +20,20 @@ enum AppDb {
 /// A queue on a new database of `backend`, and the application's pool to it with an
 /// `effects` table where jobs record what they did.
 async fn fresh_queue_with_effects(backend: Backend, prefix: &str) -> (Queue, AppDb) {
-    let queue = fresh_queue_on(backend, prefix).await;
+    // The application's pool is its own, as in an application: sessions set by its jobs
+    // (isolation levels) never reach the queue's connections.
+    let test_db = jobqueue::testing::TestDatabase::new_on(backend, prefix)
+        .await
+        .expect("a test database");
+    let queue = test_db.queue().clone();
+    let url = test_db.keep();
     let db = match backend {
         Backend::Postgres => {
-            let pool = queue.postgres_pool().unwrap().clone();
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(5)
+                .connect(&url)
+                .await
+                .expect("connect the application's pool");
             sqlx::query(
                 "CREATE TABLE effects (seq BIGSERIAL PRIMARY KEY, task_key VARCHAR(255) NOT NULL, \
                  attempt INT NOT NULL, note VARCHAR(255) NOT NULL, started_at TIMESTAMP(6) NOT NULL)",
@@ -34,7 +44,11 @@ async fn fresh_queue_with_effects(backend: Backend, prefix: &str) -> (Queue, App
             AppDb::Postgres(pool)
         }
         _ => {
-            let pool = queue.mysql_pool().unwrap().clone();
+            let pool = sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(5)
+                .connect(&url)
+                .await
+                .expect("connect the application's pool");
             sqlx::query(
                 "CREATE TABLE effects (seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
                  task_key VARCHAR(255) NOT NULL, attempt INT NOT NULL, note VARCHAR(255) NOT NULL, \
