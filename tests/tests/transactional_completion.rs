@@ -1043,7 +1043,7 @@ async fn snapshot_late(ctx: JobContext, pool: Data<AppDb>) -> Result<(), JobErro
     loop {
         let now: sqlx::types::chrono::NaiveDateTime = sqlx::query_scalar(lease)
             .bind(ctx.id())
-            .fetch_one(&*pool)
+            .fetch_one(pool)
             .await?;
         if now != before {
             break;
