@@ -166,7 +166,51 @@ async fn a_batch_with_duplicates_leaves_the_callers_transaction_usable(backend: 
     );
 }
 
+/// A key of the longest kind (255 characters of four bytes: 1,020 bytes) is given up by its
+/// finished `while_active` holder and taken by a new job; both are found by the key. The
+/// released holder keeps a prefix of its key that ends on a character boundary.
+async fn the_longest_key_is_released_and_both_jobs_are_found_by_it(backend: Backend) {
+    let queue = fresh_queue_on(backend, "tx_long_key").await;
+    let key = "\u{1D11E}".repeat(255);
+    let opts = || keyed(&key).unique(jobqueue::Uniqueness::WhileActive);
+    let first = queue
+        .enqueue_with(Invoice { order: 1 }, opts())
+        .await
+        .unwrap();
+    assert!(first.is_new());
+    // Finished as an older worker would write it: nothing about keys.
+    tests::sql_exec(
+        &queue,
+        "UPDATE job_queue SET status = 'done' WHERE id = ?",
+        &[Arg::Int(first.id() as i64)],
+    )
+    .await;
+    let second = queue
+        .enqueue_with(Invoice { order: 2 }, opts())
+        .await
+        .unwrap();
+    assert!(second.is_new(), "{second:?}");
+    let old = queue.job(first.id()).await.unwrap().unwrap();
+    assert!(old.key_released);
+    assert_eq!(old.task_key, key, "the old job still shows its key");
+    let history: Vec<u64> = queue
+        .jobs_by_key(&key, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(history, vec![second.id(), first.id()]);
+    // A third enqueue while the second waits is its duplicate.
+    let dup = queue
+        .enqueue_with(Invoice { order: 3 }, opts())
+        .await
+        .unwrap();
+    assert_eq!(dup.duplicate_of(), Some(second.id()));
+}
+
 on_every_backend!(
+    the_longest_key_is_released_and_both_jobs_are_found_by_it,
     a_job_enqueued_in_a_committed_transaction_exists,
     a_job_enqueued_in_a_rolled_back_transaction_does_not,
     a_duplicate_leaves_the_callers_transaction_usable,

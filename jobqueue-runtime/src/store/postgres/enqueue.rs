@@ -366,3 +366,25 @@ pub(crate) async fn insert_autocommit(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_released_prefix_ends_on_a_character_boundary_within_the_limit() {
+        // 255 characters of four bytes: 1,020 bytes, the longest key.
+        let key = "\u{1D11E}".repeat(255);
+        let prefix = released_prefix(&key);
+        assert_eq!(prefix.len(), RELEASED_PREFIX);
+        // The released key (prefix, chr(1), 20 digits) fits the column's 1,020 bytes.
+        assert!(prefix.len() + 1 + 20 <= 1020);
+        // A one-byte character then two-byte ones: byte 960 falls inside a character, so
+        // the prefix stops one byte short.
+        let odd = format!("a{}", "é".repeat(600));
+        assert_eq!(released_prefix(&odd).len(), RELEASED_PREFIX - 1);
+        assert_eq!(released_prefix("short"), "short");
+        let (low, high) = released_range("short");
+        assert_eq!((low.as_str(), high.as_str()), ("short\u{1}", "short\u{2}"));
+    }
+}
