@@ -274,3 +274,55 @@ async fn a_connection_of_the_other_database_is_wrong_backend() {
         0
     );
 }
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Note {
+    text: String,
+}
+
+impl Job for Note {
+    const KIND: &'static str = "tx_note";
+    const OPTIONS: JobOptions = JobOptions::DEFAULT;
+
+    async fn run(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+/// PostgreSQL's JSONB cannot hold U+0000: such a payload is refused before any statement,
+/// with the reason, and the caller's transaction goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_with_a_nul_character_is_refused_on_postgres_and_the_transaction_goes_on() {
+    let queue = fresh_queue_on(Backend::Postgres, "tx_nul").await;
+    let mut tx = queue.postgres_pool().unwrap().begin().await.unwrap();
+    let err = queue
+        .enqueue_in(
+            &mut *tx,
+            Note {
+                text: "a\u{0}b".into(),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidSetting {
+                setting: "payload",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("U+0000"), "{err}");
+    let later = queue
+        .enqueue_in(&mut *tx, Note { text: "ab".into() })
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(queue.job(later.id()).await.unwrap().is_some());
+    assert_eq!(
+        sql_i64(&queue, "SELECT COUNT(*) FROM job_queue", &[]).await,
+        1
+    );
+}
