@@ -11,8 +11,30 @@
 
 use std::collections::HashMap;
 
-use jobqueue::{job, Enqueued, JobError, Queue, QueueConfig};
-use tests::{fresh_database, fresh_queue, init_tracing, migrated_queue, row};
+use jobqueue::{job, Backend, Enqueued, JobError, Queue, QueueConfig};
+use tests::{
+    fresh_database, fresh_queue_on, init_tracing, migrated_queue, on_every_backend, row, sql_i64,
+};
+
+/// (id, task_key) of the rows `sql` selects (those two columns), on either database.
+async fn ids_and_keys(queue: &Queue, sql: &str) -> Vec<(u64, String)> {
+    match queue.backend() {
+        Backend::Postgres => sqlx::query_as::<_, (i64, String)>(sql)
+            .fetch_all(queue.postgres_pool().unwrap())
+            .await
+            .expect("rows")
+            .into_iter()
+            .map(|(id, k)| (id as u64, k))
+            .collect(),
+        _ => sqlx::query_as::<_, (u64, Vec<u8>)>(sql)
+            .fetch_all(queue.mysql_pool().unwrap())
+            .await
+            .expect("rows")
+            .into_iter()
+            .map(|(id, k)| (id, String::from_utf8(k).expect("utf-8 key")))
+            .collect(),
+    }
+}
 
 // ---------------------------------------------------------------------------------------
 // Bulk enqueue's ids.
@@ -26,14 +48,12 @@ async fn bulk(n: u32) -> Result<(), JobError> {
 
 /// Every `New(id)` names the row that holds its job's key.
 async fn assert_ids_match_keys(queue: &Queue, keys: &[u32], out: &[Enqueued]) {
-    let rows: HashMap<u64, String> = sqlx::query_as::<_, (u64, Vec<u8>)>(
+    let rows: HashMap<u64, String> = ids_and_keys(
+        queue,
         "SELECT id, task_key FROM job_queue WHERE kind = 'fast_bulk'",
     )
-    .fetch_all(queue.mysql_pool().unwrap())
     .await
-    .expect("rows")
     .into_iter()
-    .map(|(id, k)| (id, String::from_utf8(k).expect("utf-8 key")))
     .collect();
     assert_eq!(keys.len(), out.len());
     for (n, e) in keys.iter().zip(out) {
@@ -46,9 +66,8 @@ async fn assert_ids_match_keys(queue: &Queue, keys: &[u32], out: &[Enqueued]) {
 }
 
 /// Four bulk enqueues at once, of three chunks each: every id is right.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_bulk_enqueues_report_the_id_of_every_row() {
-    let queue = migrated_queue(&fresh_database("fast_bulk_concurrent").await).await;
+async fn concurrent_bulk_enqueues_report_the_id_of_every_row(backend: Backend) {
+    let queue = fresh_queue_on(backend, "fast_bulk_concurrent").await;
     let tasks: Vec<_> = (0..4u32)
         .map(|t| {
             let queue = queue.clone();
@@ -70,15 +89,13 @@ async fn concurrent_bulk_enqueues_report_the_id_of_every_row() {
         );
         assert_ids_match_keys(&queue, &keys, &out).await;
     }
-    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
-        .fetch_one(queue.mysql_pool().unwrap())
-        .await
-        .unwrap();
+    let total = sql_i64(&queue, "SELECT COUNT(*) FROM job_queue", &[]).await;
     assert_eq!(total, 10_000);
 }
 
 /// A session that hands out every third id (`auto_increment_increment = 3`): the ids of a
-/// multi-row `INSERT` are not consecutive, and are read by key instead.
+/// multi-row `INSERT` are not consecutive, and are read by key instead. MySQL only: a
+/// PostgreSQL insert returns its ids.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_ids_are_right_when_the_server_skips_ids() {
     let url = fresh_database("fast_bulk_increment").await;
@@ -103,9 +120,8 @@ async fn bulk_ids_are_right_when_the_server_skips_ids() {
 /// Keys already taken in the second of three chunks: the first chunk goes in whole, the
 /// second reports each taken key as a duplicate of its holder, the third goes the careful
 /// way too; every id is right and nothing is inserted twice.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bulk_enqueue_with_taken_keys_in_a_later_chunk() {
-    let queue = migrated_queue(&fresh_database("fast_bulk_taken").await).await;
+async fn bulk_enqueue_with_taken_keys_in_a_later_chunk(backend: Backend) {
+    let queue = fresh_queue_on(backend, "fast_bulk_taken").await;
     let taken: Vec<u32> = (1_000..2_000).filter(|n| n % 3 == 0).collect();
     let first = queue
         .enqueue_many(taken.iter().map(|&n| Bulk { n }))
@@ -128,10 +144,7 @@ async fn bulk_enqueue_with_taken_keys_in_a_later_chunk() {
         }
     }
     assert_ids_match_keys(&queue, &keys, &out).await;
-    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
-        .fetch_one(queue.mysql_pool().unwrap())
-        .await
-        .unwrap();
+    let total = sql_i64(&queue, "SELECT COUNT(*) FROM job_queue", &[]).await;
     assert_eq!(total, 2_500, "each key once");
 }
 
@@ -205,10 +218,9 @@ async fn ordered(label: String) {
     let _ = label;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bulk_enqueue_keeps_the_callers_order() {
+async fn a_bulk_enqueue_keeps_the_callers_order(backend: Backend) {
     init_tracing();
-    let queue = fresh_queue("regressions_order").await;
+    let queue = fresh_queue_on(backend, "regressions_order").await;
     // Keys in descending order, so that an insert in key order would reverse the batch;
     // 1100 jobs take several statements.
     let labels: Vec<String> = (0..1100).rev().map(|n| format!("{n:05}")).collect();
@@ -226,11 +238,11 @@ async fn a_bulk_enqueue_keeps_the_callers_order() {
         &ids[..10]
     );
 
-    let keys: Vec<String> =
-        sqlx::query_scalar("SELECT CAST(task_key AS CHAR) FROM job_queue ORDER BY id")
-            .fetch_all(queue.mysql_pool().unwrap())
-            .await
-            .unwrap();
+    let keys: Vec<String> = ids_and_keys(&queue, "SELECT id, task_key FROM job_queue ORDER BY id")
+        .await
+        .into_iter()
+        .map(|(_, k)| k)
+        .collect();
     let expected: Vec<String> = labels
         .iter()
         .map(|l| format!("regressions_ordered:{l}"))
@@ -240,3 +252,9 @@ async fn a_bulk_enqueue_keeps_the_callers_order() {
         "rows, and so claims, follow the input order"
     );
 }
+
+on_every_backend!(
+    concurrent_bulk_enqueues_report_the_id_of_every_row,
+    bulk_enqueue_with_taken_keys_in_a_later_chunk,
+    a_bulk_enqueue_keeps_the_callers_order,
+);

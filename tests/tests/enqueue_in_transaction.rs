@@ -166,7 +166,51 @@ async fn a_batch_with_duplicates_leaves_the_callers_transaction_usable(backend: 
     );
 }
 
+/// A key of the longest kind (255 characters of four bytes: 1,020 bytes) is given up by its
+/// finished `while_active` holder and taken by a new job; both are found by the key. The
+/// released holder keeps a prefix of its key that ends on a character boundary.
+async fn the_longest_key_is_released_and_both_jobs_are_found_by_it(backend: Backend) {
+    let queue = fresh_queue_on(backend, "tx_long_key").await;
+    let key = "\u{1D11E}".repeat(255);
+    let opts = || keyed(&key).unique(jobqueue::Uniqueness::WhileActive);
+    let first = queue
+        .enqueue_with(Invoice { order: 1 }, opts())
+        .await
+        .unwrap();
+    assert!(first.is_new());
+    // Finished as an older worker would write it: nothing about keys.
+    tests::sql_exec(
+        &queue,
+        "UPDATE job_queue SET status = 'done' WHERE id = ?",
+        &[Arg::Int(first.id() as i64)],
+    )
+    .await;
+    let second = queue
+        .enqueue_with(Invoice { order: 2 }, opts())
+        .await
+        .unwrap();
+    assert!(second.is_new(), "{second:?}");
+    let old = queue.job(first.id()).await.unwrap().unwrap();
+    assert!(old.key_released);
+    assert_eq!(old.task_key, key, "the old job still shows its key");
+    let history: Vec<u64> = queue
+        .jobs_by_key(&key, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(history, vec![second.id(), first.id()]);
+    // A third enqueue while the second waits is its duplicate.
+    let dup = queue
+        .enqueue_with(Invoice { order: 3 }, opts())
+        .await
+        .unwrap();
+    assert_eq!(dup.duplicate_of(), Some(second.id()));
+}
+
 on_every_backend!(
+    the_longest_key_is_released_and_both_jobs_are_found_by_it,
     a_job_enqueued_in_a_committed_transaction_exists,
     a_job_enqueued_in_a_rolled_back_transaction_does_not,
     a_duplicate_leaves_the_callers_transaction_usable,
@@ -228,5 +272,57 @@ async fn a_connection_of_the_other_database_is_wrong_backend() {
     assert_eq!(
         sql_i64(&postgres, "SELECT COUNT(*) FROM job_queue", &[]).await,
         0
+    );
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Note {
+    text: String,
+}
+
+impl Job for Note {
+    const KIND: &'static str = "tx_note";
+    const OPTIONS: JobOptions = JobOptions::DEFAULT;
+
+    async fn run(self, _ctx: JobContext) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+/// PostgreSQL's JSONB cannot hold U+0000: such a payload is refused before any statement,
+/// with the reason, and the caller's transaction goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_with_a_nul_character_is_refused_on_postgres_and_the_transaction_goes_on() {
+    let queue = fresh_queue_on(Backend::Postgres, "tx_nul").await;
+    let mut tx = queue.postgres_pool().unwrap().begin().await.unwrap();
+    let err = queue
+        .enqueue_in(
+            &mut *tx,
+            Note {
+                text: "a\u{0}b".into(),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidSetting {
+                setting: "payload",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("U+0000"), "{err}");
+    let later = queue
+        .enqueue_in(&mut *tx, Note { text: "ab".into() })
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(queue.job(later.id()).await.unwrap().is_some());
+    assert_eq!(
+        sql_i64(&queue, "SELECT COUNT(*) FROM job_queue", &[]).await,
+        1
     );
 }

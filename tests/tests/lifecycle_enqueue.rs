@@ -9,14 +9,13 @@ use std::time::Duration;
 use jobqueue::admin::JobFilter;
 use jobqueue::testing::{enqueued, refute_enqueued};
 use jobqueue::{
-    job, DbErrorKind, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError, JobOptions,
-    JobStatus, Queue, Uniqueness,
+    job, Backend, DbErrorKind, EnqueueOptions, Enqueued, Error, Job, JobContext, JobError,
+    JobOptions, JobStatus, Queue, Uniqueness,
 };
 use serde::{Deserialize, Serialize};
-use sqlx::MySqlPool;
 use tests::{
-    fresh_database, fresh_queue_with_effects, migrated_queue, quick_worker, receive, row, start,
-    stop, wait_for, wait_status, Mailbox,
+    fresh_database, fresh_queue_on, migrated_queue, on_every_backend, quick_worker, receive, row,
+    sql_exec, sql_i64, start, stop, wait_for, wait_status, Arg, Mailbox,
 };
 use tokio::sync::oneshot;
 
@@ -58,28 +57,36 @@ fn keyed(key: &str) -> EnqueueOptions {
     EnqueueOptions::default().key(key)
 }
 
-async fn count(pool: &MySqlPool, sql: &str, key: &str) -> i64 {
-    sqlx::query_scalar(sql)
-        .bind(key)
-        .fetch_one(pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+/// The database's clock in SQL: `UTC_TIMESTAMP(6)` on MySQL/MariaDB, the schema's
+/// `job_queue_now()` on PostgreSQL.
+fn now_sql(queue: &Queue) -> &'static str {
+    match queue.backend() {
+        Backend::Postgres => "job_queue_now()",
+        _ => "UTC_TIMESTAMP(6)",
+    }
+}
+
+/// Whether the condition `cond` (SQL over the columns of job `id`) holds, on either
+/// database.
+async fn holds(queue: &Queue, cond: &str, id: u64) -> bool {
+    let sql = format!("SELECT COUNT(*) FROM job_queue WHERE id = ? AND {cond}");
+    sql_i64(queue, &sql, &[Arg::Int(id as i64)]).await == 1
 }
 
 /// Jobs that hold `key` now, and jobs of `key` that are scheduled, ready or running.
-async fn live(pool: &MySqlPool, key: &str) -> (i64, i64) {
+async fn live(queue: &Queue, key: &str) -> (i64, i64) {
     (
-        count(
-            pool,
+        sql_i64(
+            queue,
             "SELECT COUNT(*) FROM job_queue WHERE task_key = ?",
-            key,
+            &[Arg::Text(key)],
         )
         .await,
-        count(
-            pool,
+        sql_i64(
+            queue,
             "SELECT COUNT(*) FROM job_queue WHERE COALESCE(released_key, task_key) = ? \
              AND status IN ('scheduled', 'ready', 'running')",
-            key,
+            &[Arg::Text(key)],
         )
         .await,
     )
@@ -89,9 +96,8 @@ async fn live(pool: &MySqlPool, key: &str) -> (i64, i64) {
 // 1. Uniqueness, one enqueuer
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread")]
-async fn by_default_a_finished_job_still_blocks_its_key() {
-    let queue = migrated_queue(&fresh_database("life_default").await).await;
+async fn by_default_a_finished_job_still_blocks_its_key(backend: Backend) {
+    let queue = fresh_queue_on(backend, "life_default").await;
     let first = queue
         .enqueue_with(Plain { n: 1 }, keyed("k"))
         .await
@@ -162,9 +168,8 @@ async fn a_duplicate_of_a_finished_job_carries_its_status_and_warns() {
     assert_eq!(batch[1].holder_status(), Some(JobStatus::Cancelled));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn while_active_frees_the_key_when_the_job_ends_and_keeps_the_old_row() {
-    let queue = migrated_queue(&fresh_database("life_active").await).await;
+async fn while_active_frees_the_key_when_the_job_ends_and_keeps_the_old_row(backend: Backend) {
+    let queue = fresh_queue_on(backend, "life_active").await;
     let opts = || keyed("report:7").unique(Uniqueness::WhileActive);
     let first = queue.enqueue_with(Plain { n: 1 }, opts()).await.unwrap();
     assert!(first.is_new());
@@ -202,12 +207,11 @@ async fn while_active_frees_the_key_when_the_job_ends_and_keeps_the_old_row() {
         .map(|j| j.id)
         .collect();
     assert_eq!(history, vec![second.id(), first.id()]);
-    assert_eq!(live(queue.mysql_pool().unwrap(), "report:7").await, (1, 1));
+    assert_eq!(live(&queue, "report:7").await, (1, 1));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_kinds_policy_applies_and_an_enqueue_can_override_it() {
-    let queue = migrated_queue(&fresh_database("life_kind").await).await;
+async fn the_kinds_policy_applies_and_an_enqueue_can_override_it(backend: Backend) {
+    let queue = fresh_queue_on(backend, "life_kind").await;
     let first = queue.enqueue(Sync { account: 1 }).await.unwrap();
     assert_eq!(
         row(&queue, first.id()).await.unique,
@@ -236,9 +240,10 @@ async fn the_kinds_policy_applies_and_an_enqueue_can_override_it() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn unique_for_a_period_frees_the_key_once_it_has_passed_even_if_the_job_waits() {
-    let queue = migrated_queue(&fresh_database("life_period").await).await;
+async fn unique_for_a_period_frees_the_key_once_it_has_passed_even_if_the_job_waits(
+    backend: Backend,
+) {
+    let queue = fresh_queue_on(backend, "life_period").await;
     let opts = || keyed("digest:42").unique(Uniqueness::For(Duration::from_secs(2)));
     let first = queue.enqueue_with(Plain { n: 1 }, opts()).await.unwrap();
     let record = row(&queue, first.id()).await;
@@ -249,18 +254,19 @@ async fn unique_for_a_period_frees_the_key_once_it_has_passed_even_if_the_job_wa
     let dup = queue.enqueue_with(Plain { n: 2 }, opts()).await.unwrap();
     // The job whose period holds the key now.
     let holder = if let Enqueued::New(id) = dup {
-        type Time = sqlx::types::chrono::NaiveDateTime;
-        let (made, until): (Time, Time) = sqlx::query_as(
-            "SELECT n.created_at, f.unique_until FROM job_queue n, job_queue f \
-             WHERE n.id = ? AND f.id = ?",
+        let (made, until) = (
+            row(&queue, id).await.created_at,
+            row(&queue, first.id()).await.created_at + chrono_period(Duration::from_secs(2)),
+        );
+        let after = sql_i64(
+            &queue,
+            "SELECT COUNT(*) FROM job_queue n, job_queue f \
+             WHERE n.id = ? AND f.id = ? AND n.created_at >= f.unique_until",
+            &[Arg::Int(id as i64), Arg::Int(first.id() as i64)],
         )
-        .bind(id)
-        .bind(first.id())
-        .fetch_one(queue.mysql_pool().unwrap())
-        .await
-        .unwrap();
+        .await;
         assert!(
-            made >= until,
+            after == 1,
             "a second job was made at {made}, within the period that ends at {until}"
         );
         id
@@ -268,15 +274,9 @@ async fn unique_for_a_period_frees_the_key_once_it_has_passed_even_if_the_job_wa
         assert_eq!(dup.duplicate_of(), Some(first.id()));
         first.id()
     };
+    let passed = format!("unique_until <= {}", now_sql(&queue));
     wait_for("the period to pass", Duration::from_secs(10), || async {
-        let passed: bool = sqlx::query_scalar(
-            "SELECT unique_until <= UTC_TIMESTAMP(6) FROM job_queue WHERE id = ?",
-        )
-        .bind(holder)
-        .fetch_one(queue.mysql_pool().unwrap())
-        .await
-        .unwrap();
-        passed.then_some(())
+        holds(&queue, &passed, holder).await.then_some(())
     })
     .await;
     let next = queue.enqueue_with(Plain { n: 3 }, opts()).await.unwrap();
@@ -292,19 +292,20 @@ async fn unique_for_a_period_frees_the_key_once_it_has_passed_even_if_the_job_wa
 
 /// A worker of an older release finishes a `while_active` job without knowing the policy
 /// (it only sets the status): the next enqueue still finds the key free.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_job_finished_by_an_older_worker_frees_its_key_at_the_next_enqueue() {
-    let queue = migrated_queue(&fresh_database("life_upgrade").await).await;
+async fn a_job_finished_by_an_older_worker_frees_its_key_at_the_next_enqueue(backend: Backend) {
+    let queue = fresh_queue_on(backend, "life_upgrade").await;
     let first = queue.enqueue(Sync { account: 9 }).await.unwrap();
     // What an older worker writes when a job succeeds: nothing about keys.
-    sqlx::query(
-        "UPDATE job_queue SET status = 'done', finished_at = UTC_TIMESTAMP(6), \
-         updated_at = UTC_TIMESTAMP(6) WHERE id = ?",
+    let now = now_sql(&queue);
+    sql_exec(
+        &queue,
+        &format!(
+            "UPDATE job_queue SET status = 'done', finished_at = {now}, updated_at = {now} \
+             WHERE id = ?"
+        ),
+        &[Arg::Int(first.id() as i64)],
     )
-    .bind(first.id())
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    .await;
     let next = queue.enqueue(Sync { account: 9 }).await.unwrap();
     assert!(next.is_new(), "{next:?}");
     assert!(row(&queue, first.id()).await.key_released);
@@ -312,9 +313,8 @@ async fn a_job_finished_by_an_older_worker_frees_its_key_at_the_next_enqueue() {
 
 /// An operator's retry of a job that gave its key up puts it back without the key: two
 /// jobs of one key may then run, which the retry asked for.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_key_freed_by_a_failed_job_blocks_again_if_the_job_is_retried_first() {
-    let queue = migrated_queue(&fresh_database("life_retry").await).await;
+async fn a_key_freed_by_a_failed_job_blocks_again_if_the_job_is_retried_first(backend: Backend) {
+    let queue = fresh_queue_on(backend, "life_retry").await;
     let first = queue.enqueue(Sync { account: 3 }).await.unwrap();
     queue.cancel(first.id()).await.unwrap();
     assert!(queue.retry(first.id()).await.unwrap());
@@ -329,9 +329,8 @@ async fn a_key_freed_by_a_failed_job_blocks_again_if_the_job_is_retried_first() 
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_uniqueness_period_under_a_millisecond_is_refused() {
-    let queue = migrated_queue(&fresh_database("life_badperiod").await).await;
+async fn a_uniqueness_period_under_a_millisecond_is_refused(backend: Backend) {
+    let queue = fresh_queue_on(backend, "life_badperiod").await;
     let err = queue
         .enqueue_with(
             Plain { n: 1 },
@@ -356,14 +355,60 @@ async fn a_uniqueness_period_under_a_millisecond_is_refused() {
 // 2. Uniqueness, racing enqueuers
 // ---------------------------------------------------------------------------------------
 
-/// Several pools on one database, as several processes would have.
-async fn pools(prefix: &str, n: usize) -> Vec<Queue> {
-    let url = fresh_database(prefix).await;
+/// Several pools on one database of `backend`, as several processes would have.
+async fn pools(backend: Backend, prefix: &str, n: usize) -> Vec<Queue> {
+    let url = jobqueue::testing::TestDatabase::new_on(backend, prefix)
+        .await
+        .expect("a test database")
+        .keep();
     let mut queues = Vec::new();
     for _ in 0..n {
         queues.push(migrated_queue(&url).await);
     }
     queues
+}
+
+/// A transaction of the queue's own database.
+enum BackendTx {
+    MySql(sqlx::Transaction<'static, sqlx::MySql>),
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+}
+
+impl BackendTx {
+    async fn begin(queue: &Queue) -> BackendTx {
+        match queue.backend() {
+            Backend::Postgres => {
+                BackendTx::Postgres(queue.postgres_pool().unwrap().begin().await.expect("begin"))
+            }
+            _ => BackendTx::MySql(queue.mysql_pool().unwrap().begin().await.expect("begin")),
+        }
+    }
+
+    async fn enqueue_many(
+        &mut self,
+        queue: &Queue,
+        jobs: Vec<Sync>,
+        options: EnqueueOptions,
+    ) -> jobqueue::Result<Vec<Enqueued>> {
+        match self {
+            BackendTx::MySql(tx) => queue.enqueue_many_in(tx, jobs, options).await,
+            BackendTx::Postgres(tx) => queue.enqueue_many_in(tx, jobs, options).await,
+        }
+    }
+
+    async fn commit(self) -> sqlx::Result<()> {
+        match self {
+            BackendTx::MySql(tx) => tx.commit().await,
+            BackendTx::Postgres(tx) => tx.commit().await,
+        }
+    }
+
+    async fn rollback(self) -> sqlx::Result<()> {
+        match self {
+            BackendTx::MySql(tx) => tx.rollback().await,
+            BackendTx::Postgres(tx) => tx.rollback().await,
+        }
+    }
 }
 
 /// 12 enqueuers over 3 pools enqueue `key` at once, single or in batches; returns their
@@ -381,14 +426,14 @@ async fn race(queues: &[Queue], key: &str, options: EnqueueOptions, bulk: bool) 
                 // A batch of this key and of one key of its own, in the caller's
                 // transaction, retried whole after a deadlock as its caller must.
                 loop {
-                    let mut tx = queue.mysql_pool().unwrap().begin().await.expect("begin");
+                    let mut tx = BackendTx::begin(&queue).await;
                     let jobs = vec![
                         Sync { account: 0 },
                         Sync {
                             account: 1000 + n as u32,
                         },
                     ];
-                    match queue.enqueue_many_in(&mut tx, jobs, options.clone()).await {
+                    match tx.enqueue_many(&queue, jobs, options.clone()).await {
                         Ok(out) => {
                             tx.commit().await.expect("commit");
                             break out[0];
@@ -438,7 +483,6 @@ async fn release_cycles<F, Fut>(
     Fut: std::future::Future<Output = ()>,
 {
     let key = "sync:0";
-    let pool = queues[0].mysql_pool().unwrap().clone();
     let mut ids: Vec<u64> = Vec::new();
     for round in 0..4 {
         let outcomes = race(queues, key, options.clone(), bulk).await;
@@ -453,15 +497,14 @@ async fn release_cycles<F, Fut>(
         } else {
             assert!(!new.is_empty(), "round {round}: a new job: {outcomes:?}");
             for pair in new.windows(2) {
-                let after: bool = sqlx::query_scalar(
-                    "SELECT b.created_at >= a.unique_until FROM job_queue a, job_queue b \
-                     WHERE a.id = ? AND b.id = ?",
+                let after = sql_i64(
+                    &queues[0],
+                    "SELECT COUNT(*) FROM job_queue a, job_queue b \
+                     WHERE a.id = ? AND b.id = ? AND b.created_at >= a.unique_until",
+                    &[Arg::Int(pair[0] as i64), Arg::Int(pair[1] as i64)],
                 )
-                .bind(pair[0])
-                .bind(pair[1])
-                .fetch_one(&pool)
                 .await
-                .unwrap();
+                    == 1;
                 assert!(
                     after,
                     "round {round}: job {} was enqueued within the period of job {}: {outcomes:?}",
@@ -473,7 +516,7 @@ async fn release_cycles<F, Fut>(
             outcomes.iter().all(|o| new.contains(&o.id())),
             "round {round}: every duplicate names a new job of the round {new:?}: {outcomes:?}"
         );
-        let (holders, waiting) = live(&pool, key).await;
+        let (holders, waiting) = live(&queues[0], key).await;
         assert_eq!(holders, 1, "round {round}: one job holds the key");
         if one_live {
             assert_eq!(waiting, 1, "round {round}: the holder is the only live job");
@@ -495,9 +538,8 @@ async fn release_cycles<F, Fut>(
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_enqueuers_after_the_job_ends_give_one_new_job_per_cycle() {
-    let queues = pools("life_race_active", 3).await;
+async fn racing_enqueuers_after_the_job_ends_give_one_new_job_per_cycle(backend: Backend) {
+    let queues = pools(backend, "life_race_active", 3).await;
     release_cycles(
         &queues,
         EnqueueOptions::default(),
@@ -510,9 +552,8 @@ async fn racing_enqueuers_after_the_job_ends_give_one_new_job_per_cycle() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_single_and_bulk_enqueuers_give_one_new_job_per_cycle() {
-    let queues = pools("life_race_bulk", 3).await;
+async fn racing_single_and_bulk_enqueuers_give_one_new_job_per_cycle(backend: Backend) {
+    let queues = pools(backend, "life_race_bulk", 3).await;
     release_cycles(
         &queues,
         EnqueueOptions::default(),
@@ -525,29 +566,21 @@ async fn racing_single_and_bulk_enqueuers_give_one_new_job_per_cycle() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_enqueuers_after_the_period_give_one_new_job_per_cycle() {
-    let queues = pools("life_race_period", 3).await;
+async fn racing_enqueuers_after_the_period_give_one_new_job_per_cycle(backend: Backend) {
+    let queues = pools(backend, "life_race_period", 3).await;
     let options = EnqueueOptions::default().unique(Uniqueness::For(Duration::from_millis(500)));
     release_cycles(&queues, options, true, false, |q, id| async move {
+        let passed = format!("unique_until <= {}", now_sql(&q));
         wait_for("the period to pass", Duration::from_secs(10), || async {
-            let passed: bool = sqlx::query_scalar(
-                "SELECT unique_until <= UTC_TIMESTAMP(6) FROM job_queue WHERE id = ?",
-            )
-            .bind(id)
-            .fetch_one(q.mysql_pool().unwrap())
-            .await
-            .unwrap();
-            passed.then_some(())
+            holds(&q, &passed, id).await.then_some(())
         })
         .await;
     })
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_enqueuers_of_the_default_policy_give_one_job_ever() {
-    let queues = pools("life_race_default", 3).await;
+async fn racing_enqueuers_of_the_default_policy_give_one_job_ever(backend: Backend) {
+    let queues = pools(backend, "life_race_default", 3).await;
     let options = EnqueueOptions::default().unique(Uniqueness::UntilPruned);
     let mut first = None;
     for round in 0..3 {
@@ -564,9 +597,8 @@ async fn racing_enqueuers_of_the_default_policy_give_one_job_ever() {
 // 3. Bulk enqueue
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_bulk_enqueue_frees_keys_whose_jobs_ended_and_keeps_the_others() {
-    let queue = migrated_queue(&fresh_database("life_bulk").await).await;
+async fn a_bulk_enqueue_frees_keys_whose_jobs_ended_and_keeps_the_others(backend: Backend) {
+    let queue = fresh_queue_on(backend, "life_bulk").await;
     let ended = queue.enqueue(Sync { account: 1 }).await.unwrap();
     queue.cancel(ended.id()).await.unwrap();
     let waiting = queue.enqueue(Sync { account: 2 }).await.unwrap();
@@ -584,16 +616,15 @@ async fn a_bulk_enqueue_frees_keys_whose_jobs_ended_and_keeps_the_others() {
     assert!(out[2].is_new());
     assert_eq!(out[3].duplicate_of(), Some(out[0].id()));
     assert!(row(&queue, ended.id()).await.key_released);
-    assert_eq!(live(queue.mysql_pool().unwrap(), "sync:1").await, (1, 1));
+    assert_eq!(live(&queue, "sync:1").await, (1, 1));
 }
 
 // ---------------------------------------------------------------------------------------
 // 4. Metadata
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread")]
-async fn metadata_is_stored_returned_and_filtered_on() {
-    let queue = migrated_queue(&fresh_database("life_meta").await).await;
+async fn metadata_is_stored_returned_and_filtered_on(backend: Backend) {
+    let queue = fresh_queue_on(backend, "life_meta").await;
     let acme = queue
         .enqueue_with(
             Plain { n: 1 },
@@ -668,9 +699,8 @@ async fn metadata_is_stored_returned_and_filtered_on() {
         .is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn bad_metadata_is_refused_with_the_fix() {
-    let queue = migrated_queue(&fresh_database("life_badmeta").await).await;
+async fn bad_metadata_is_refused_with_the_fix(backend: Backend) {
+    let queue = fresh_queue_on(backend, "life_badmeta").await;
     let refused = |opts: EnqueueOptions| {
         let queue = queue.clone();
         async move {
@@ -695,10 +725,7 @@ async fn bad_metadata_is_refused_with_the_fix() {
     let msg = refused(EnqueueOptions::default().meta("blob", "x".repeat(5000))).await;
     assert!(msg.contains("more than the limit of 4096"), "{msg}");
     assert_eq!(
-        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM job_queue")
-            .fetch_one(queue.mysql_pool().unwrap())
-            .await
-            .unwrap(),
+        sql_i64(&queue, "SELECT COUNT(*) FROM job_queue", &[]).await,
         0
     );
 }
@@ -707,13 +734,22 @@ async fn bad_metadata_is_refused_with_the_fix() {
 // 5. Progress
 // ---------------------------------------------------------------------------------------
 
-/// Steps the reporting job has reached, each with the signal that lets it go on.
-static REPORTER_AT: Mailbox<(u32, oneshot::Sender<()>)> = Mailbox::new();
+/// Steps the reporting job has reached, each with the signal that lets it go on: one
+/// mailbox per backend (the job's `n`, see [`run_of`]), whose runs of a test run at once.
+static REPORTER_AT: [Mailbox<(u32, oneshot::Sender<()>)>; 2] = [Mailbox::new(), Mailbox::new()];
+
+/// The `n` of a test's job on `backend`, which picks its mailbox.
+fn run_of(backend: Backend) -> u32 {
+    match backend {
+        Backend::Postgres => 1,
+        _ => 0,
+    }
+}
 
 /// Tells the test it reached `step`, and waits for the test to let it go on.
-async fn reached(step: u32) {
+async fn reached(n: u32, step: u32) {
     let (go, wait) = oneshot::channel();
-    REPORTER_AT.send((step, go));
+    REPORTER_AT[n as usize].send((step, go));
     wait.await.expect("the test lets the job go on");
 }
 
@@ -729,7 +765,7 @@ impl Job for Reporter {
 
     async fn run(self, ctx: JobContext) -> Result<(), JobError> {
         ctx.set_progress(&serde_json::json!({"done": 1, "of": 100}))?;
-        reached(1).await;
+        reached(self.n, 1).await;
         for done in 2..=100 {
             ctx.set_progress(&serde_json::json!({"done": done, "of": 100}))?;
             // Room for a writer that would write more often than its interval.
@@ -739,7 +775,7 @@ impl Job for Reporter {
             ctx.progress(),
             Some(serde_json::json!({"done": 100, "of": 100}))
         );
-        reached(2).await;
+        reached(self.n, 2).await;
         Ok(())
     }
 }
@@ -750,11 +786,11 @@ async fn progress_of(queue: &Queue, id: u64) -> Option<serde_json::Value> {
     row(queue, id).await.progress
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn progress_is_written_at_once_then_throttled_and_the_last_value_is_kept() {
-    let queue = migrated_queue(&fresh_database("life_progress").await).await;
-    let mut at = REPORTER_AT.open();
-    let id = queue.enqueue(Reporter { n: 1 }).await.unwrap().id();
+async fn progress_is_written_at_once_then_throttled_and_the_last_value_is_kept(backend: Backend) {
+    let queue = fresh_queue_on(backend, "life_progress").await;
+    let n = run_of(backend);
+    let mut at = REPORTER_AT[n as usize].open();
+    let id = queue.enqueue(Reporter { n }).await.unwrap().id();
     // An interval no test run reaches: only the first and the last value can be written.
     let worker = quick_worker(&queue)
         .queues(["progress"])
@@ -813,7 +849,7 @@ struct LateReporter {
     n: u32,
 }
 
-static LATE_AT: Mailbox<(u32, oneshot::Sender<()>)> = Mailbox::new();
+static LATE_AT: [Mailbox<(u32, oneshot::Sender<()>)>; 2] = [Mailbox::new(), Mailbox::new()];
 
 impl Job for LateReporter {
     const KIND: &'static str = "lifecycle_late_reporter";
@@ -822,7 +858,7 @@ impl Job for LateReporter {
     async fn run(self, ctx: JobContext) -> Result<(), JobError> {
         ctx.set_progress(&"first")?;
         let (go, wait) = oneshot::channel();
-        LATE_AT.send((1, go));
+        LATE_AT[self.n as usize].send((1, go));
         wait.await.expect("the test lets the job go on");
         ctx.set_progress(&"after the takeover")?;
         Ok(())
@@ -831,11 +867,11 @@ impl Job for LateReporter {
 
 jobqueue::register!(LateReporter);
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_attempt_that_lost_its_claim_writes_no_progress() {
-    let queue = migrated_queue(&fresh_database("life_progress_fence").await).await;
-    let mut at = LATE_AT.open();
-    let id = queue.enqueue(LateReporter { n: 1 }).await.unwrap().id();
+async fn an_attempt_that_lost_its_claim_writes_no_progress(backend: Backend) {
+    let queue = fresh_queue_on(backend, "life_progress_fence").await;
+    let n = run_of(backend);
+    let mut at = LATE_AT[n as usize].open();
+    let id = queue.enqueue(LateReporter { n }).await.unwrap().id();
     let worker = quick_worker(&queue)
         .queues(["late_progress"])
         .build()
@@ -851,13 +887,12 @@ async fn an_attempt_that_lost_its_claim_writes_no_progress() {
     )
     .await;
     // What a reclaim and another worker's claim leave: another owner, a later attempt.
-    sqlx::query(
+    sql_exec(
+        &queue,
         "UPDATE job_queue SET lease_owner = 'another-worker', attempts = attempts + 1 WHERE id = ?",
+        &[Arg::Int(id as i64)],
     )
-    .bind(id)
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    .await;
     go.send(()).unwrap();
     // Stopping waits for the job's task, its last progress write and outcome included.
     stop(&handle, task).await;
@@ -919,8 +954,9 @@ fn the_macro_sets_the_kinds_uniqueness() {
     assert_eq!(Plain::OPTIONS.unique, Uniqueness::UntilPruned);
 }
 
-/// Inside a REPEATABLE READ transaction, a `while_active` holder that finished after the
-/// transaction's snapshot began still looks unfinished: the enqueue reports it as the
+/// MySQL/MariaDB only (PostgreSQL answers a holder changed after a REPEATABLE READ snapshot
+/// with a serialization failure). Inside a REPEATABLE READ transaction, a `while_active`
+/// holder that finished after the transaction's snapshot began still looks unfinished: the enqueue reports it as the
 /// duplicate, a finished job, and enqueues nothing (as the docs say). At READ COMMITTED the
 /// same enqueue makes a new job.
 #[tokio::test(flavor = "multi_thread")]
@@ -979,9 +1015,8 @@ async fn receipt(order_id: u64) {
     let _ = order_id;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_held_by_another_kind_is_an_error_not_a_duplicate() {
-    let (queue, _effects) = fresh_queue_with_effects("hc_keys").await;
+async fn a_key_held_by_another_kind_is_an_error_not_a_duplicate(backend: Backend) {
+    let queue = fresh_queue_on(backend, "hc_keys").await;
     let first = queue.enqueue(Invoice { order_id: 7 }).await.unwrap();
     assert!(first.is_new());
 
@@ -1023,4 +1058,29 @@ async fn a_key_held_by_another_kind_is_an_error_not_a_duplicate() {
         .map(|j| j.record.task_key.as_str())
         .collect();
     assert_eq!(keys, ["order:7"]);
+}
+
+on_every_backend!(
+    by_default_a_finished_job_still_blocks_its_key,
+    while_active_frees_the_key_when_the_job_ends_and_keeps_the_old_row,
+    the_kinds_policy_applies_and_an_enqueue_can_override_it,
+    unique_for_a_period_frees_the_key_once_it_has_passed_even_if_the_job_waits,
+    a_job_finished_by_an_older_worker_frees_its_key_at_the_next_enqueue,
+    a_key_freed_by_a_failed_job_blocks_again_if_the_job_is_retried_first,
+    a_uniqueness_period_under_a_millisecond_is_refused,
+    a_bulk_enqueue_frees_keys_whose_jobs_ended_and_keeps_the_others,
+    metadata_is_stored_returned_and_filtered_on,
+    bad_metadata_is_refused_with_the_fix,
+    progress_is_written_at_once_then_throttled_and_the_last_value_is_kept,
+    an_attempt_that_lost_its_claim_writes_no_progress,
+    racing_enqueuers_after_the_job_ends_give_one_new_job_per_cycle,
+    racing_single_and_bulk_enqueuers_give_one_new_job_per_cycle,
+    racing_enqueuers_after_the_period_give_one_new_job_per_cycle,
+    racing_enqueuers_of_the_default_policy_give_one_job_ever,
+    a_key_held_by_another_kind_is_an_error_not_a_duplicate,
+);
+
+/// The end of a uniqueness period that began at `created_at`, for a message.
+fn chrono_period(d: Duration) -> chrono::TimeDelta {
+    chrono::TimeDelta::from_std(d).expect("a short period")
 }

@@ -17,12 +17,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jobqueue::admin::{AttemptOutcome, CancelOutcome};
-use jobqueue::{job, Data, JobContext, JobError, JobStatus, Queue};
+use jobqueue::{job, Backend, Data, JobContext, JobError, JobStatus, Queue};
 use serde_json::Value;
 use sqlx::mysql::MySqlPool;
+use sqlx::PgPool;
 use tests::{
-    count_status, effects_of, fresh_database, fresh_queue_with_effects, migrated_queue,
-    quick_worker, receive, row, start, stop, wait_for, wait_status, Mailbox,
+    count_status, fresh_database, migrated_queue, on_every_backend, quick_worker, receive, row,
+    sql_i64, start, stop, wait_for, wait_status, Mailbox,
 };
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
@@ -60,42 +61,196 @@ impl Gate {
 }
 
 /// Gates 0 (effect and done together), 1 (stale attempt), 2 (cancel requested), 3 (the last
-/// progress value), 4 (a limited job's transaction held open).
-static GATES: [Gate; 5] = [
-    Gate::new(),
-    Gate::new(),
-    Gate::new(),
-    Gate::new(),
-    Gate::new(),
+/// progress value), 4 (a limited job's transaction held open), for each backend: a job's `n`
+/// is its gate, plus 10 on PostgreSQL (see [`n_on`]), since the two backends' runs of a test
+/// run at once.
+static GATES: [[Gate; 5]; 2] = [
+    [
+        Gate::new(),
+        Gate::new(),
+        Gate::new(),
+        Gate::new(),
+        Gate::new(),
+    ],
+    [
+        Gate::new(),
+        Gate::new(),
+        Gate::new(),
+        Gate::new(),
+        Gate::new(),
+    ],
 ];
 
-/// Records `note` in `effects` on `tx` (the test's `effects` table of
-/// [`fresh_queue_with_effects`]).
-async fn effect_in(
-    tx: &mut sqlx::Transaction<'_, sqlx::MySql>,
-    ctx: &JobContext,
-    note: &str,
-) -> Result<(), JobError> {
-    sqlx::query(
-        "INSERT INTO effects (task_key, attempt, note, started_at) \
-         VALUES (?, ?, ?, UTC_TIMESTAMP(6))",
-    )
-    .bind(ctx.task_key())
-    .bind(ctx.attempt())
-    .bind(note)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+/// The `n` of a test's job on `backend`: `n` on MySQL, `n + 10` on PostgreSQL.
+fn n_on(backend: Backend, n: u32) -> u32 {
+    match backend {
+        Backend::Postgres => n + 10,
+        _ => n,
+    }
+}
+
+/// The gate of job `n` (see [`n_on`]).
+fn gate_of(n: u32) -> &'static Gate {
+    &GATES[(n / 10) as usize][(n % 10) as usize]
+}
+
+/// The application's own pool, of the database its queue is on: what its jobs take as a
+/// `Data<AppDb>` parameter.
+#[derive(Clone, Debug)]
+enum AppDb {
+    MySql(MySqlPool),
+    Postgres(PgPool),
+}
+
+/// A transaction of the application's pool.
+enum AppTx<'c> {
+    MySql(sqlx::Transaction<'c, sqlx::MySql>),
+    Postgres(sqlx::Transaction<'c, sqlx::Postgres>),
+}
+
+impl AppDb {
+    async fn begin(&self) -> Result<AppTx<'static>, JobError> {
+        Ok(match self {
+            AppDb::MySql(pool) => AppTx::MySql(pool.begin().await?),
+            AppDb::Postgres(pool) => AppTx::Postgres(pool.begin().await?),
+        })
+    }
+}
+
+impl AppTx<'_> {
+    /// `ctx.complete_in` on this transaction.
+    async fn complete(&mut self, ctx: &JobContext) -> jobqueue::Result<()> {
+        match self {
+            AppTx::MySql(tx) => ctx.complete_in(tx).await,
+            AppTx::Postgres(tx) => ctx.complete_in(tx).await,
+        }
+    }
+
+    /// Records `note` in `effects` (the test's table of [`fresh_queue_with_effects`]).
+    async fn effect(&mut self, ctx: &JobContext, note: &str) -> Result<(), JobError> {
+        match self {
+            AppTx::MySql(tx) => {
+                sqlx::query(
+                    "INSERT INTO effects (task_key, attempt, note, started_at) \
+                     VALUES (?, ?, ?, UTC_TIMESTAMP(6))",
+                )
+                .bind(ctx.task_key())
+                .bind(ctx.attempt())
+                .bind(note)
+                .execute(&mut **tx)
+                .await?;
+            }
+            AppTx::Postgres(tx) => {
+                sqlx::query(
+                    "INSERT INTO effects (task_key, attempt, note, started_at) \
+                     VALUES ($1, $2, $3, job_queue_now())",
+                )
+                .bind(ctx.task_key())
+                .bind(ctx.attempt() as i32)
+                .bind(note)
+                .execute(&mut **tx)
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn commit(self) -> sqlx::Result<()> {
+        match self {
+            AppTx::MySql(tx) => tx.commit().await,
+            AppTx::Postgres(tx) => tx.commit().await,
+        }
+    }
+
+    async fn rollback(self) -> sqlx::Result<()> {
+        match self {
+            AppTx::MySql(tx) => tx.rollback().await,
+            AppTx::Postgres(tx) => tx.rollback().await,
+        }
+    }
+}
+
+/// A queue on a new database of `backend`, and the application's pool to it with an
+/// `effects` table where jobs record what they did.
+async fn fresh_queue_with_effects(backend: Backend, prefix: &str) -> (Queue, AppDb) {
+    // The application's pool is its own, as in an application: sessions set by its jobs
+    // (isolation levels) never reach the queue's connections.
+    let test_db = jobqueue::testing::TestDatabase::new_on(backend, prefix)
+        .await
+        .expect("a test database");
+    let queue = test_db.queue().clone();
+    let url = test_db.keep();
+    let db = match backend {
+        Backend::Postgres => {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(5)
+                .connect(&url)
+                .await
+                .expect("connect the application's pool");
+            sqlx::query(
+                "CREATE TABLE effects (seq BIGSERIAL PRIMARY KEY, task_key VARCHAR(255) NOT NULL, \
+                 attempt INT NOT NULL, note VARCHAR(255) NOT NULL, started_at TIMESTAMP(6) NOT NULL)",
+            )
+            .execute(&pool)
+            .await
+            .expect("create effects");
+            AppDb::Postgres(pool)
+        }
+        _ => {
+            let pool = sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(5)
+                .connect(&url)
+                .await
+                .expect("connect the application's pool");
+            sqlx::query(
+                "CREATE TABLE effects (seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
+                 task_key VARCHAR(255) NOT NULL, attempt INT NOT NULL, note VARCHAR(255) NOT NULL, \
+                 started_at DATETIME(6) NOT NULL)",
+            )
+            .execute(&pool)
+            .await
+            .expect("create effects");
+            AppDb::MySql(pool)
+        }
+    };
+    (queue, db)
+}
+
+/// The side effects of `task_key` as (attempt, note), in the order they were recorded.
+async fn effects_of(db: &AppDb, task_key: &str) -> Vec<(i32, String)> {
+    match db {
+        AppDb::Postgres(pool) => {
+            sqlx::query_as("SELECT attempt, note FROM effects WHERE task_key = $1 ORDER BY seq")
+                .bind(task_key)
+                .fetch_all(pool)
+                .await
+        }
+        AppDb::MySql(pool) => {
+            sqlx::query_as("SELECT attempt, note FROM effects WHERE task_key = ? ORDER BY seq")
+                .bind(task_key)
+                .fetch_all(pool)
+                .await
+        }
+    }
+    .expect("read effects")
+}
+
+/// The database's clock in SQL.
+fn now_sql(queue: &Queue) -> &'static str {
+    match queue.backend() {
+        Backend::Postgres => "job_queue_now()",
+        _ => "UTC_TIMESTAMP(6)",
+    }
 }
 
 /// Completes itself first in its transaction, writes its effect, tells the test, and
 /// commits when the test says go.
 #[job(queue = "held_commit", key = "held:{n}")]
-async fn held_commit(ctx: JobContext, pool: Data<MySqlPool>, n: u32) -> Result<(), JobError> {
+async fn held_commit(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<(), JobError> {
     let mut tx = pool.begin().await?;
-    ctx.complete_in(&mut tx).await?;
-    effect_in(&mut tx, &ctx, "transfer").await?;
-    let gate = &GATES[n as usize];
+    tx.complete(&ctx).await?;
+    tx.effect(&ctx, "transfer").await?;
+    let gate = gate_of(n);
     gate.inside.send((ctx.id(), ctx.attempt()));
     gate.go.notified().await;
     tx.commit().await?;
@@ -105,13 +260,13 @@ async fn held_commit(ctx: JobContext, pool: Data<MySqlPool>, n: u32) -> Result<(
 /// Writes its effect, waits for the test's go, then completes itself last: the test makes
 /// the attempt stale (or cancels the job) meanwhile.
 #[job(queue = "held_late", key = "late:{n}")]
-async fn held_late(ctx: JobContext, pool: Data<MySqlPool>, n: u32) -> Result<(), JobError> {
+async fn held_late(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<(), JobError> {
     let mut tx = pool.begin().await?;
-    effect_in(&mut tx, &ctx, "transfer").await?;
-    let gate = &GATES[n as usize];
+    tx.effect(&ctx, "transfer").await?;
+    let gate = gate_of(n);
     gate.inside.send((ctx.id(), ctx.attempt()));
     gate.go.notified().await;
-    let completed = ctx.complete_in(&mut tx).await;
+    let completed = tx.complete(&ctx).await;
     gate.completed.send(match &completed {
         Ok(()) => "ok".to_owned(),
         Err(e) => e.to_string(),
@@ -128,11 +283,11 @@ async fn held_late(ctx: JobContext, pool: Data<MySqlPool>, n: u32) -> Result<(),
     key = "rollback:{n}",
     backoff = "constant(100ms)"
 )]
-async fn rolls_back(ctx: JobContext, pool: Data<MySqlPool>, n: u32) -> Result<(), JobError> {
+async fn rolls_back(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<(), JobError> {
     let _ = n;
     let mut tx = pool.begin().await?;
-    ctx.complete_in(&mut tx).await?;
-    effect_in(&mut tx, &ctx, "transfer").await?;
+    tx.complete(&ctx).await?;
+    tx.effect(&ctx, "transfer").await?;
     if ctx.attempt() == 1 {
         tx.rollback().await?;
     } else {
@@ -143,17 +298,17 @@ async fn rolls_back(ctx: JobContext, pool: Data<MySqlPool>, n: u32) -> Result<()
 
 /// Commits its completion with its effect, then fails anyway.
 #[job(queue = "fails_after", key = "after:{n}")]
-async fn fails_after(ctx: JobContext, pool: Data<MySqlPool>, n: u32) -> Result<(), JobError> {
+async fn fails_after(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<(), JobError> {
     let _ = n;
     let mut tx = pool.begin().await?;
-    ctx.complete_in(&mut tx).await?;
-    effect_in(&mut tx, &ctx, "transfer").await?;
+    tx.complete(&ctx).await?;
+    tx.effect(&ctx, "transfer").await?;
     tx.commit().await?;
     Err("a step after the commit failed".into())
 }
 
 /// A worker on `queue` with the effects pool as its data.
-fn worker(queue: &Queue, name: &str, effects: &MySqlPool) -> jobqueue::Worker {
+fn worker(queue: &Queue, name: &str, effects: &AppDb) -> jobqueue::Worker {
     quick_worker(queue)
         .queues([name])
         .concurrency(1)
@@ -166,12 +321,12 @@ fn worker(queue: &Queue, name: &str, effects: &MySqlPool) -> jobqueue::Worker {
 // 1. The effect and `done` commit together.
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_effect_and_done_commit_together() {
-    let (queue, effects) = fresh_queue_with_effects("txdone_together").await;
-    let gate = &GATES[0];
+async fn the_effect_and_done_commit_together(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_together").await;
+    let n = n_on(backend, 0);
+    let gate = gate_of(n);
     let mut inside = gate.inside.open();
-    let id = queue.enqueue(HeldCommit { n: 0 }).await.unwrap().id();
+    let id = queue.enqueue(HeldCommit { n }).await.unwrap().id();
     let (handle, task) = start(worker(&queue, "held_commit", &effects));
 
     let (job, attempt) = receive(&mut inside, "the job inside its transaction", WAIT).await;
@@ -179,7 +334,8 @@ async fn the_effect_and_done_commit_together() {
     // Completed and written, not committed: neither shows outside.
     let before = row(&queue, id).await;
     assert_eq!(before.status, JobStatus::Running);
-    assert!(effects_of(&effects, "held:0").await.is_empty());
+    let key = format!("held:{n}");
+    assert!(effects_of(&effects, &key).await.is_empty());
 
     gate.go.notify_one();
     let after = wait_status(&queue, id, JobStatus::Done, WAIT).await;
@@ -187,7 +343,7 @@ async fn the_effect_and_done_commit_together() {
     assert_eq!(after.lease_owner, None);
     assert!(after.finished_at.is_some());
     assert_eq!(
-        effects_of(&effects, "held:0").await,
+        effects_of(&effects, &key).await,
         [(1, "transfer".to_owned())]
     );
     // Counted once, as a success; the worker wrote nothing more.
@@ -222,12 +378,12 @@ async fn the_effect_and_done_commit_together() {
 //    worker. Its completion matches nothing, and its effect is not committed.
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_attempt_gets_an_error_and_commits_nothing() {
-    let (queue, effects) = fresh_queue_with_effects("txdone_stale").await;
-    let gate = &GATES[1];
+async fn a_stale_attempt_gets_an_error_and_commits_nothing(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_stale").await;
+    let n = n_on(backend, 1);
+    let gate = gate_of(n);
     let (mut inside, mut completed) = (gate.inside.open(), gate.completed.open());
-    let id = queue.enqueue(HeldLate { n: 1 }).await.unwrap().id();
+    let id = queue.enqueue(HeldLate { n }).await.unwrap().id();
     // No maintenance in this worker: the test takes the job back itself.
     let stale = quick_worker(&queue)
         .queues(["held_late"])
@@ -242,13 +398,17 @@ async fn a_stale_attempt_gets_an_error_and_commits_nothing() {
 
     // As after a pause longer than the lease: expired, reclaimed, claimed by worker B.
     let store = queue.store();
-    sqlx::query(
-        "UPDATE job_queue SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
+    let now = now_sql(&queue);
+    let second_ago = match backend {
+        Backend::Postgres => format!("{now} - INTERVAL '1 second'"),
+        _ => format!("{now} - INTERVAL 1 SECOND"),
+    };
+    tests::sql_exec(
+        &queue,
+        &format!("UPDATE job_queue SET lease_until = {second_ago} WHERE id = ?"),
+        &[tests::Arg::Int(id as i64)],
     )
-    .bind(id)
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    .await;
     let reclaimed = store.reclaim(10).await.unwrap();
     assert_eq!(reclaimed.ready.len(), 1, "{reclaimed:?}");
     let b = store.claim("held_late", "worker-b", 1).await.unwrap();
@@ -270,7 +430,7 @@ async fn a_stale_attempt_gets_an_error_and_commits_nothing() {
         (handle.metrics().lease_lost == 1).then_some(())
     })
     .await;
-    assert!(effects_of(&effects, "late:1").await.is_empty());
+    assert!(effects_of(&effects, &format!("late:{n}")).await.is_empty());
     let r = row(&queue, id).await;
     assert_eq!(r.status, JobStatus::Running);
     assert_eq!(r.lease_owner.as_deref(), Some("worker-b"));
@@ -285,12 +445,12 @@ async fn a_stale_attempt_gets_an_error_and_commits_nothing() {
 //    cancelled.
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancel_requested_before_the_completion_commits_nothing() {
-    let (queue, effects) = fresh_queue_with_effects("txdone_cancel").await;
-    let gate = &GATES[2];
+async fn a_cancel_requested_before_the_completion_commits_nothing(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_cancel").await;
+    let n = n_on(backend, 2);
+    let gate = gate_of(n);
     let (mut inside, mut completed) = (gate.inside.open(), gate.completed.open());
-    let id = queue.enqueue(HeldLate { n: 2 }).await.unwrap().id();
+    let id = queue.enqueue(HeldLate { n }).await.unwrap().id();
     let (handle, task) = start(worker(&queue, "held_late", &effects));
     receive(&mut inside, "the job inside its transaction", WAIT).await;
 
@@ -303,7 +463,7 @@ async fn a_cancel_requested_before_the_completion_commits_nothing() {
     );
     let r = wait_status(&queue, id, JobStatus::Cancelled, WAIT).await;
     assert_eq!(r.attempts, 1);
-    assert!(effects_of(&effects, "late:2").await.is_empty());
+    assert!(effects_of(&effects, &format!("late:{n}")).await.is_empty());
     stop(&handle, task).await;
     let m = handle.metrics();
     assert_eq!((m.succeeded, m.cancelled), (0, 1), "{m:?}");
@@ -314,9 +474,8 @@ async fn a_cancel_requested_before_the_completion_commits_nothing() {
 //    the effect is there once, from the attempt that committed.
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rollback_after_complete_in_retries_the_job() {
-    let (queue, effects) = fresh_queue_with_effects("txdone_rollback").await;
+async fn a_rollback_after_complete_in_retries_the_job(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_rollback").await;
     let id = queue.enqueue(RollsBack { n: 1 }).await.unwrap().id();
     let (handle, task) = start(worker(&queue, "rolls_back", &effects));
 
@@ -344,9 +503,8 @@ async fn a_rollback_after_complete_in_retries_the_job() {
 // 5. An error after the commit: the committed completion stands.
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_error_after_the_commit_leaves_the_job_done() {
-    let (queue, effects) = fresh_queue_with_effects("txdone_after").await;
+async fn an_error_after_the_commit_leaves_the_job_done(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_after").await;
     let id = queue.enqueue(FailsAfter { n: 1 }).await.unwrap().id();
     let (handle, task) = start(worker(&queue, "fails_after", &effects));
     wait_for("the success to be counted", WAIT, || async {
@@ -545,20 +703,19 @@ async fn workers_killed_inside_their_transactions_leave_each_effect_exactly_once
 #[job(queue = "tx_output", key = "txout:{n}")]
 async fn returns_after_commit(
     ctx: JobContext,
-    pool: Data<MySqlPool>,
+    pool: Data<AppDb>,
     n: u32,
     len: usize,
 ) -> Result<String, JobError> {
     let mut tx = pool.begin().await?;
-    ctx.complete_in(&mut tx).await?;
-    effect_in(&mut tx, &ctx, "transfer").await?;
+    tx.complete(&ctx).await?;
+    tx.effect(&ctx, "transfer").await?;
     tx.commit().await?;
     Ok(format!("receipt {n} {}", "x".repeat(len)))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_output_of_a_job_that_completed_itself_is_stored() {
-    let (queue, effects) = fresh_queue_with_effects("txdone_output").await;
+async fn the_output_of_a_job_that_completed_itself_is_stored(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_output").await;
     let id = queue
         .enqueue(ReturnsAfterCommit { n: 1, len: 0 })
         .await
@@ -585,11 +742,12 @@ async fn the_output_of_a_job_that_completed_itself_is_stored() {
     // Over the limit: the completion committed, so the job is done, with its one effect,
     // but its output is not stored.
     assert_eq!(done.attempts, 1);
-    let stored: Option<String> = sqlx::query_scalar("SELECT output FROM job_queue WHERE id = ?")
-        .bind(big)
-        .fetch_one(queue.mysql_pool().unwrap())
-        .await
-        .unwrap();
+    let stored = tests::sql_text(
+        &queue,
+        "SELECT output FROM job_queue WHERE id = ?",
+        &[tests::Arg::Int(big as i64)],
+    )
+    .await;
     assert_eq!(stored, None, "an output over the limit is not stored");
     assert_eq!(
         effects_of(&effects, "txout:2").await,
@@ -602,33 +760,25 @@ async fn the_output_of_a_job_that_completed_itself_is_stored() {
 /// Reports progress 1, waits for the test's go (once the test has seen 1 in the row), then
 /// reports 2 and completes itself.
 #[job(queue = "tx_progress", key = "txprogress:{n}")]
-async fn progress_then_commit(
-    ctx: JobContext,
-    pool: Data<MySqlPool>,
-    n: u32,
-) -> Result<(), JobError> {
-    let gate = &GATES[n as usize];
+async fn progress_then_commit(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<(), JobError> {
+    let gate = gate_of(n);
     ctx.set_progress(&1)?;
     gate.inside.send((ctx.id(), ctx.attempt()));
     gate.go.notified().await;
     ctx.set_progress(&2)?;
     let mut tx = pool.begin().await?;
-    ctx.complete_in(&mut tx).await?;
-    effect_in(&mut tx, &ctx, "transfer").await?;
+    tx.complete(&ctx).await?;
+    tx.effect(&ctx, "transfer").await?;
     tx.commit().await?;
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_last_progress_of_a_job_that_completed_itself_is_stored() {
-    let (queue, effects) = fresh_queue_with_effects("txdone_progress").await;
-    let gate = &GATES[3];
+async fn the_last_progress_of_a_job_that_completed_itself_is_stored(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_progress").await;
+    let n = n_on(backend, 3);
+    let gate = gate_of(n);
     let mut inside = gate.inside.open();
-    let id = queue
-        .enqueue(ProgressThenCommit { n: 3 })
-        .await
-        .unwrap()
-        .id();
+    let id = queue.enqueue(ProgressThenCommit { n }).await.unwrap().id();
     // Only the first value is written while the job runs: the next waits for the interval,
     // so it is written when the attempt ends.
     let w = quick_worker(&queue)
@@ -671,19 +821,33 @@ async fn the_last_progress_of_a_job_that_completed_itself_is_stored() {
 )]
 async fn limited_in_tx(
     ctx: JobContext,
-    pool: Data<MySqlPool>,
+    pool: Data<AppDb>,
     account: u32,
-    hold: bool,
+    hold: u32,
 ) -> Result<(), JobError> {
-    let mut conn = pool.acquire().await?;
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        .execute(&mut *conn)
-        .await?;
-    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-    ctx.complete_in(&mut tx).await?;
-    effect_in(&mut tx, &ctx, "transfer").await?;
-    if hold {
-        let gate = &GATES[4];
+    // REPEATABLE READ, the level that would lock most: on MySQL set for the next transaction
+    // of the connection, on PostgreSQL as the transaction's first statement.
+    let mut mysql_conn = None;
+    let mut tx = match &*pool {
+        AppDb::MySql(pool) => {
+            let conn = mysql_conn.insert(pool.acquire().await?);
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut **conn)
+                .await?;
+            AppTx::MySql(sqlx::Connection::begin(&mut **conn).await?)
+        }
+        AppDb::Postgres(pool) => {
+            let mut tx = pool.begin().await?;
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut *tx)
+                .await?;
+            AppTx::Postgres(tx)
+        }
+    };
+    tx.complete(&ctx).await?;
+    tx.effect(&ctx, "transfer").await?;
+    if hold > 0 {
+        let gate = gate_of(hold);
         gate.inside.send((ctx.id(), ctx.attempt()));
         gate.go.notified().await;
     }
@@ -692,15 +856,15 @@ async fn limited_in_tx(
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_limited_job_completing_in_its_transaction_holds_up_no_other_key() {
-    let (queue, effects) = fresh_queue_with_effects("txdone_limited").await;
-    let gate = &GATES[4];
+async fn a_limited_job_completing_in_its_transaction_holds_up_no_other_key(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_limited").await;
+    let n = n_on(backend, 4);
+    let gate = gate_of(n);
     let mut inside = gate.inside.open();
     let held = queue
         .enqueue(LimitedInTx {
             account: 0,
-            hold: true,
+            hold: n,
         })
         .await
         .unwrap()
@@ -722,7 +886,7 @@ async fn a_limited_job_completing_in_its_transaction_holds_up_no_other_key() {
     let next = queue
         .enqueue(LimitedInTx {
             account: 0,
-            hold: false,
+            hold: 0,
         })
         .await
         .unwrap()
@@ -730,7 +894,7 @@ async fn a_limited_job_completing_in_its_transaction_holds_up_no_other_key() {
     let other = queue
         .enqueue(LimitedInTx {
             account: 1,
-            hold: false,
+            hold: 0,
         })
         .await
         .unwrap()
@@ -755,16 +919,14 @@ async fn a_limited_job_completing_in_its_transaction_holds_up_no_other_key() {
     stop(&second, second_task).await;
     stop(&first, first_task).await;
     // Every slot is free, and each job's effect happened once.
-    let held_slots: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM job_queue_slot WHERE job_id IS NOT NULL")
-            .fetch_one(queue.mysql_pool().unwrap())
-            .await
-            .unwrap();
+    let held_slots = sql_i64(
+        &queue,
+        "SELECT COUNT(*) FROM job_queue_slot WHERE job_id IS NOT NULL",
+        &[],
+    )
+    .await;
     assert_eq!(held_slots, 0);
-    let effects_total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM effects")
-        .fetch_one(&effects)
-        .await
-        .unwrap();
+    let effects_total = sql_i64(&queue, "SELECT COUNT(*) FROM effects", &[]).await;
     assert_eq!(effects_total, 3);
 }
 
@@ -772,8 +934,9 @@ async fn a_limited_job_completing_in_its_transaction_holds_up_no_other_key() {
 // A run dropped after its own commit
 // ---------------------------------------------------------------------------------------
 
-static COMMITTED_THEN_STALLED: Mailbox<u32> = Mailbox::new();
-static COMMIT_GO: Notify = Notify::const_new();
+/// Per backend (the job's `n` / 10, see [`n_on`]).
+static COMMITTED_THEN_STALLED: [Mailbox<u32>; 2] = [Mailbox::new(), Mailbox::new()];
+static COMMIT_GO: [Notify; 2] = [Notify::const_new(), Notify::const_new()];
 
 /// Job 1 waits for the test, completes itself and commits, then stalls without watching its
 /// context; job 2 (same key, limit 1) just returns. The lease leaves a renewal round a second
@@ -784,18 +947,15 @@ static COMMIT_GO: Notify = Notify::const_new();
     concurrency = 1,
     concurrency_key = "commit-then-stall"
 )]
-async fn commit_then_stall(
-    ctx: JobContext,
-    pool: Data<MySqlPool>,
-    n: u32,
-) -> Result<u32, JobError> {
-    if n == 1 {
-        COMMITTED_THEN_STALLED.send(0);
-        COMMIT_GO.notified().await;
+async fn commit_then_stall(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<u32, JobError> {
+    let b = (n / 10) as usize;
+    if n % 10 == 1 {
+        COMMITTED_THEN_STALLED[b].send(0);
+        COMMIT_GO[b].notified().await;
         let mut tx = pool.begin().await?;
-        ctx.complete_in(&mut tx).await?;
+        tx.complete(&ctx).await?;
         tx.commit().await?;
-        COMMITTED_THEN_STALLED.send(1);
+        COMMITTED_THEN_STALLED[b].send(1);
         // Its row is done, so its lease is no longer renewed: the worker stops it at three
         // quarters of the lease, after its completion committed.
         tokio::time::sleep(Duration::from_secs(60)).await;
@@ -807,11 +967,17 @@ async fn commit_then_stall(
 /// lease can no longer be renewed. It is done, and the worker must still count it done and
 /// wake the key's next job, which its transaction left blocked; here no maintenance runs,
 /// so nothing else would.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_dropped_after_its_own_commit_is_counted_and_wakes_its_key() {
-    let (queue, effects) = fresh_queue_with_effects("tx_commit_stall").await;
-    let mut said = COMMITTED_THEN_STALLED.open();
-    let first = queue.enqueue(CommitThenStall { n: 1 }).await.unwrap().id();
+async fn a_job_dropped_after_its_own_commit_is_counted_and_wakes_its_key(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects(backend, "tx_commit_stall").await;
+    let b = (n_on(backend, 0) / 10) as usize;
+    let mut said = COMMITTED_THEN_STALLED[b].open();
+    let first = queue
+        .enqueue(CommitThenStall {
+            n: n_on(backend, 1),
+        })
+        .await
+        .unwrap()
+        .id();
     let (handle, task) = start(
         quick_worker(&queue)
             .data(effects.clone())
@@ -821,9 +987,15 @@ async fn a_job_dropped_after_its_own_commit_is_counted_and_wakes_its_key() {
             .unwrap(),
     );
     receive(&mut said, "job 1 to start", WAIT).await;
-    let second = queue.enqueue(CommitThenStall { n: 2 }).await.unwrap().id();
+    let second = queue
+        .enqueue(CommitThenStall {
+            n: n_on(backend, 2),
+        })
+        .await
+        .unwrap()
+        .id();
     wait_status(&queue, second, JobStatus::Blocked, WAIT).await;
-    COMMIT_GO.notify_one();
+    COMMIT_GO[b].notify_one();
     assert_eq!(receive(&mut said, "job 1 to commit", WAIT).await, 1);
 
     let r = wait_status(&queue, second, JobStatus::Done, WAIT).await;
@@ -845,7 +1017,11 @@ static SNAPSHOT: Mailbox<String> = Mailbox::new();
 /// Reads in its transaction (taking its snapshot), waits until its lease has been renewed,
 /// then calls `complete_in` last, on a session with `innodb_snapshot_isolation` on.
 #[job(name = "tx_snapshot_late", lease = "3s")]
-async fn snapshot_late(ctx: JobContext, pool: Data<MySqlPool>) -> Result<(), JobError> {
+async fn snapshot_late(ctx: JobContext, pool: Data<AppDb>) -> Result<(), JobError> {
+    // MariaDB's setting: the test runs on MySQL/MariaDB only.
+    let AppDb::MySql(pool) = &*pool else {
+        return Err(JobError::permanent("a MySQL/MariaDB test"));
+    };
     let mut conn = pool.acquire().await?;
     if let Err(e) = sqlx::query("SET SESSION innodb_snapshot_isolation = ON")
         .execute(&mut *conn)
@@ -867,7 +1043,7 @@ async fn snapshot_late(ctx: JobContext, pool: Data<MySqlPool>) -> Result<(), Job
     loop {
         let now: sqlx::types::chrono::NaiveDateTime = sqlx::query_scalar(lease)
             .bind(ctx.id())
-            .fetch_one(&*pool)
+            .fetch_one(pool)
             .await?;
         if now != before {
             break;
@@ -886,7 +1062,7 @@ async fn snapshot_late(ctx: JobContext, pool: Data<MySqlPool>) -> Result<(), Job
 /// server's "record has changed since last read".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_completion_under_snapshot_isolation_says_what_to_do() {
-    let (queue, effects) = fresh_queue_with_effects("tx_snapshot").await;
+    let (queue, effects) = fresh_queue_with_effects(Backend::MySql, "tx_snapshot").await;
     let mut said = SNAPSHOT.open();
     let id = queue.enqueue(SnapshotLate {}).await.unwrap().id();
     let (handle, task) = start(quick_worker(&queue).data(effects.clone()).build().unwrap());
@@ -901,3 +1077,15 @@ async fn a_late_completion_under_snapshot_isolation_says_what_to_do() {
     wait_status(&queue, id, JobStatus::Failed, WAIT).await;
     stop(&handle, task).await;
 }
+
+on_every_backend!(
+    the_effect_and_done_commit_together,
+    a_stale_attempt_gets_an_error_and_commits_nothing,
+    a_cancel_requested_before_the_completion_commits_nothing,
+    a_rollback_after_complete_in_retries_the_job,
+    an_error_after_the_commit_leaves_the_job_done,
+    the_output_of_a_job_that_completed_itself_is_stored,
+    the_last_progress_of_a_job_that_completed_itself_is_stored,
+    a_limited_job_completing_in_its_transaction_holds_up_no_other_key,
+    a_job_dropped_after_its_own_commit_is_counted_and_wakes_its_key,
+);

@@ -217,7 +217,8 @@ pub(crate) fn pg_u32(r: &PgRow, column: &str) -> sqlx::Result<u32> {
 
 /// A status column (TEXT).
 pub(crate) fn pg_status(r: &PgRow, column: &str) -> Result<JobStatus> {
-    Ok(r.try_get::<String, _>(column)?.parse::<JobStatus>()?)
+    let status: String = r.try_get(column)?;
+    status.parse::<JobStatus>()
 }
 
 /// A time column: the server's UTC time, stored without a zone.

@@ -153,6 +153,26 @@ enum KeyState {
 /// their ids come after them (MySQL releases before inserting the chunk when it has met a
 /// taken key, and keeps the caller's order there).
 async fn insert_chunk(conn: &mut PgConnection, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+    // Refused before any statement: the insert would fail, and abort the caller's
+    // transaction with it.
+    for j in jobs {
+        for (setting, json) in [
+            ("payload", Some(&j.payload)),
+            ("metadata", j.metadata.as_ref()),
+        ] {
+            if json.is_some_and(|t| holds_nul_escape(t)) {
+                return Err(Error::InvalidSetting {
+                    setting,
+                    reason: format!(
+                        "the {setting} of a `{}` job holds the character U+0000 (`\\u0000` in \
+                         JSON), which PostgreSQL's JSONB cannot store; remove it or encode it \
+                         otherwise",
+                        j.kind
+                    ),
+                });
+            }
+        }
+    }
     // The first job of each key stands for the key; later ones are duplicates of it.
     let mut first_of: HashMap<&str, usize> = HashMap::with_capacity(jobs.len());
     for (i, j) in jobs.iter().enumerate() {
@@ -287,6 +307,24 @@ async fn settle_taken<'k>(
     Ok(())
 }
 
+/// Whether JSON text `json` holds the escape `\u0000` (in a string; a `\\` before `u0000`
+/// is an escaped backslash, not that escape).
+fn holds_nul_escape(json: &str) -> bool {
+    let b = json.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' {
+            if b.get(i + 1) == Some(&b'u') && b.get(i + 2..i + 6) == Some(b"0000".as_slice()) {
+                return true;
+            }
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    false
+}
+
 /// Binds the arrays of [`INSERT_CHUNK`]: one element per job.
 fn bind_chunk<'q>(
     q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
@@ -364,5 +402,36 @@ pub(crate) async fn insert_autocommit(
             }
             other => return other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_released_prefix_ends_on_a_character_boundary_within_the_limit() {
+        // 255 characters of four bytes: 1,020 bytes, the longest key.
+        let key = "\u{1D11E}".repeat(255);
+        let prefix = released_prefix(&key);
+        assert_eq!(prefix.len(), RELEASED_PREFIX);
+        // The released key (prefix, chr(1), 20 digits) fits the column's 1,020 bytes.
+        assert!(prefix.len() + 1 + 20 <= 1020);
+        // A one-byte character then two-byte ones: byte 960 falls inside a character, so
+        // the prefix stops one byte short.
+        let odd = format!("a{}", "é".repeat(600));
+        assert_eq!(released_prefix(&odd).len(), RELEASED_PREFIX - 1);
+        assert_eq!(released_prefix("short"), "short");
+        let (low, high) = released_range("short");
+        assert_eq!((low.as_str(), high.as_str()), ("short\u{1}", "short\u{2}"));
+    }
+
+    #[test]
+    fn a_nul_escape_is_found_and_an_escaped_backslash_is_not_one() {
+        let with_nul = serde_json::to_string(&serde_json::json!({"s": "a\u{0}b"})).unwrap();
+        assert!(holds_nul_escape(&with_nul), "{with_nul}");
+        let backslash = serde_json::to_string(&serde_json::json!({"s": "\\u0000"})).unwrap();
+        assert!(!holds_nul_escape(&backslash), "{backslash}");
+        assert!(!holds_nul_escape(r#"{"s": "\u0001", "t": "\\"}"#));
     }
 }

@@ -131,12 +131,15 @@ macro_rules! pg_autocommit {
 }
 
 pub(crate) mod admin;
+pub(crate) mod audit;
 pub(crate) mod complete_in;
 pub(crate) mod dashboard;
 pub(crate) mod decode;
 pub(crate) mod enqueue;
 pub(crate) mod migrate;
 pub(crate) mod operator;
+pub(crate) mod progress;
+pub(crate) mod testing;
 
 /// A connection of `pool`, within the store's call timeout when it has one.
 pub(crate) async fn acquire(
