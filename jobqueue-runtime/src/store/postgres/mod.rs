@@ -135,6 +135,7 @@ pub(crate) mod decode;
 pub(crate) mod enqueue;
 pub(crate) mod maintenance;
 pub(crate) mod migrate;
+pub(crate) mod workers;
 
 /// A connection of `pool`, within the store's call timeout when it has one.
 pub(crate) async fn acquire(
