@@ -266,7 +266,10 @@ impl Store {
         due: impl Fn(NaiveDateTime) -> Vec<NaiveDateTime>,
         job_of: impl Fn(NaiveDateTime) -> NewJob,
     ) -> Result<TickPass> {
-        on_postgres!(self, maintenance::schedule_ticks(kind, now, overlap, due, job_of));
+        on_postgres!(
+            self,
+            maintenance::schedule_ticks(kind, now, overlap, due, job_of)
+        );
         let pass: Result<Result<TickPass>> = transaction!(self, |conn| {
             let row: Option<(NaiveDateTime, Option<u64>, bool)> = sqlx::query_as(
                 "SELECT last_tick, last_job_id, paused_at IS NOT NULL FROM job_queue_cron \

@@ -1,10 +1,12 @@
 //! Maintenance on PostgreSQL: promotion, reclaim, pruning, periodic ticks and the maintenance
 //! turn, with the guarantees of the MySQL functions of the same names (`store/maintenance.rs`).
 //! What differs:
-//! - Promotion and pruning are one statement each: a `WITH` that locks its batch
-//!   (`FOR UPDATE SKIP LOCKED`, over the `(status, status_at, id)` index) and an `UPDATE` or
-//!   `DELETE` of those rows. PostgreSQL needs no `FORCE INDEX`: the index serves the range
-//!   and its order (checked by the plan tests).
+//! - Promotion and pruning are one statement each: an `UPDATE` or `DELETE` of
+//!   `id = ANY(ARRAY(<locking read>))`. The locking read (`FOR UPDATE SKIP LOCKED`, over the
+//!   `(status, status_at, id)` index) runs once, as an init plan, and its ids are then found
+//!   by primary key. (A join to a `WITH` of the batch lets the planner hash the whole
+//!   status's rows instead; an `IN (subquery)` may run the locking read again.) PostgreSQL
+//!   needs no `FORCE INDEX`: the plans are checked by `postgres_maintenance_plans`.
 //! - Id lists are bound as one array (`= ANY($n)`), not padded `IN` lists.
 //! - `rows_affected` counts rows changed, not matched: every fenced `UPDATE` here changes
 //!   each row it matches, so the expected counts are those of MySQL.
@@ -24,20 +26,20 @@ use crate::model::{Enqueued, JobStatus, NewJob, Reclaimed, TickPass};
 use crate::MAX_ATTEMPT_HISTORY;
 
 /// Whether any scheduled job is due (the MySQL `PROMOTE_PROBE`).
-pub(crate) const PG_PROMOTE_PROBE: &str = "SELECT EXISTS(SELECT 1 FROM job_queue \
+pub const PG_PROMOTE_PROBE: &str = "SELECT EXISTS(SELECT 1 FROM job_queue \
      WHERE status = 'scheduled' AND status_at <= job_queue_now())";
 
 /// Promotion: locks up to `$1` due scheduled jobs, oldest due first, skipping rows locked
 /// elsewhere, and makes them ready (the MySQL `PROMOTE_SELECT` and its `UPDATE`).
-pub(crate) const PG_PROMOTE: &str = "WITH due AS (\
+pub const PG_PROMOTE: &str = "UPDATE job_queue SET status = 'ready', updated_at = job_queue_now() \
+     WHERE id = ANY(ARRAY(\
        SELECT id FROM job_queue \
        WHERE status = 'scheduled' AND status_at <= job_queue_now() \
-       ORDER BY status_at, id LIMIT $1 FOR UPDATE SKIP LOCKED) \
-     UPDATE job_queue j SET status = 'ready', updated_at = job_queue_now() \
-     FROM due WHERE j.id = due.id AND j.status = 'scheduled'";
+       ORDER BY status_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)) \
+     AND status = 'scheduled'";
 
 /// Reclaim's locking read (the MySQL `RECLAIM_SELECT`).
-pub(crate) const PG_RECLAIM_SELECT: &str =
+pub const PG_RECLAIM_SELECT: &str =
     "SELECT id, attempts, max_attempts, cancel_requested, COALESCE(lease_owner, ''), \
      lease_expiries, lease_ms, concurrency_key IS NOT NULL \
      FROM job_queue \
@@ -47,11 +49,12 @@ pub(crate) const PG_RECLAIM_SELECT: &str =
 /// Pruning: locks up to `$3` jobs of status `$1` finished more than `$2` µs ago, oldest
 /// first, skipping rows locked elsewhere, and deletes them (the MySQL `PRUNE_SELECT` and its
 /// `DELETE`).
-pub(crate) const PG_PRUNE: &str = "WITH old AS (\
+pub const PG_PRUNE: &str = "DELETE FROM job_queue \
+     WHERE id = ANY(ARRAY(\
        SELECT id FROM job_queue \
        WHERE status = $1 AND status_at < job_queue_now() - $2 * INTERVAL '1 microsecond' \
-       ORDER BY status_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) \
-     DELETE FROM job_queue j USING old WHERE j.id = old.id AND j.status = $1";
+       ORDER BY status_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)) \
+     AND status = $1";
 
 /// The maintenance turn's take-or-renew (the MySQL `TAKE_MAINTENANCE_TURN`). Every `SET`
 /// expression reads the row as it was before the statement, so `taken_at` compares the old
@@ -177,9 +180,8 @@ pub(crate) async fn reclaim_with(
             if ids.is_empty() {
                 continue;
             }
-            let sql = format!(
-                "UPDATE job_queue SET {log}, {set}, {COUNT} WHERE id = ANY($1) {GUARD}"
-            );
+            let sql =
+                format!("UPDATE job_queue SET {log}, {set}, {COUNT} WHERE id = ANY($1) {GUARD}");
             // Rare (only after a crash or a lost lease): not kept prepared.
             let changed = sqlx::query(&sql)
                 .persistent(false)

@@ -16,7 +16,13 @@ use crate::store::{RosterRead, WorkerRow};
 /// Microseconds from `a` to `b` (both `TIMESTAMP`), as `BIGINT`.
 macro_rules! us_between {
     ($a:literal, $b:literal) => {
-        concat!("(EXTRACT(EPOCH FROM (", $b, " - ", $a, ")) * 1000000)::bigint")
+        concat!(
+            "(EXTRACT(EPOCH FROM (",
+            $b,
+            " - ",
+            $a,
+            ")) * 1000000)::bigint"
+        )
     };
 }
 
@@ -103,7 +109,8 @@ pub(crate) async fn insert_worker(
     pool: &PgPool,
     worker: &WorkerRow<'_>,
 ) -> Result<()> {
-    pg_autocommit!(store, pool, |conn| sqlx::query(
+    pg_autocommit!(store, pool, |conn| {
+        sqlx::query(
         "INSERT INTO job_queue_worker (owner, host, pid, version, queues, concurrency, running, started_at, last_seen) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, job_queue_now(), job_queue_now()) \
          ON CONFLICT (owner) DO NOTHING",
@@ -115,7 +122,8 @@ pub(crate) async fn insert_worker(
     .bind(worker.queues)
     .bind(i64::try_from(worker.concurrency).unwrap_or(i64::MAX))
     .bind(i64::try_from(worker.running).unwrap_or(i64::MAX))
-    .execute(&mut *conn))?;
+    .execute(&mut *conn)
+    })?;
     Ok(())
 }
 
