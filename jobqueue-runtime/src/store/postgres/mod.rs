@@ -133,6 +133,7 @@ macro_rules! pg_autocommit {
 pub(crate) mod complete_in;
 pub(crate) mod decode;
 pub(crate) mod enqueue;
+pub(crate) mod gauges;
 pub(crate) mod maintenance;
 pub(crate) mod migrate;
 pub(crate) mod workers;
