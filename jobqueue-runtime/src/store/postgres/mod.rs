@@ -134,6 +134,7 @@ pub(crate) mod complete_in;
 pub(crate) mod decode;
 pub(crate) mod enqueue;
 pub(crate) mod gauges;
+pub(crate) mod kinds;
 pub(crate) mod maintenance;
 pub(crate) mod migrate;
 pub(crate) mod workers;
