@@ -62,7 +62,8 @@ pub(super) const KIND_STATS_DELETE_LIMIT: u32 = 10_000;
 
 /// Whether a count of this process found it may not write `job_queue_kind_stats` (logged
 /// at INFO the first time only).
-pub(super) static KIND_STATS_DENIED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+pub(super) static KIND_STATS_DENIED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 /// The per-kind figures of one (bucket, queue, kind), as the count adds them up.
 #[derive(Debug, Default, Clone, Copy)]

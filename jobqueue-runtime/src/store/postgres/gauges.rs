@@ -27,7 +27,13 @@ use crate::store::DbErrorKind;
 /// Microseconds from `$a` to `$b`, as `BIGINT` (NULL when either is).
 macro_rules! us_between {
     ($a:literal, $b:literal) => {
-        concat!("(EXTRACT(EPOCH FROM (", $b, " - ", $a, ")) * 1000000)::bigint")
+        concat!(
+            "(EXTRACT(EPOCH FROM (",
+            $b,
+            " - ",
+            $a,
+            ")) * 1000000)::bigint"
+        )
     };
 }
 
