@@ -131,10 +131,14 @@ macro_rules! pg_autocommit {
 }
 
 pub(crate) mod audit;
+pub(crate) mod claim;
 pub(crate) mod complete_in;
 pub(crate) mod decode;
 pub(crate) mod enqueue;
+pub(crate) mod lease;
+pub(crate) mod limits;
 pub(crate) mod migrate;
+pub(crate) mod outcome;
 pub(crate) mod progress;
 pub(crate) mod testing;
 
