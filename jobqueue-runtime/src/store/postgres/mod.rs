@@ -137,10 +137,12 @@ pub(crate) mod decode;
 pub(crate) mod enqueue;
 pub(crate) mod lease;
 pub(crate) mod limits;
+pub(crate) mod maintenance;
 pub(crate) mod migrate;
 pub(crate) mod outcome;
 pub(crate) mod progress;
 pub(crate) mod testing;
+pub(crate) mod workers;
 
 /// A connection of `pool`, within the store's call timeout when it has one.
 pub(crate) async fn acquire(
