@@ -84,6 +84,8 @@ pub mod __store {
             COUNT_GAUGES, COUNT_THROUGHPUT, PROMOTE_PROBE, PROMOTE_SELECT, PRUNE_SELECT,
             RECLAIM_SELECT,
         };
+        // The claim's statement on PostgreSQL.
+        pub use crate::store::pg_claim_sql;
         // A job's history and output, read by primary key.
         pub use crate::store::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
         // The blocked jobs a drain left in a queue.
