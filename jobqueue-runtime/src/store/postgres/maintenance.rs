@@ -80,9 +80,7 @@ fn log_attempt(outcome: &str, error: &str) -> String {
     )
 }
 
-/// See the MySQL `reclaim_with`. Jobs that hold a concurrency slot are not taken back on
-/// PostgreSQL yet: their slots are freed by the limits' release, which has no PostgreSQL
-/// version; a batch that meets one is rolled back and answers [`Error::Unsupported`].
+/// See the MySQL `reclaim_with`.
 pub(crate) async fn reclaim_with(
     store: &Store,
     pool: &PgPool,
@@ -90,21 +88,13 @@ pub(crate) async fn reclaim_with(
     max_lease_expiries: u32,
 ) -> Result<Reclaimed> {
     let max_lease_expiries = max_lease_expiries.max(1);
-    let pass: Result<Result<Reclaimed>> = pg_transaction!(store, pool, |conn| {
+    pg_transaction!(store, pool, |conn| {
         let rows = sqlx::query(PG_RECLAIM_SELECT)
             .bind(limit as i64)
             .fetch_all(&mut *conn)
             .await?;
         let mut out = Reclaimed::default();
         for r in &rows {
-            if r.try_get::<bool, _>(7)? {
-                return Ok((
-                    Err(Error::Unsupported {
-                        backend: crate::Backend::Postgres,
-                    }),
-                    false,
-                ));
-            }
             let id = id_of(r.try_get(0)?);
             let attempts = u32_of(r.try_get(1)?);
             let max = u32_of(r.try_get(2)?);
@@ -190,7 +180,7 @@ pub(crate) async fn reclaim_with(
                 .await?
                 .rows_affected();
             if changed != ids.len() as u64 {
-                return Ok((Ok(Reclaimed::default()), false));
+                return Ok((Reclaimed::default(), false));
             }
         }
         // Each delayed job has a delay of its own: one statement each (they are rare).
@@ -212,12 +202,23 @@ pub(crate) async fn reclaim_with(
                 .await?
                 .rows_affected();
             if changed != 1 {
-                return Ok((Ok(Reclaimed::default()), false));
+                return Ok((Reclaimed::default(), false));
             }
         }
-        Ok((Ok(out), true))
-    });
-    pass?
+        // The slots of the claims taken back are free again, in this transaction; jobs
+        // without a concurrency key hold none, and the limits' tables are left alone when
+        // no such job was taken back (as on MySQL).
+        let mut claims: Vec<(u64, u32)> = Vec::new();
+        for r in &rows {
+            if r.try_get::<bool, _>(7)? {
+                claims.push((id_of(r.try_get(0)?), u32_of(r.try_get(1)?)));
+            }
+        }
+        if !claims.is_empty() {
+            super::limits::release_claims(conn, &claims).await?;
+        }
+        Ok((out, true))
+    })
 }
 
 /// See the MySQL `prune_batch`: one statement ([`PG_PRUNE`]), in autocommit.
