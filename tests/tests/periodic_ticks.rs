@@ -8,11 +8,12 @@
 use std::time::Duration;
 
 use jobqueue::cron::tick_key;
-use jobqueue::{job, Data, Job, JobContext, JobError, JobStatus, Queue};
+use jobqueue::{job, Backend, Data, Job, JobContext, JobError, JobStatus, Queue};
 use sqlx::mysql::MySqlPool;
 use sqlx::types::chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
 use tests::{
-    fresh_queue_with_effects, quick_worker, record_effect_in, start, stop, wait_for, Effects,
+    fresh_queue_on, fresh_queue_with_effects, quick_worker, record_effect_in, start, stop,
+    wait_for, Effects,
 };
 
 /// How long a test waits for a tick of a schedule that fires every few seconds.
@@ -45,14 +46,34 @@ async fn tick_effects(effects: &MySqlPool, kind: &str) -> Vec<(String, String)> 
 
 /// The rows of `kind`: (task_key, run_at, status), by run_at.
 async fn tick_rows(queue: &Queue, kind: &str) -> Vec<(String, NaiveDateTime, String)> {
-    sqlx::query_as(
-        "SELECT CAST(task_key AS CHAR), run_at, CAST(status AS CHAR) FROM job_queue \
-         WHERE kind = ? ORDER BY run_at",
-    )
-    .bind(kind)
-    .fetch_all(queue.mysql_pool().unwrap())
-    .await
-    .expect("read tick rows")
+    match queue.backend() {
+        Backend::Postgres => sqlx::query_as(
+            "SELECT task_key::text, run_at, status FROM job_queue WHERE kind = $1 ORDER BY run_at",
+        )
+        .bind(kind)
+        .fetch_all(queue.postgres_pool().unwrap())
+        .await
+        .expect("read tick rows"),
+        _ => sqlx::query_as(
+            "SELECT CAST(task_key AS CHAR), run_at, CAST(status AS CHAR) FROM job_queue \
+             WHERE kind = ? ORDER BY run_at",
+        )
+        .bind(kind)
+        .fetch_all(queue.mysql_pool().unwrap())
+        .await
+        .expect("read tick rows"),
+    }
+}
+
+/// A queue on `backend` (a new database), and the pool of an `effects` table the test's
+/// jobs record their runs in. The effects stay on MySQL whatever the queue's backend: they
+/// are the test's witness, not the queue's.
+async fn queue_with_effects_on(backend: Backend, prefix: &str) -> (Queue, MySqlPool) {
+    let (mysql_queue, effects) = fresh_queue_with_effects(prefix).await;
+    match backend {
+        Backend::Postgres => (fresh_queue_on(backend, prefix).await, effects),
+        _ => (mysql_queue, effects),
+    }
 }
 
 /// Waits until the job of `key` has recorded a `done` effect.
@@ -111,9 +132,8 @@ async fn pruned_every_10s(ctx: JobContext, effects: Data<Effects>) -> Result<(),
     record_effect_in(&effects, &ctx, "done").await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pruned_tick_does_not_run_again_when_a_worker_restarts() {
-    let (queue, effects) = fresh_queue_with_effects("hc_pruned").await;
+async fn a_pruned_tick_does_not_run_again_when_a_worker_restarts(backend: Backend) {
+    let (queue, effects) = queue_with_effects_on(backend, "hc_pruned").await;
     let kind = PrunedEvery10s::KIND;
     let worker = || {
         quick_worker(&queue)
@@ -165,9 +185,8 @@ async fn together_every_5s(ctx: JobContext, effects: Data<Effects>) -> Result<()
     record_effect_in(&effects, &ctx, "done").await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn workers_starting_at_once_after_a_purge_run_each_tick_once() {
-    let (queue, effects) = fresh_queue_with_effects("hc_together").await;
+async fn workers_starting_at_once_after_a_purge_run_each_tick_once(backend: Backend) {
+    let (queue, effects) = queue_with_effects_on(backend, "hc_together").await;
     let kind = TogetherEvery5s::KIND;
     let worker = || {
         quick_worker(&queue)
@@ -210,6 +229,11 @@ async fn workers_starting_at_once_after_a_purge_run_each_tick_once() {
         assert!(runs.iter().any(|e| &e.0 == k), "{k} did not run: {runs:?}");
     }
 }
+
+tests::on_every_backend!(
+    a_pruned_tick_does_not_run_again_when_a_worker_restarts,
+    workers_starting_at_once_after_a_purge_run_each_tick_once,
+);
 
 // ---------------------------------------------------------------------------------------
 // A new periodic kind gets no back-dated tick
