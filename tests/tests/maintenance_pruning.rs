@@ -262,7 +262,66 @@ async fn reclaim_keeps_attempts_and_respects_max_attempts(backend: Backend) {
     );
 }
 
+/// Pruning deletes the jobs of one finished status past the retention, in bounded batches
+/// until none is left, and nothing else: a recent job of that status, an old job of another
+/// status and an active job stay.
+async fn pruning_deletes_only_old_jobs_of_the_status(backend: Backend) {
+    let queue = fresh_queue_on(backend, "maint_prune").await;
+    // More than two batches (of 500) of old done jobs.
+    let mut old = Vec::new();
+    for chunk in 0..3u64 {
+        let jobs: Vec<Noop> = (0..400)
+            .map(|i| Noop {
+                n: 1_000 + chunk * 400 + i,
+            })
+            .collect();
+        for e in queue.enqueue_many(jobs).await.expect("enqueue") {
+            old.push(e.id());
+        }
+    }
+    let kept = enqueue_n(&queue, 0, 3).await;
+    let (recent_done, old_failed, active) = (kept[0], kept[1], kept[2]);
+    let finish = |id: u64, status: &'static str, at: &'static str| {
+        let queue = queue.clone();
+        async move {
+            let sql = format!(
+                "UPDATE job_queue SET status = '{status}', finished_at = '{at}' WHERE id = ?"
+            );
+            sql_exec(&queue, &sql, &[Arg::Int(id as i64)]).await
+        }
+    };
+    let first = old[0] as i64;
+    let changed = sql_exec(
+        &queue,
+        "UPDATE job_queue SET status = 'done', finished_at = '2000-01-01 00:00:00' \
+         WHERE id >= ? AND id <= ?",
+        &[Arg::Int(first), Arg::Int(*old.last().unwrap() as i64)],
+    )
+    .await;
+    assert_eq!(changed, 1_200);
+    assert_eq!(finish(recent_done, "done", "2999-01-01 00:00:00").await, 1);
+    assert_eq!(finish(old_failed, "failed", "2000-01-01 00:00:00").await, 1);
+
+    let week = Duration::from_secs(7 * 24 * 3600);
+    assert_eq!(
+        queue.prune(JobStatus::Done, week).await.expect("prune"),
+        1_200
+    );
+    assert_eq!(queue.prune(JobStatus::Done, week).await.expect("prune"), 0);
+    let left = sql_i64(&queue, "SELECT COUNT(*) FROM job_queue", &[]).await;
+    assert_eq!(left, 3);
+    assert_eq!(status_of(&queue, recent_done).await, "done");
+    assert_eq!(status_of(&queue, old_failed).await, "failed");
+    assert_eq!(status_of(&queue, active).await, "ready");
+    assert_eq!(
+        queue.prune(JobStatus::Failed, week).await.expect("prune"),
+        1
+    );
+    assert!(queue.job(old_failed).await.expect("read").is_none());
+}
+
 tests::on_every_backend!(
     promotion_readies_due_jobs_oldest_first_in_bounded_batches,
     reclaim_keeps_attempts_and_respects_max_attempts,
+    pruning_deletes_only_old_jobs_of_the_status,
 );
