@@ -465,8 +465,9 @@ async fn slow_tick(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobErr
     record_effect_in(&effects, &ctx, "done").await
 }
 
-async fn a_tick_is_skipped_while_the_previous_one_still_runs(backend: Backend) {
-    let (queue, effects) = queue_with_effects_on(backend, "hc_slow").await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_is_skipped_while_the_previous_one_still_runs() {
+    let (queue, effects) = fresh_queue_with_effects("hc_slow").await;
     let (handle, task) = start(
         quick_worker(&queue)
             .data(Effects(effects.clone()))
@@ -505,8 +506,6 @@ async fn a_tick_is_skipped_while_the_previous_one_still_runs(backend: Backend) {
         );
     }
 }
-
-tests::on_every_backend!(a_tick_is_skipped_while_the_previous_one_still_runs);
 
 // ---------------------------------------------------------------------------------------
 // A slow maintenance pass does not collapse dense ticks
