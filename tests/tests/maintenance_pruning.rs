@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use jobqueue::{job, JobStatus};
-use tests::{fresh_queue, init_tracing, quick_worker, row, start, stop, wait_for, wait_status};
+use tests::{init_tracing, quick_worker, row, start, stop, wait_for, wait_status};
 
 /// A job that does nothing; the test looks at rows, not at effects.
 #[job(name = "hardening_conn_noop", queue = "conn")]
@@ -19,12 +19,20 @@ async fn noop(n: u64) {
 
 /// One worker's maintenance deletes a backlog of 30,000 finished jobs past their retention
 /// within seconds, rather than 10,000 a minute.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pruning_works_off_a_backlog_larger_than_one_minutes_quota() {
+async fn pruning_works_off_a_backlog_larger_than_one_minutes_quota(backend: Backend) {
     init_tracing();
-    let queue = fresh_queue("conn_prune").await;
-    sqlx::query(
-        "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, attempts, \
+    let queue = fresh_queue_on(backend, "conn_prune").await;
+    // 30,000 jobs done eight days ago, written by the server in one statement.
+    let backlog = match backend {
+        Backend::Postgres => {
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, attempts, \
+               max_attempts, lease_ms, created_at, updated_at, finished_at) \
+             SELECT 'conn', 'hardening_conn_noop', 'old-' || n, '{\"n\":0}', 'done', 0, \
+               job_queue_now() - INTERVAL '9 days', 1, 25, 30000, job_queue_now() - INTERVAL '9 days', \
+               job_queue_now() - INTERVAL '8 days', job_queue_now() - INTERVAL '8 days' \
+             FROM generate_series(0, 29999) AS n"
+        }
+        _ => "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, attempts, \
            max_attempts, lease_ms, created_at, updated_at, finished_at) \
          SELECT 'conn', 'hardening_conn_noop', CONCAT('old-', n), '{\"n\":0}', 'done', 0, \
            UTC_TIMESTAMP(6) - INTERVAL 9 DAY, 1, 25, 30000, UTC_TIMESTAMP(6) - INTERVAL 9 DAY, \
@@ -39,10 +47,8 @@ async fn pruning_works_off_a_backlog_larger_than_one_minutes_quota() {
                     (SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 \
                      UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) e, \
                     (SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2) f) numbers",
-    )
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    };
+    assert_eq!(sql_exec(&queue, backlog, &[]).await, 30_000);
     let old = tests::count_status(&queue, JobStatus::Done).await;
     assert_eq!(old, 30_000);
     // A recent one stays.
@@ -324,4 +330,5 @@ tests::on_every_backend!(
     promotion_readies_due_jobs_oldest_first_in_bounded_batches,
     reclaim_keeps_attempts_and_respects_max_attempts,
     pruning_deletes_only_old_jobs_of_the_status,
+    pruning_works_off_a_backlog_larger_than_one_minutes_quota,
 );
