@@ -10,7 +10,12 @@ use std::time::Duration;
 
 use jobqueue::admin::{KindStats, LimitKind};
 use jobqueue::{job, Enqueued, Error, JobError, JobStatus, Queue};
-use tests::{fresh_queue, quick_worker, row, start, stop, wait_for};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use jobqueue::Backend;
+use tests::{
+    fresh_queue, fresh_queue_on, quick_worker, row, sql_exec, sql_i64, start, stop, wait_for, Arg,
+};
 
 /// Inserts a finished job of `kind` in `queue` with the given wait (`claimed_at - run_at`)
 /// and runtime (`finished_at - claimed_at`) in milliseconds (no claim time with `None`),
@@ -22,27 +27,61 @@ async fn finished(
     status: &str,
     attempts: u32,
     times_ms: Option<(u64, u64)>,
-) -> u64 {
+) {
+    static KEYS: AtomicU64 = AtomicU64::new(0);
     let (wait, run) = times_ms.unwrap_or((0, 0));
-    sqlx::query(
-        "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, max_attempts, \
-           finished_at, claimed_at, run_at) \
-         SELECT ?, ?, CONCAT(?, ':', UUID()), '{}', ?, ?, 5, f, \
-           IF(?, f - INTERVAL ? MICROSECOND, NULL), f - INTERVAL ? MICROSECOND \
-         FROM (SELECT UTC_TIMESTAMP(6) - INTERVAL 5 MINUTE AS f) t",
+    let key = format!("{kind}:{}", KEYS.fetch_add(1, Ordering::Relaxed));
+    // The times are computed on the server, whose interval syntax differs.
+    let sql = match queue.backend() {
+        Backend::Postgres => {
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, max_attempts, \
+               finished_at, claimed_at, run_at) \
+             SELECT ?, ?, ?, '{}', ?, ?, 5, f, \
+               CASE WHEN ? = 1 THEN f - ? * INTERVAL '1 microsecond' END, \
+               f - ? * INTERVAL '1 microsecond' \
+             FROM (SELECT job_queue_now() - INTERVAL '5 minutes' AS f) t"
+        }
+        _ => {
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, max_attempts, \
+               finished_at, claimed_at, run_at) \
+             SELECT ?, ?, ?, '{}', ?, ?, 5, f, \
+               IF(? = 1, f - INTERVAL ? MICROSECOND, NULL), f - INTERVAL ? MICROSECOND \
+             FROM (SELECT UTC_TIMESTAMP(6) - INTERVAL 5 MINUTE AS f) t"
+        }
+    };
+    let inserted = sql_exec(
+        queue,
+        sql,
+        &[
+            Arg::Text(queue_name),
+            Arg::Text(kind),
+            Arg::Text(&key),
+            Arg::Text(status),
+            Arg::Int(attempts.into()),
+            Arg::Int(times_ms.is_some().into()),
+            Arg::Int((run * 1000) as i64),
+            Arg::Int(((run + wait) * 1000) as i64),
+        ],
     )
-    .bind(queue_name)
-    .bind(kind)
-    .bind(kind)
-    .bind(status)
-    .bind(attempts)
-    .bind(times_ms.is_some())
-    .bind(run * 1000)
-    .bind((run + wait) * 1000)
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .expect("insert a finished job")
-    .last_insert_id()
+    .await;
+    assert_eq!(inserted, 1, "insert a finished job");
+}
+
+/// The server's time `amount` (`"49 HOUR"`) ago, in the backend's SQL.
+fn ago(backend: Backend, amount: &str) -> String {
+    match backend {
+        Backend::Postgres => format!("job_queue_now() - INTERVAL '{amount}'"),
+        _ => format!("UTC_TIMESTAMP(6) - INTERVAL {amount}"),
+    }
+}
+
+/// `SUM(column)` as a BIGINT on the backend (a DECIMAL on MySQL, a NUMERIC on PostgreSQL
+/// otherwise).
+fn sum(backend: Backend, column: &str) -> String {
+    match backend {
+        Backend::Postgres => format!("COALESCE(SUM({column}), 0)::bigint"),
+        _ => format!("CAST(COALESCE(SUM({column}), 0) AS SIGNED)"),
+    }
 }
 
 fn of<'a>(stats: &'a [KindStats], kind: &str) -> &'a KindStats {
@@ -52,9 +91,8 @@ fn of<'a>(stats: &'a [KindStats], kind: &str) -> &'a KindStats {
         .unwrap_or_else(|| panic!("no figures of {kind}: {stats:#?}"))
 }
 
-#[tokio::test]
-async fn one_count_keeps_exact_per_kind_counts_sums_and_percentiles() {
-    let queue = fresh_queue("kind_stats").await;
+async fn one_count_keeps_exact_per_kind_counts_sums_and_percentiles(backend: Backend) {
+    let queue = fresh_queue_on(backend, "kind_stats").await;
     // report: three done, one failed after three attempts, one done without a claim time.
     for (wait, run) in [(1_000, 50), (2_000, 200), (3_000, 2_000)] {
         finished(&queue, "reports", "report", "done", 1, Some((wait, run))).await;
@@ -73,24 +111,31 @@ async fn one_count_keeps_exact_per_kind_counts_sums_and_percentiles() {
     finished(&queue, "urgent", "report", "done", 2, Some((0, 40))).await;
     finished(&queue, "mail", "send", "done", 1, Some((10, 5))).await;
     // A job not yet countable (finished now) and one still running are not counted.
-    sqlx::query(
-        "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, max_attempts, finished_at, claimed_at) VALUES \
-         ('reports', 'report', 'now:1', '{}', 'done', 1, 5, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)), \
-         ('reports', 'report', 'running:1', '{}', 'running', 1, 5, NULL, UTC_TIMESTAMP(6))",
+    let now = ago(backend, "0 SECOND");
+    sql_exec(
+        &queue,
+        &format!(
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, max_attempts, finished_at, claimed_at) VALUES \
+             ('reports', 'report', 'now:1', '{{}}', 'done', 1, 5, {now}, {now}), \
+             ('reports', 'report', 'running:1', '{{}}', 'running', 1, 5, NULL, {now})"
+        ),
+        &[],
     )
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    .await;
     // Figures older than they are kept (48 h) are deleted by the count; a bucket ten hours
     // old is in the day's figures, not the hour's.
-    sqlx::query(
-        "INSERT INTO job_queue_kind_stats VALUES \
-         (UTC_TIMESTAMP() - INTERVAL 49 HOUR, 'reports', 'ancient', 1, 0, 0, 0, 0, 0, 0,0,0,0,0,0,0,0,0,0,0,0), \
-         (UTC_TIMESTAMP() - INTERVAL 10 HOUR, 'reports', 'report', 7, 1, 0, 8, 8000000, 0, 0,0,0,0,8,0,0,0,0,0,0,0)",
+    sql_exec(
+        &queue,
+        &format!(
+            "INSERT INTO job_queue_kind_stats VALUES \
+             ({}, 'reports', 'ancient', 1, 0, 0, 0, 0, 0, 0,0,0,0,0,0,0,0,0,0,0,0), \
+             ({}, 'reports', 'report', 7, 1, 0, 8, 8000000, 0, 0,0,0,0,8,0,0,0,0,0,0,0)",
+            ago(backend, "49 HOUR"),
+            ago(backend, "10 HOUR")
+        ),
+        &[],
     )
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    .await;
 
     queue.store().count_throughput().await.unwrap();
     // A second count adds nothing: each job is counted once.
@@ -149,26 +194,35 @@ async fn one_count_keeps_exact_per_kind_counts_sums_and_percentiles() {
     let report = of(&day, "report");
     assert_eq!((report.done, report.failed, report.timed), (12, 2, 13));
     assert!(day.iter().all(|k| k.kind != "ancient"));
-    let ancient: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM job_queue_kind_stats WHERE kind = 'ancient'")
-            .fetch_one(queue.mysql_pool().unwrap())
-            .await
-            .unwrap();
+    let ancient = sql_i64(
+        &queue,
+        "SELECT COUNT(*) FROM job_queue_kind_stats WHERE kind = 'ancient'",
+        &[],
+    )
+    .await;
     assert_eq!(ancient, 0, "the count deletes figures older than 48 hours");
 
     // The throughput is kept from the same read.
-    let (done, failed): (i64, i64) = sqlx::query_as(
-        "SELECT CAST(SUM(done) AS SIGNED), CAST(SUM(failed) AS SIGNED) FROM job_queue_throughput WHERE queue = 'reports'",
-    )
-    .fetch_one(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    let throughput = |column: &'static str| {
+        let queue = queue.clone();
+        async move {
+            sql_i64(
+                &queue,
+                &format!(
+                    "SELECT {} FROM job_queue_throughput WHERE queue = 'reports'",
+                    sum(backend, column)
+                ),
+                &[],
+            )
+            .await
+        }
+    };
+    let (done, failed) = (throughput("done").await, throughput("failed").await);
     assert_eq!((done, failed), (4, 1));
 }
 
-#[tokio::test]
-async fn percentiles_stay_within_their_buckets() {
-    let queue = fresh_queue("kind_pct").await;
+async fn percentiles_stay_within_their_buckets(backend: Backend) {
+    let queue = fresh_queue_on(backend, "kind_pct").await;
     // 100 jobs of 1 to 100 ms: the median is in [30, 100) ms, and so is the 95th percentile
     // (100 ms is in the next bucket).
     for ms in 1..=100u64 {
@@ -514,25 +568,30 @@ async fn a_queue_page_shows_its_limits_their_holders_and_its_workers() {
     assert!(queue.queue_detail("bad queue!").await.is_err());
 }
 
-#[tokio::test]
-async fn the_throughput_is_kept_when_the_per_kind_figures_cannot_be() {
-    let queue = fresh_queue("kind_stats_missing").await;
+async fn the_throughput_is_kept_when_the_per_kind_figures_cannot_be(backend: Backend) {
+    let queue = fresh_queue_on(backend, "kind_stats_missing").await;
     finished(&queue, "q", "k", "done", 1, Some((10, 10))).await;
     // As for a user not granted the table (or a database not migrated that far).
-    sqlx::query("DROP TABLE job_queue_kind_stats")
-        .execute(queue.mysql_pool().unwrap())
-        .await
-        .unwrap();
+    sql_exec(&queue, "DROP TABLE job_queue_kind_stats", &[]).await;
     queue.store().count_throughput().await.unwrap();
-    let done: i64 = sqlx::query_scalar(
-        "SELECT CAST(COALESCE(SUM(done), 0) AS SIGNED) FROM job_queue_throughput WHERE queue = 'q'",
+    let done = sql_i64(
+        &queue,
+        &format!(
+            "SELECT {} FROM job_queue_throughput WHERE queue = 'q'",
+            sum(backend, "done")
+        ),
+        &[],
     )
-    .fetch_one(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    .await;
     assert_eq!(done, 1);
     assert!(
         queue.kind_stats(1).await.is_err(),
         "the read says the table is missing"
     );
 }
+
+tests::on_every_backend!(
+    one_count_keeps_exact_per_kind_counts_sums_and_percentiles,
+    percentiles_stay_within_their_buckets,
+    the_throughput_is_kept_when_the_per_kind_figures_cannot_be,
+);

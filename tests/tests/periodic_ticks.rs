@@ -8,11 +8,12 @@
 use std::time::Duration;
 
 use jobqueue::cron::tick_key;
-use jobqueue::{job, Data, Job, JobContext, JobError, JobStatus, Queue};
+use jobqueue::{job, Backend, Data, Job, JobContext, JobError, JobStatus, Queue};
 use sqlx::mysql::MySqlPool;
 use sqlx::types::chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
 use tests::{
-    fresh_queue_with_effects, quick_worker, record_effect_in, start, stop, wait_for, Effects,
+    fresh_queue_on, fresh_queue_with_effects, quick_worker, record_effect_in, sql_exec, start,
+    stop, wait_for, Arg, Effects,
 };
 
 /// How long a test waits for a tick of a schedule that fires every few seconds.
@@ -45,14 +46,34 @@ async fn tick_effects(effects: &MySqlPool, kind: &str) -> Vec<(String, String)> 
 
 /// The rows of `kind`: (task_key, run_at, status), by run_at.
 async fn tick_rows(queue: &Queue, kind: &str) -> Vec<(String, NaiveDateTime, String)> {
-    sqlx::query_as(
-        "SELECT CAST(task_key AS CHAR), run_at, CAST(status AS CHAR) FROM job_queue \
-         WHERE kind = ? ORDER BY run_at",
-    )
-    .bind(kind)
-    .fetch_all(queue.mysql_pool().unwrap())
-    .await
-    .expect("read tick rows")
+    match queue.backend() {
+        Backend::Postgres => sqlx::query_as(
+            "SELECT task_key::text, run_at, status FROM job_queue WHERE kind = $1 ORDER BY run_at",
+        )
+        .bind(kind)
+        .fetch_all(queue.postgres_pool().unwrap())
+        .await
+        .expect("read tick rows"),
+        _ => sqlx::query_as(
+            "SELECT CAST(task_key AS CHAR), run_at, CAST(status AS CHAR) FROM job_queue \
+             WHERE kind = ? ORDER BY run_at",
+        )
+        .bind(kind)
+        .fetch_all(queue.mysql_pool().unwrap())
+        .await
+        .expect("read tick rows"),
+    }
+}
+
+/// A queue on `backend` (a new database), and the pool of an `effects` table the test's
+/// jobs record their runs in. The effects stay on MySQL whatever the queue's backend: they
+/// are the test's witness, not the queue's.
+async fn queue_with_effects_on(backend: Backend, prefix: &str) -> (Queue, MySqlPool) {
+    let (mysql_queue, effects) = fresh_queue_with_effects(prefix).await;
+    match backend {
+        Backend::Postgres => (fresh_queue_on(backend, prefix).await, effects),
+        _ => (mysql_queue, effects),
+    }
 }
 
 /// Waits until the job of `key` has recorded a `done` effect.
@@ -111,9 +132,8 @@ async fn pruned_every_10s(ctx: JobContext, effects: Data<Effects>) -> Result<(),
     record_effect_in(&effects, &ctx, "done").await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pruned_tick_does_not_run_again_when_a_worker_restarts() {
-    let (queue, effects) = fresh_queue_with_effects("hc_pruned").await;
+async fn a_pruned_tick_does_not_run_again_when_a_worker_restarts(backend: Backend) {
+    let (queue, effects) = queue_with_effects_on(backend, "hc_pruned").await;
     let kind = PrunedEvery10s::KIND;
     let worker = || {
         quick_worker(&queue)
@@ -165,9 +185,8 @@ async fn together_every_5s(ctx: JobContext, effects: Data<Effects>) -> Result<()
     record_effect_in(&effects, &ctx, "done").await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn workers_starting_at_once_after_a_purge_run_each_tick_once() {
-    let (queue, effects) = fresh_queue_with_effects("hc_together").await;
+async fn workers_starting_at_once_after_a_purge_run_each_tick_once(backend: Backend) {
+    let (queue, effects) = queue_with_effects_on(backend, "hc_together").await;
     let kind = TogetherEvery5s::KIND;
     let worker = || {
         quick_worker(&queue)
@@ -238,9 +257,8 @@ async fn wait_passes(effects: &MySqlPool, n: usize) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_periodic_kind_gets_no_back_dated_tick() {
-    let (queue, effects) = fresh_queue_with_effects("hc_fresh").await;
+async fn a_new_periodic_kind_gets_no_back_dated_tick(backend: Backend) {
+    let (queue, effects) = queue_with_effects_on(backend, "hc_fresh").await;
     // The monthly kind's schedule.
     if a_tick_is_near(&queue, "0 0 0 1 * *").await {
         return;
@@ -265,11 +283,13 @@ async fn a_new_periodic_kind_gets_no_back_dated_tick() {
 
     // An operator deletes the kind's schedule row: the kind starts afresh, again with no
     // back-dated tick.
-    sqlx::query("DELETE FROM job_queue_cron WHERE kind = ?")
-        .bind(FreshMonthly::KIND)
-        .execute(queue.mysql_pool().unwrap())
-        .await
-        .unwrap();
+    let deleted = sql_exec(
+        &queue,
+        "DELETE FROM job_queue_cron WHERE kind = ?",
+        &[Arg::Text(FreshMonthly::KIND)],
+    )
+    .await;
+    assert_eq!(deleted, 1, "the kind's schedule row");
     let (handle, task) = start(worker());
     wait_passes(&effects, 3).await;
     stop(&handle, task).await;
@@ -292,9 +312,8 @@ async fn yearly_second(ctx: JobContext, effects: Data<Effects>) -> Result<(), Jo
     record_effect_in(&effects, &ctx, "done").await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_yearly_kind_idle_for_years_runs_its_latest_missed_tick_once() {
-    let (queue, effects) = fresh_queue_with_effects("hc_yearly").await;
+async fn a_yearly_kind_idle_for_years_runs_its_latest_missed_tick_once(backend: Backend) {
+    let (queue, effects) = queue_with_effects_on(backend, "hc_yearly").await;
     // The yearly kind's schedule: across New Year, "this year" would change under the test.
     if a_tick_is_near(&queue, "0 0 0 1 1 *").await {
         return;
@@ -313,15 +332,17 @@ async fn a_yearly_kind_idle_for_years_runs_its_latest_missed_tick_once() {
         .with_ymd_and_hms(year - 3, 1, 1, 0, 0, 0)
         .unwrap()
         .naive_utc();
-    sqlx::query(
-        "INSERT INTO job_queue_cron (kind, last_tick, last_job_id, updated_at) \
-         VALUES (?, ?, NULL, UTC_TIMESTAMP(6))",
+    // The times as literals, which both databases read as times.
+    let recorded = sql_exec(
+        &queue,
+        &format!(
+            "INSERT INTO job_queue_cron (kind, last_tick, last_job_id, updated_at) \
+             VALUES (?, '{long_ago}', NULL, '{long_ago}')"
+        ),
+        &[Arg::Text(Yearly::KIND)],
     )
-    .bind(Yearly::KIND)
-    .bind(long_ago)
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .expect("record the kind's tick of three years ago");
+    .await;
+    assert_eq!(recorded, 1, "the kind's tick of three years ago");
     let this_year = Utc.with_ymd_and_hms(year, 1, 1, 0, 0, 0).unwrap();
     let key = tick_key(Yearly::KIND, this_year);
 
@@ -347,6 +368,13 @@ async fn a_yearly_kind_idle_for_years_runs_its_latest_missed_tick_once() {
     assert_eq!(rows[0].0, key);
     assert_eq!(tick_effects(&effects, Yearly::KIND).await.len(), 1);
 }
+
+tests::on_every_backend!(
+    a_pruned_tick_does_not_run_again_when_a_worker_restarts,
+    workers_starting_at_once_after_a_purge_run_each_tick_once,
+    a_new_periodic_kind_gets_no_back_dated_tick,
+    a_yearly_kind_idle_for_years_runs_its_latest_missed_tick_once,
+);
 
 // ---------------------------------------------------------------------------------------
 // Pausing a queue across many ticks: at most one of them runs after `resume`

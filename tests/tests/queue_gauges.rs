@@ -3,13 +3,16 @@
 
 use std::time::Duration;
 
-use jobqueue::JobStatus;
+use jobqueue::testing::TestDatabase;
+use jobqueue::{Backend, JobStatus};
 use metrics_exporter_prometheus::PrometheusBuilder;
-use tests::{count_status, fresh_database, fresh_queue, quick_worker, start, stop, wait_for};
+use tests::{count_status, fresh_queue, quick_worker, start, stop, wait_for};
 
-#[tokio::test(flavor = "multi_thread")]
-async fn one_of_many_workers_takes_the_turn_to_count_the_gauges() {
-    let url = fresh_database("queue_gauges").await;
+async fn one_of_many_workers_takes_the_turn_to_count_the_gauges(backend: Backend) {
+    let db = TestDatabase::new_on(backend, "queue_gauges")
+        .await
+        .expect("a test database");
+    let url = db.keep();
     // Four processes' worth of pools, four callers each, all at once.
     let mut queues = Vec::new();
     for _ in 0..4 {
@@ -36,27 +39,31 @@ async fn one_of_many_workers_takes_the_turn_to_count_the_gauges() {
         "the interval has not passed: nobody counts again"
     );
     // Once the last count is older than the interval, the next race has one winner again.
-    let pool = queues[0].mysql_pool().unwrap().clone();
+    // (A count is read as a BIGINT on both databases.)
+    let old_enough = match backend {
+        Backend::Postgres => {
+            "SELECT COUNT(*) FROM job_queue_gauge_refresh \
+             WHERE refreshed_at < job_queue_now() - INTERVAL '500 milliseconds'"
+        }
+        _ => {
+            "SELECT COUNT(*) FROM job_queue_gauge_refresh \
+             WHERE refreshed_at < UTC_TIMESTAMP(6) - INTERVAL 500000 MICROSECOND"
+        }
+    };
+    let first = queues[0].clone();
     tests::wait_for(
         "the turn to be half a second old",
         Duration::from_secs(10),
         || {
-            let pool = pool.clone();
-            async move {
-                let age: i64 = sqlx::query_scalar(
-                    "SELECT TIMESTAMPDIFF(MICROSECOND, refreshed_at, UTC_TIMESTAMP(6)) \
-                 FROM job_queue_gauge_refresh",
-                )
-                .fetch_one(&pool)
-                .await
-                .expect("the turn's row");
-                (age > 500_000).then_some(())
-            }
+            let queue = first.clone();
+            async move { (tests::sql_i64(&queue, old_enough, &[]).await == 1).then_some(()) }
         },
     )
     .await;
     assert_eq!(race(Duration::from_millis(500)).await, 1, "next interval");
 }
+
+tests::on_every_backend!(one_of_many_workers_takes_the_turn_to_count_the_gauges);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn blocked_jobs_are_counted_and_published() {

@@ -58,36 +58,38 @@ const KIND_ROWS_PER_INSERT: usize = 500;
 /// The most expired rows of `job_queue_kind_stats` one count deletes: a count after a long
 /// stop of the fleet leaves the rest to the next ones, rather than hold its transaction
 /// open for all of them.
-const KIND_STATS_DELETE_LIMIT: u32 = 10_000;
+pub(super) const KIND_STATS_DELETE_LIMIT: u32 = 10_000;
 
 /// Whether a count of this process found it may not write `job_queue_kind_stats` (logged
 /// at INFO the first time only).
-static KIND_STATS_DENIED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+pub(super) static KIND_STATS_DENIED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 /// The per-kind figures of one (bucket, queue, kind), as the count adds them up.
 #[derive(Debug, Default, Clone, Copy)]
-struct KindCounts {
-    done: i64,
-    failed: i64,
-    retries: i64,
-    timed: i64,
-    run_us: i64,
-    wait_us: i64,
-    histogram: [i64; 12],
+pub(super) struct KindCounts {
+    pub(super) done: i64,
+    pub(super) failed: i64,
+    pub(super) retries: i64,
+    pub(super) timed: i64,
+    pub(super) run_us: i64,
+    pub(super) wait_us: i64,
+    pub(super) histogram: [i64; 12],
 }
 
 /// How far behind the server's now a throughput count stops, in seconds: a job's `finished_at` is written inside its outcome's transaction,
 /// which commits after it, and a job's own transaction (`JobContext::complete_in`) may stay
 /// open for seconds after it. The jobs finished since are read at each look instead.
-const THROUGHPUT_MARGIN_SECS: u32 = 15;
+pub(super) const THROUGHPUT_MARGIN_SECS: u32 = 15;
 
 /// How many (minute, queue) rows one statement adds to `job_queue_throughput`.
-const THROUGHPUT_ROWS_PER_INSERT: usize = 1_000;
+pub(super) const THROUGHPUT_ROWS_PER_INSERT: usize = 1_000;
 
 impl Store {
     /// Takes the turn to count the gauges if nobody has within `every`: moves the one
     /// `refreshed_at` forward, which only one of many workers racing for it can do.
     pub async fn take_gauge_turn(&self, every: Duration) -> Result<bool> {
+        on_postgres!(self, gauges::take_gauge_turn(every));
         let us = i64::try_from(every.as_micros()).unwrap_or(i64::MAX);
         let taken = on_connection!(self, |conn| sqlx::query(
             "UPDATE job_queue_gauge_refresh SET refreshed_at = UTC_TIMESTAMP(6) \
@@ -102,6 +104,7 @@ impl Store {
 
     /// How many jobs the gauges last counted, over every queue and status.
     pub(crate) async fn gauged_jobs(&self) -> Result<u64> {
+        on_postgres!(self, gauges::gauged_jobs());
         let n: i64 = sqlx::query_scalar(
             "SELECT CAST(COALESCE(SUM(jobs), 0) AS SIGNED) FROM job_queue_gauges",
         )
@@ -113,6 +116,7 @@ impl Store {
     /// Counts the gauges over `job_queue` and replaces the contents of `job_queue_gauges`
     /// with them, in one transaction: readers see the old counts or the new ones.
     pub(crate) async fn count_gauges(&self) -> Result<()> {
+        on_postgres!(self, gauges::count_gauges());
         let rows =
             on_connection!(self, |conn| sqlx::query(COUNT_GAUGES).fetch_all(&mut *conn)).await?;
         let mut counted = Vec::with_capacity(rows.len());
@@ -159,6 +163,7 @@ impl Store {
     /// One transaction, which holds the mark's row locked, so two counts never add the same
     /// jobs. A job whose outcome commits later than that after its `finished_at` is missed.
     pub async fn count_throughput(&self) -> Result<()> {
+        on_postgres!(self, gauges::count_throughput());
         transaction!(self, |conn| {
             let (from, to): (chrono::NaiveDateTime, chrono::NaiveDateTime) = sqlx::query_as(
                 "SELECT GREATEST(counted_to, UTC_TIMESTAMP(6) - INTERVAL 61 MINUTE), \
@@ -256,6 +261,7 @@ impl Store {
 
     /// The gauges last counted, with each queue's lag measured now.
     pub(crate) async fn queue_gauges(&self) -> Result<Vec<QueueGauges>> {
+        on_postgres!(self, gauges::queue_gauges());
         let rows = on_connection!(self, |conn| sqlx::query(
             "SELECT queue, CAST(status AS CHAR), jobs, \
              TIMESTAMPDIFF(MICROSECOND, oldest_run_at, UTC_TIMESTAMP(6)) FROM job_queue_gauges",
@@ -275,7 +281,7 @@ impl Store {
 }
 
 /// The start of the 5-minute bucket of `minute` (`YYYY-MM-DD HH:MM:00`).
-fn five_minute_bucket(minute: &str) -> String {
+pub(super) fn five_minute_bucket(minute: &str) -> String {
     match minute.get(14..16).and_then(|m| m.parse::<u32>().ok()) {
         Some(m) => format!("{}{:02}:00", &minute[..14], m - m % 5),
         None => minute.to_owned(),

@@ -107,7 +107,7 @@ const QUEUE_GAUGES_SQL: &str = "\
     SELECT 'paused', 0, NULL FROM job_queue_pause WHERE queue = ?";
 
 /// Per-kind figures merged over queues, by kind name.
-fn merge_kinds(rows: Vec<(String, KindStats)>) -> Vec<KindStats> {
+pub(super) fn merge_kinds(rows: Vec<(String, KindStats)>) -> Vec<KindStats> {
     let mut by_kind: std::collections::BTreeMap<String, KindStats> = Default::default();
     for (queue, k) in rows {
         match by_kind.get_mut(&k.kind) {
@@ -142,6 +142,7 @@ impl Store {
     /// by kind name, as the workers kept them: never counted here, since a count reads every
     /// job finished since the last one, which no page view should wait for.
     pub(crate) async fn kind_stats(&self, hours: u32) -> Result<Vec<KindStats>> {
+        on_postgres!(self, kinds::kind_stats(hours));
         let rows = on_connection!(self, |conn| sqlx::query(KIND_STATS_SQL)
             .bind(hours)
             .fetch_all(&mut *conn))
@@ -175,6 +176,7 @@ impl Store {
 
     /// When each periodic kind was paused (`None`: it runs), by kind.
     pub(crate) async fn periodic_pauses(&self) -> Result<Vec<(String, Option<NaiveDateTime>)>> {
+        on_postgres!(self, kinds::periodic_pauses());
         let rows = on_connection!(self, |conn| sqlx::query(
             "SELECT kind, paused_at FROM job_queue_cron ORDER BY kind"
         )
@@ -187,6 +189,7 @@ impl Store {
 
     /// The newest `limit` jobs of `kind`, newest first (see [`RECENT_OF_KIND_SQL`]).
     pub(crate) async fn recent_of_kind(&self, kind: &str, limit: u32) -> Result<Vec<TickJob>> {
+        on_postgres!(self, kinds::recent_of_kind(kind, limit));
         let rows = on_connection!(self, |conn| sqlx::query(RECENT_OF_KIND_SQL)
             .bind(kind)
             .bind(limit)
@@ -219,6 +222,7 @@ impl Store {
         kind: &str,
         paused: bool,
     ) -> Result<Option<bool>> {
+        on_postgres!(self, kinds::set_periodic_paused(kind, paused));
         let sql = if paused {
             "UPDATE job_queue_cron SET paused_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
              WHERE kind = ? AND paused_at IS NULL"
@@ -243,6 +247,7 @@ impl Store {
 
     /// Whether `kind` has a schedule row.
     pub(crate) async fn has_schedule(&self, kind: &str) -> Result<bool> {
+        on_postgres!(self, kinds::has_schedule(kind));
         Ok(on_connection!(self, |conn| sqlx::query_scalar(
             "SELECT EXISTS(SELECT 1 FROM job_queue_cron WHERE kind = ?)"
         )
@@ -255,6 +260,7 @@ impl Store {
     /// attempts, lease, limits), with task key `key`, due now. `None` when the kind has no
     /// job.
     pub(crate) async fn copy_of_latest(&self, kind: &str, key: String) -> Result<Option<NewJob>> {
+        on_postgres!(self, kinds::copy_of_latest(kind, key));
         let row = on_connection!(self, |conn| sqlx::query(LATEST_OF_KIND_SQL)
             .bind(kind)
             .fetch_optional(&mut *conn))
