@@ -320,7 +320,9 @@ impl Queue {
     async fn build(pool: DatabasePool, config: QueueConfig, set_isolation: bool) -> Result<Queue> {
         let pool = match pool {
             DatabasePool::MySql(pool) => pool,
-            DatabasePool::Postgres(pool) => return Self::build_postgres(pool, config).await,
+            DatabasePool::Postgres(pool) => {
+                return Self::build_postgres(pool, config, set_isolation).await
+            }
         };
         let server = server::inspect(&pool).await?;
         if config.check_server {
@@ -352,7 +354,9 @@ impl Queue {
     }
 
     /// A queue on a PostgreSQL pool: the server checked, the schema's state logged.
-    async fn build_postgres(pool: PgPool, config: QueueConfig) -> Result<Queue> {
+    /// `app_pool`: the pool is the caller's (kept as `set_isolation`, which on PostgreSQL only
+    /// says whose pool it is: every transaction of the store sets its level there).
+    async fn build_postgres(pool: PgPool, config: QueueConfig, app_pool: bool) -> Result<Queue> {
         let server = server::inspect_postgres(&pool).await?;
         if config.check_server {
             server.check()?;
@@ -366,7 +370,7 @@ impl Queue {
             }
             Err(e) => schema_unreadable(&e),
         }
-        Ok(Self::assemble(pool, config, false, server))
+        Ok(Self::assemble(pool, config, app_pool, server))
     }
 
     fn assemble(
@@ -399,6 +403,11 @@ impl Queue {
             },
             DatabasePool::Postgres(pool) => Db::Postgres { pool: pool.clone() },
         }
+    }
+
+    /// Whether the pool is the application's ([`Queue::from_pool`]) rather than the queue's own.
+    pub(crate) fn app_pool(&self) -> bool {
+        self.inner.set_isolation
     }
 
     /// Which database the queue is on.

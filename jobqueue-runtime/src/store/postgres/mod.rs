@@ -133,6 +133,7 @@ macro_rules! pg_autocommit {
 pub(crate) mod complete_in;
 pub(crate) mod enqueue;
 pub(crate) mod migrate;
+pub(crate) mod wake;
 
 /// A connection of `pool`, within the store's call timeout when it has one.
 pub(crate) async fn acquire(
