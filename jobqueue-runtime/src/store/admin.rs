@@ -112,11 +112,13 @@ impl Store {
 
     /// One job, by id or by task key.
     pub(crate) async fn job(&self, lookup: JobLookup<'_>) -> Result<Option<JobRecord>> {
+        on_postgres!(self, decode::job(lookup));
         fetch_job(self.mysql_pool()?, lookup).await
     }
 
     /// The jobs that gave `key` up to a newer job, newest first, at most `limit`.
     pub(crate) async fn released_jobs(&self, key: &str, limit: u32) -> Result<Vec<JobRecord>> {
+        on_postgres!(self, decode::released_jobs(key, limit));
         let (low, high) = super::enqueue::released_range(key);
         let rows = sqlx::query(&key_history_sql())
             .bind(low)
@@ -131,6 +133,7 @@ impl Store {
     /// A job's attempt history (`attempt_log`, JSON text) by id: `None` when there is no
     /// such job, `Some(None)` when no attempt has ended yet.
     pub(crate) async fn attempt_log(&self, id: u64) -> Result<Option<Option<String>>> {
+        on_postgres!(self, decode::attempt_log(id));
         let row = sqlx::query(ATTEMPT_LOG_SELECT)
             .bind(id)
             .fetch_optional(self.mysql_pool()?)
@@ -143,6 +146,7 @@ impl Store {
         &self,
         id: u64,
     ) -> Result<Option<(String, JobStatus, Option<String>)>> {
+        on_postgres!(self, decode::output(id));
         let row = sqlx::query(OUTPUT_SELECT)
             .bind(id)
             .fetch_optional(self.mysql_pool()?)

@@ -88,23 +88,7 @@ pub(crate) fn job_detail_sql() -> String {
 
 pub(crate) fn detail_from_row(r: &MySqlRow) -> Result<JobDetail> {
     let attempt_log = stored_text(r, "attempt_log")?;
-    let history = match &attempt_log {
-        None => Ok(Vec::new()),
-        Some(log) if log.is_cut() => Err(format!(
-            "it is {} bytes, longer than this library writes",
-            log.bytes
-        )),
-        Some(log) => attempts_from_log(&log.text).map(|mut attempts| {
-            attempts.reverse();
-            attempts.truncate(MAX_ATTEMPT_HISTORY);
-            for a in &mut attempts {
-                if let Some(e) = &mut a.error {
-                    cut_at_char(e, MAX_ATTEMPT_ERROR_BYTES);
-                }
-            }
-            attempts
-        }),
-    };
+    let history = history_of_log(attempt_log.as_ref());
     Ok(JobDetail {
         id: r.try_get("id")?,
         queue: text(r, "queue")?,
@@ -139,6 +123,30 @@ pub(crate) fn detail_from_row(r: &MySqlRow) -> Result<JobDetail> {
     })
 }
 
+/// A job's attempts for a person, newest first, from its `attempt_log` as read by
+/// [`stored_columns`] (on either database), or why they cannot be shown.
+pub(crate) fn history_of_log(
+    attempt_log: Option<&StoredText>,
+) -> std::result::Result<Vec<Attempt>, String> {
+    match attempt_log {
+        None => Ok(Vec::new()),
+        Some(log) if log.is_cut() => Err(format!(
+            "it is {} bytes, longer than this library writes",
+            log.bytes
+        )),
+        Some(log) => attempts_from_log(&log.text).map(|mut attempts| {
+            attempts.reverse();
+            attempts.truncate(MAX_ATTEMPT_HISTORY);
+            for a in &mut attempts {
+                if let Some(e) = &mut a.error {
+                    cut_at_char(e, MAX_ATTEMPT_ERROR_BYTES);
+                }
+            }
+            attempts
+        }),
+    }
+}
+
 /// A column read by [`stored_columns`]: `None` when it is NULL.
 fn stored_text(r: &MySqlRow, column: &str) -> Result<Option<StoredText>> {
     let bytes: Option<i64> = r.try_get(format!("{column}_bytes").as_str())?;
@@ -154,7 +162,7 @@ fn stored_text(r: &MySqlRow, column: &str) -> Result<Option<StoredText>> {
 
 /// The first bytes of a column as text: a character cut at the end is left out, any other
 /// byte sequence that is not UTF-8 reads as U+FFFD.
-fn text_of_head(head: Vec<u8>) -> String {
+pub(crate) fn text_of_head(head: Vec<u8>) -> String {
     match String::from_utf8(head) {
         Ok(s) => s,
         Err(e) => {

@@ -227,7 +227,12 @@ async fn existing_id(
 /// A duplicate of job `id` (in `status`) when that job, which holds `job`'s key, is of
 /// `job`'s kind. A job of another kind is an error: its `Duplicate` would say that this job
 /// exists, and it does not.
-fn duplicate_of(job: &NewJob, id: u64, kind: &str, status: Option<JobStatus>) -> Result<Enqueued> {
+pub(crate) fn duplicate_of(
+    job: &NewJob,
+    id: u64,
+    kind: &str,
+    status: Option<JobStatus>,
+) -> Result<Enqueued> {
     if kind == job.kind {
         Ok(Enqueued::duplicate(id, status))
     } else {
@@ -241,10 +246,10 @@ fn duplicate_of(job: &NewJob, id: u64, kind: &str, status: Option<JobStatus>) ->
 }
 
 /// Jobs per multi-row `INSERT` of [`insert_many`].
-const BULK_CHUNK: usize = 1000;
+pub(crate) const BULK_CHUNK: usize = 1000;
 
 /// Payload bytes per multi-row `INSERT` of [`insert_many`].
-const BULK_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const BULK_BYTES: usize = 4 * 1024 * 1024;
 
 /// Inserts many jobs with few statements, per chunk of at most 1,000 jobs. Returns one
 /// outcome per input job, in order. Meant to run inside a transaction.
@@ -496,6 +501,7 @@ impl Store {
     /// Inserts many jobs in one transaction at READ COMMITTED, retried whole after a
     /// deadlock or lock wait timeout. See [`insert_many`].
     pub(crate) async fn insert_many(&self, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        on_postgres!(self, enqueue::insert_many_tx(jobs));
         let outcome: Result<Vec<Enqueued>> = transaction!(self, |conn| {
             match insert_many(conn, jobs).await {
                 Ok(outcomes) => Ok((Ok(outcomes), true)),
@@ -513,6 +519,7 @@ impl Store {
     /// winner's row and reports `Duplicate`. A lock wait timeout is not retried: it
     /// has already made the caller wait `innodb_lock_wait_timeout`.
     pub(crate) async fn insert_autocommit(&self, job: &NewJob) -> Result<Enqueued> {
+        on_postgres!(self, enqueue::insert_autocommit(job));
         let mut retry = 0u32;
         loop {
             let mut conn = acquire(self).await?;

@@ -131,6 +131,7 @@ macro_rules! pg_autocommit {
 }
 
 pub(crate) mod complete_in;
+pub(crate) mod decode;
 pub(crate) mod enqueue;
 pub(crate) mod migrate;
 pub(crate) mod wake;
