@@ -10,10 +10,10 @@
 
 use std::time::{Duration, Instant};
 
-use jobqueue::{Backend, Queue};
+use jobqueue::{job, Backend, JobError, JobStatus, Queue, Worker};
 use jobqueue_runtime::__store::{Listening, WakeSource, READY_CHANNEL};
 use sqlx::PgPool;
-use tests::fresh_queue_on;
+use tests::{fresh_queue_on, row, start, stop, wait_for, wait_status};
 
 /// A queue on a new PostgreSQL database, and its pool.
 async fn pg_queue(prefix: &str) -> (Queue, PgPool) {
@@ -248,4 +248,130 @@ async fn the_listener_holds_one_connection_of_the_pool_and_gives_it_back() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The worker.
+// ---------------------------------------------------------------------------------------
+
+#[job(name = "pg_wake_job", queue = "pg_wake")]
+async fn wake_job(n: u32) -> Result<(), JobError> {
+    let _ = n;
+    Ok(())
+}
+
+/// A job of `queue` as an SQL producer inserts it: ready, with the kind's payload.
+async fn produce(pool: &PgPool, queue: &str, key: &str) -> u64 {
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO job_queue (queue, kind, task_key, payload, status) \
+         VALUES ($1, 'pg_wake_job', $2, '{\"n\": 1}', 'ready') RETURNING id",
+    )
+    .bind(queue)
+    .bind(key)
+    .fetch_one(pool)
+    .await
+    .expect("insert");
+    id as u64
+}
+
+/// Claims the worker has made (each is a statement or a transaction on the server), and
+/// the idle probes (none on PostgreSQL).
+fn claims(m: &jobqueue::metrics::MetricsSnapshot) -> u64 {
+    m.claimed
+        + m.empty_idle
+        + m.empty_contended
+        + m.empty_leased_only
+        + m.empty_paused
+        + m.database_errors
+}
+
+/// A worker of `queues` whose fallback claim comes every `fallback`, once it listens and
+/// its first claim (the one the listener's connection asks for) found nothing.
+async fn idle_worker(
+    queue: &Queue,
+    queues: &[&str],
+    fallback: Duration,
+) -> (jobqueue::WorkerHandle, tests::WorkerTask) {
+    let (handle, task) = start(
+        Worker::builder(queue.clone())
+            .queues(queues.iter().copied())
+            .listen_fallback(fallback)
+            .maintenance(false)
+            .build()
+            .expect("build"),
+    );
+    wait_for(
+        "an empty claim after listening",
+        Duration::from_secs(30),
+        || async {
+            let m = handle.metrics();
+            (m.empty_idle >= 2).then_some(())
+        },
+    )
+    .await;
+    (handle, task)
+}
+
+/// (a) An idle worker sends nothing while nothing happens: over a quiet window shorter than
+/// its fallback it claims nothing and probes nothing; with a short fallback it claims about
+/// once per fallback interval, never more (a MySQL worker would have probed 50 times in
+/// the window at its default interval).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_sends_nothing_but_its_fallback_claims() {
+    let (queue, _pool) = pg_queue("wake_quiet").await;
+    let (handle, task) = idle_worker(&queue, &["pg_wake"], Duration::from_secs(600)).await;
+    let before = handle.metrics();
+    // The quiet window: what is measured is that nothing happens in it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = handle.metrics();
+    assert_eq!(claims(&after), claims(&before), "no claim while idle");
+    assert_eq!(after.idle_probes, 0, "no probe on PostgreSQL");
+    stop(&handle, task).await;
+
+    let fallback = Duration::from_millis(500);
+    let (handle, task) = idle_worker(&queue, &["pg_wake"], fallback).await;
+    let before = handle.metrics();
+    let window = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = handle.metrics();
+    let elapsed = window.elapsed();
+    let made = claims(&after) - claims(&before);
+    let most = (elapsed.as_millis() / fallback.as_millis()) as u64 + 1;
+    assert!(
+        (1..=most).contains(&made),
+        "{made} claims in {elapsed:?} with a fallback every {fallback:?}"
+    );
+    stop(&handle, task).await;
+}
+
+/// (b) A job that an SQL producer inserts starts at once: it is done long before the
+/// fallback claim (10 minutes away) would have found it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_inserted_by_sql_starts_without_waiting_for_the_fallback() {
+    let (queue, pool) = pg_queue("wake_sql").await;
+    let (handle, task) = idle_worker(&queue, &["pg_wake"], Duration::from_secs(600)).await;
+    for n in 0..3 {
+        let sent = Instant::now();
+        let id = produce(&pool, "pg_wake", &format!("sql-{n}")).await;
+        let done = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(20)).await;
+        assert_eq!(done.attempts, 1);
+        eprintln!("job {n} done {:?} after its INSERT", sent.elapsed());
+    }
+    stop(&handle, task).await;
+}
+
+/// (c) A job of a queue the worker does not serve is left alone, whatever its notification
+/// does; the worker's own queue's job, inserted after it, is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_of_another_queue_is_not_taken() {
+    let (queue, pool) = pg_queue("wake_others").await;
+    let (handle, task) = idle_worker(&queue, &["pg_wake"], Duration::from_secs(600)).await;
+    let other = produce(&pool, "pg_wake_other", "other").await;
+    let mine = produce(&pool, "pg_wake", "mine").await;
+    wait_status(&queue, mine, JobStatus::Done, Duration::from_secs(20)).await;
+    stop(&handle, task).await;
+    let other = row(&queue, other).await;
+    assert_eq!(other.status, JobStatus::Ready);
+    assert_eq!(other.attempts, 0);
+    assert_eq!(handle.metrics().claimed, 1);
 }
