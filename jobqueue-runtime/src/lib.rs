@@ -70,6 +70,14 @@ pub mod __store {
     pub use crate::store::postgres::wake::READY_CHANNEL;
     pub use crate::store::{Listening, Store, WakeSource, DEFAULT_MAX_LEASE_EXPIRIES};
 
+    /// PostgreSQL's promotion, reclaim and pruning statements, which must be served by the
+    /// `(status, status_at, id)` index, for the PostgreSQL EXPLAIN tests.
+    pub mod pg_maintenance {
+        pub use crate::store::postgres::maintenance::{
+            PG_PROMOTE, PG_PROMOTE_PROBE, PG_PRUNE, PG_RECLAIM_SELECT,
+        };
+    }
+
     /// Statements that must be served by their index (no filesort, no full scan), for the
     /// EXPLAIN tests.
     pub mod statements {
@@ -78,6 +86,8 @@ pub mod __store {
             COUNT_GAUGES, COUNT_THROUGHPUT, PROMOTE_PROBE, PROMOTE_SELECT, PRUNE_SELECT,
             RECLAIM_SELECT,
         };
+        // The claim's statement on PostgreSQL.
+        pub use crate::store::pg_claim_sql;
         // A job's history and output, read by primary key.
         pub use crate::store::{ATTEMPT_LOG_SELECT, OUTPUT_SELECT};
         // The blocked jobs a drain left in a queue.

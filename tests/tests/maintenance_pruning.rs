@@ -66,3 +66,203 @@ async fn pruning_works_off_a_backlog_larger_than_one_minutes_quota() {
     stop(&handle, task).await;
     assert_eq!(row(&queue, recent).await.status, JobStatus::Done);
 }
+
+// ---------------------------------------------------------------------------------------
+// Promotion and reclaim, through the store, on every backend
+// ---------------------------------------------------------------------------------------
+
+use jobqueue::admin::AttemptOutcome;
+use jobqueue::{Backend, Queue};
+use jobqueue_runtime::__store::Reclaimed;
+use tests::{fresh_queue_on, sql_exec, sql_i64, sql_text, Arg};
+
+/// Enqueues `n` jobs of the test kind and returns their ids, in order.
+async fn enqueue_n(queue: &Queue, from: u64, n: u64) -> Vec<u64> {
+    let mut ids = Vec::new();
+    for i in from..from + n {
+        ids.push(queue.enqueue(Noop { n: i }).await.expect("enqueue").id());
+    }
+    ids
+}
+
+/// Job `id`'s status as the table holds it.
+async fn status_of(queue: &Queue, id: u64) -> String {
+    sql_text(
+        queue,
+        "SELECT status FROM job_queue WHERE id = ?",
+        &[Arg::Int(id as i64)],
+    )
+    .await
+    .expect("a status")
+}
+
+/// Promotion makes due scheduled jobs ready, oldest due first and no more than asked per
+/// call; a job not yet due stays scheduled.
+async fn promotion_readies_due_jobs_oldest_first_in_bounded_batches(backend: Backend) {
+    let queue = fresh_queue_on(backend, "maint_promote").await;
+    let store = queue.store();
+    let ids = enqueue_n(&queue, 0, 4).await;
+    let runs = [
+        "2000-01-03 00:00:00",
+        "2000-01-01 00:00:00",
+        "2000-01-02 00:00:00",
+        "2999-01-01 00:00:00",
+    ];
+    for (&id, run_at) in ids.iter().zip(runs) {
+        // A literal: both databases read it as a time, where a bound text is a time on
+        // MySQL only.
+        let sql =
+            format!("UPDATE job_queue SET status = 'scheduled', run_at = '{run_at}' WHERE id = ?");
+        assert_eq!(sql_exec(&queue, &sql, &[Arg::Int(id as i64)]).await, 1);
+    }
+    assert_eq!(store.promote(2).await.expect("promote"), 2);
+    assert_eq!(status_of(&queue, ids[1]).await, "ready");
+    assert_eq!(status_of(&queue, ids[2]).await, "ready");
+    assert_eq!(
+        status_of(&queue, ids[0]).await,
+        "scheduled",
+        "the latest due job waits for the next batch"
+    );
+    assert_eq!(store.promote(10).await.expect("promote"), 1);
+    assert_eq!(status_of(&queue, ids[0]).await, "ready");
+    assert_eq!(store.promote(10).await.expect("promote"), 0);
+    assert_eq!(status_of(&queue, ids[3]).await, "scheduled");
+}
+
+/// Puts job `id` in `running` for `owner`, its lease expired at `until`.
+async fn running(
+    queue: &Queue,
+    id: u64,
+    until: &str,
+    attempts: i64,
+    max_attempts: i64,
+    expiries: i64,
+    cancel: bool,
+) {
+    // The time as a literal: both databases read it as a time.
+    let sql = format!(
+        "UPDATE job_queue SET status = 'running', attempts = ?, max_attempts = ?, \
+         lease_expiries = ?, cancel_requested = (? = 1), lease_owner = 'worker-x', \
+         lease_until = '{until}', claimed_at = '2000-01-01 00:00:00', last_error = 'boom' WHERE id = ?"
+    );
+    let changed = sql_exec(
+        queue,
+        &sql,
+        &[
+            Arg::Int(attempts),
+            Arg::Int(max_attempts),
+            Arg::Int(expiries),
+            Arg::Int(i64::from(cancel)),
+            Arg::Int(id as i64),
+        ],
+    )
+    .await;
+    assert_eq!(changed, 1);
+}
+
+/// Reclaim takes back expired leases, oldest first and no more than asked per call: to
+/// ready at a first expiry with `attempts` kept, to scheduled later after a later one, to
+/// failed at the last attempt or at the last expiry allowed, to cancelled when a cancel was
+/// pending; each expiry is counted and written into the job's history, and a live lease is
+/// left alone.
+async fn reclaim_keeps_attempts_and_respects_max_attempts(backend: Backend) {
+    let queue = fresh_queue_on(backend, "maint_reclaim").await;
+    let store = queue.store();
+    let ids = enqueue_n(&queue, 100, 6).await;
+    let (first, last_attempt, cancel, again, poison, live) =
+        (ids[0], ids[1], ids[2], ids[3], ids[4], ids[5]);
+    running(&queue, first, "2000-01-01 00:00:01", 1, 3, 0, false).await;
+    running(&queue, last_attempt, "2000-01-01 00:00:02", 3, 3, 0, false).await;
+    running(&queue, cancel, "2000-01-01 00:00:03", 1, 3, 0, true).await;
+    running(&queue, again, "2000-01-01 00:00:04", 2, 5, 1, false).await;
+    running(&queue, poison, "2000-01-01 00:00:05", 2, 5, 2, false).await;
+    running(&queue, live, "2999-01-01 00:00:00", 1, 3, 0, false).await;
+
+    // The two oldest expiries first.
+    let batch = store.reclaim(2).await.expect("reclaim");
+    assert_eq!(batch.ready, vec![(first, 1, "worker-x".to_owned())]);
+    assert_eq!(batch.failed, vec![(last_attempt, 3, "worker-x".to_owned())]);
+    assert!(batch.cancelled.is_empty() && batch.delayed.is_empty() && batch.poison.is_empty());
+    assert_eq!(status_of(&queue, cancel).await, "running");
+
+    let Reclaimed {
+        ready,
+        delayed,
+        failed,
+        poison: poisoned,
+        cancelled,
+        ..
+    } = store.reclaim(100).await.expect("reclaim");
+    assert!(ready.is_empty() && failed.is_empty());
+    assert_eq!(cancelled, vec![cancel]);
+    assert_eq!(delayed.len(), 1);
+    assert_eq!((delayed[0].0, delayed[0].1), (again, 2));
+    assert_eq!(poisoned, vec![(poison, 2, "worker-x".to_owned())]);
+
+    let expect = [
+        (first, "ready", 1),
+        (last_attempt, "failed", 3),
+        (cancel, "cancelled", 1),
+        (again, "scheduled", 2),
+        (poison, "failed", 2),
+    ];
+    for (id, status, attempts) in expect {
+        assert_eq!(status_of(&queue, id).await, status, "job {id}");
+        let row = tests::row(&queue, id).await;
+        assert_eq!(row.attempts, attempts, "a reclaim keeps the attempt count");
+        assert_eq!(row.lease_owner, None);
+        let history = queue.attempts(id).await.expect("attempts");
+        let lost = history.last().expect("the lost attempt in the history");
+        assert_eq!(lost.outcome, AttemptOutcome::LeaseExpired);
+        assert_eq!(lost.attempt, attempts);
+        assert_eq!(lost.worker.as_deref(), Some("worker-x"));
+    }
+    // Each expiry is counted (a count, to read a BIGINT from both databases).
+    for (id, expiries) in [(first, 1), (again, 2), (poison, 3)] {
+        let counted = sql_i64(
+            &queue,
+            "SELECT COUNT(*) FROM job_queue WHERE id = ? AND lease_expiries = ?",
+            &[Arg::Int(id as i64), Arg::Int(expiries)],
+        )
+        .await;
+        assert_eq!(counted, 1, "job {id} has {expiries} expiries");
+    }
+    let error = |id: u64| {
+        let queue = queue.clone();
+        async move {
+            sql_text(
+                &queue,
+                "SELECT last_error FROM job_queue WHERE id = ?",
+                &[Arg::Int(id as i64)],
+            )
+            .await
+            .unwrap_or_default()
+        }
+    };
+    assert!(error(first).await.starts_with(
+        "lease of worker-x expired during attempt 1; taken back; previous error: boom"
+    ));
+    assert!(error(last_attempt)
+        .await
+        .contains("during the last attempt (3 of 3)"));
+    assert!(error(again)
+        .await
+        .contains("(expiry 2 of at most 2); taken back with a delay"));
+    assert!(error(poison).await.starts_with("lease expired 3 times"));
+    // The delayed job waits: a promotion now finds nothing due.
+    assert_eq!(store.promote(10).await.expect("promote"), 0);
+    assert_eq!(status_of(&queue, live).await, "running");
+    let nothing = store.reclaim(100).await.expect("reclaim");
+    assert!(
+        nothing.ready.is_empty()
+            && nothing.failed.is_empty()
+            && nothing.cancelled.is_empty()
+            && nothing.delayed.is_empty()
+            && nothing.poison.is_empty()
+    );
+}
+
+tests::on_every_backend!(
+    promotion_readies_due_jobs_oldest_first_in_bounded_batches,
+    reclaim_keeps_attempts_and_respects_max_attempts,
+);

@@ -27,6 +27,7 @@ impl Store {
         action: &str,
         rows: &[AuditRow<'_>],
     ) -> Result<()> {
+        on_postgres!(self, audit::insert_audit(actor, action, rows));
         if rows.is_empty() {
             return Ok(());
         }
@@ -53,6 +54,7 @@ impl Store {
         job_id: Option<u64>,
         limit: u32,
     ) -> Result<Vec<AuditEntry>> {
+        on_postgres!(self, audit::audit_entries(job_id, limit));
         let rows = match job_id {
             Some(id) => {
                 sqlx::query(&format!(
@@ -90,6 +92,7 @@ impl Store {
     /// Deletes up to [`AUDIT_PRUNE_BATCH`] audit rows older than `older_than_us`
     /// microseconds, oldest first, through the `at` index.
     pub(crate) async fn prune_audit_batch(&self, older_than_us: i64) -> Result<u64> {
+        on_postgres!(self, audit::prune_audit_batch(older_than_us));
         let n = on_connection!(self, |conn| sqlx::query(
             "DELETE FROM job_queue_audit WHERE at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
              ORDER BY at LIMIT ?"

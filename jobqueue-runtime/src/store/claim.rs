@@ -163,6 +163,7 @@ impl Store {
     /// kind cannot be decoded is returned with the reason in `payload`, so that it fails on
     /// its own instead of failing every claim of its queue.
     pub async fn claim(&self, queue: &str, owner: &str, limit: usize) -> Result<Vec<Claimed>> {
+        on_postgres!(self, claim::claim(queue, owner, limit));
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -392,6 +393,7 @@ impl Store {
 
     /// Why a claim over `queues` found nothing (plain reads: they lock nothing).
     pub async fn classify_empty(&self, queues: &[String]) -> Result<EmptyClaim> {
+        on_postgres!(self, claim::classify_empty(queues));
         let mut paused = 0;
         let mut reason = EmptyClaim::Idle;
         for queue in queues {

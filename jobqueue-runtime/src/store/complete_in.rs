@@ -176,6 +176,10 @@ impl Store {
         attempt: u32,
         output: &str,
     ) -> Result<bool> {
+        on_postgres!(
+            self,
+            complete_in::write_committed_output(id, attempt, output)
+        );
         let done = autocommit!(self, |conn| sqlx::query(OUTPUT_AFTER_COMMIT)
             .bind(output)
             .bind(id)
@@ -189,6 +193,7 @@ impl Store {
     /// lock nothing more there). A job woken while the slot was taken again meanwhile is
     /// blocked again by its claim. Returns how many jobs were woken (0 or 1).
     pub(crate) async fn wake_after_commit(&self, id: u64) -> Result<u32> {
+        on_postgres!(self, complete_in::wake_after_commit(id));
         let row = on_connection!(self, |conn| sqlx::query(CONCURRENCY_KEY_OF_JOB)
             .bind(id)
             .fetch_optional(&mut *conn))

@@ -31,6 +31,7 @@ impl Store {
         ids: &[u64],
         with_cancel_requested: bool,
     ) -> Result<Vec<(u64, i64)>> {
+        on_postgres!(self, lease::renew_ids(owner, ids, with_cancel_requested));
         let cancel = if with_cancel_requested {
             ""
         } else {
@@ -91,6 +92,7 @@ impl Store {
         owner: &str,
         claims: &[(u64, u32)],
     ) -> Result<Vec<LeaseState>> {
+        on_postgres!(self, lease::lease_states(owner, claims));
         let mut out = Vec::with_capacity(claims.len());
         for chunk in claims.chunks(128) {
             let sql = format!(

@@ -50,7 +50,7 @@ pub const BLOCKED_DELETE_JOB: &str = "DELETE FROM job_queue_blocked WHERE job_id
 /// maintenance deletes on its way to the blocked jobs it wakes: a hundred rounds of
 /// [`WAKE_BATCH`], in a transaction of its own. A key with more is woken again by the next
 /// pass, which goes on from there.
-const WAKE_MAX_LEFTOVERS: u32 = 10_000;
+pub(super) const WAKE_MAX_LEFTOVERS: u32 = 10_000;
 
 /// The same for a wake inside an outcome's or reclaim's transaction, which must end within
 /// a few seconds (an outcome write is given up and retried after 5 s): thirty rounds, about
@@ -58,7 +58,7 @@ const WAKE_MAX_LEFTOVERS: u32 = 10_000;
 pub(super) const WAKE_MAX_LEFTOVERS_IN_OUTCOME: u32 = 3_000;
 
 /// The waiting rows a wake reads at once once it has met rows of jobs no longer blocked.
-const WAKE_BATCH: u32 = 100;
+pub(super) const WAKE_BATCH: u32 = 100;
 
 /// A page of the keys with blocked jobs, in key order after the key bound (maintenance reads
 /// them all, a page at a time), with how many of their slots are free now. A concurrency
@@ -86,7 +86,7 @@ pub const WAKE_SCAN: &str = "SELECT k.slot_key, \
            ORDER BY slot_key LIMIT 1000) k";
 
 /// The keys [`WAKE_SCAN`] reads at once.
-const WAKE_SCAN_PAGE: usize = 1000;
+pub(super) const WAKE_SCAN_PAGE: usize = 1000;
 
 /// Held slots whose claim is over (maintenance): the job is no longer running at that
 /// attempt, so no worker can release the slot any more.
@@ -725,6 +725,7 @@ impl Store {
     /// them, then wakes the blocked jobs of every key with free slots. Returns (slots freed,
     /// jobs woken).
     pub async fn limits_pass(&self) -> Result<(u64, u64)> {
+        on_postgres!(self, limits::limits_pass());
         let orphans =
             on_connection!(self, |conn| sqlx::query(ORPHAN_SLOTS).fetch_all(&mut *conn)).await?;
         let mut freed = 0;

@@ -16,7 +16,7 @@ pub const DEFAULT_MAX_LEASE_EXPIRIES: u32 = 3;
 
 /// How long a job waits after the `expiry`th expiry of its lease (from 2; the first one
 /// returns it at once): `lease × (2^(expiry-1) - 1)`, at most an hour, before jitter.
-fn expiry_delay(lease: Duration, expiry: u32) -> Duration {
+pub(super) fn expiry_delay(lease: Duration, expiry: u32) -> Duration {
     let leases = (1u32 << expiry.saturating_sub(1).min(20)) - 1;
     lease
         .checked_mul(leases)
@@ -71,6 +71,7 @@ impl Store {
     ///
     /// Attempts are kept either way. Rows that another process is reclaiming are skipped.
     pub async fn reclaim_with(&self, limit: usize, max_lease_expiries: u32) -> Result<Reclaimed> {
+        on_postgres!(self, maintenance::reclaim_with(limit, max_lease_expiries));
         let max_lease_expiries = max_lease_expiries.max(1);
         transaction!(self, |conn| {
             let rows = sqlx::query(RECLAIM_SELECT)
@@ -203,6 +204,7 @@ impl Store {
         older_than_us: i64,
         limit: usize,
     ) -> Result<u64> {
+        on_postgres!(self, maintenance::prune_batch(status, older_than_us, limit));
         transaction!(self, |conn| {
             // Pruning runs once a minute: its statements are prepared for one use each, so
             // that they take no place in the connection's statement cache.
@@ -235,6 +237,7 @@ impl Store {
 
     /// The queues an operator has paused.
     pub(crate) async fn paused_queues(&self) -> Result<Vec<String>> {
+        on_postgres!(self, maintenance::paused_queues());
         let rows = on_connection!(self, |conn| sqlx::query(
             "SELECT queue FROM job_queue_pause"
         )
@@ -263,6 +266,10 @@ impl Store {
         due: impl Fn(NaiveDateTime) -> Vec<NaiveDateTime>,
         job_of: impl Fn(NaiveDateTime) -> NewJob,
     ) -> Result<TickPass> {
+        on_postgres!(
+            self,
+            maintenance::schedule_ticks(kind, now, overlap, due, job_of)
+        );
         let pass: Result<Result<TickPass>> = transaction!(self, |conn| {
             let row: Option<(NaiveDateTime, Option<u64>, bool)> = sqlx::query_as(
                 "SELECT last_tick, last_job_id, paused_at IS NOT NULL FROM job_queue_cron \
@@ -373,6 +380,7 @@ impl Store {
 
     /// Makes up to `limit` due `scheduled` jobs `ready`. Returns how many.
     pub async fn promote(&self, limit: usize) -> Result<u64> {
+        on_postgres!(self, maintenance::promote(limit));
         // A plain read first: most passes find nothing due, and a plain read locks nothing
         // and needs no transaction.
         let due: bool = on_connection!(self, |conn| sqlx::query_scalar(PROMOTE_PROBE,)
@@ -420,6 +428,7 @@ impl Store {
     /// Takes or renews the maintenance turn for `owner`, for `ttl` from now. True when
     /// `owner` holds it now.
     pub(crate) async fn take_maintenance_turn(&self, owner: &str, ttl: Duration) -> Result<bool> {
+        on_postgres!(self, maintenance::take_maintenance_turn(owner, ttl));
         let us = i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX);
         let taken = on_connection!(self, |conn| sqlx::query(TAKE_MAINTENANCE_TURN)
             .bind(owner)
@@ -435,6 +444,7 @@ impl Store {
     /// Gives the maintenance turn up, if `owner` holds it, so that another worker takes it
     /// at its next try instead of after the turn expires.
     pub(crate) async fn release_maintenance_turn(&self, owner: &str) -> Result<()> {
+        on_postgres!(self, maintenance::release_maintenance_turn(owner));
         on_connection!(self, |conn| sqlx::query(
             "UPDATE job_queue_turn SET holder = NULL, expires_at = UTC_TIMESTAMP(6) \
              WHERE name = 'maintenance' AND holder = ?",

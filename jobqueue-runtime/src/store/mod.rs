@@ -284,6 +284,7 @@ pub use operator::previous_statement;
 pub use operator::{
     CAPPED_QUEUE_STATUS_COUNT, CAPPED_STATUS_COUNT, NEXT_KIND_NAME, NEXT_QUEUE_NAME, RUN_NOW_UPDATE,
 };
+pub use postgres::claim::pg_claim_sql;
 pub use progress::PROGRESS_UPDATE;
 pub use server::ServerInfo;
 pub use testing::{BLOCKED_IN_QUEUE, BRING_FORWARD_SELECT};

@@ -10,7 +10,7 @@ use super::*;
 use crate::model::{Finish, JobStatus, MAX_ATTEMPT_ERROR_BYTES, MAX_ATTEMPT_HISTORY};
 
 /// The longest `last_error` kept, in bytes (the column is `TEXT`).
-const MAX_ERROR_BYTES: usize = 16 * 1024;
+pub(super) const MAX_ERROR_BYTES: usize = 16 * 1024;
 
 /// An assignment to `cancel_requested` that leaves it as it is and reports, through
 /// `LAST_INSERT_ID(expr)`, how a statement ended: 1 cancelled (a cancel was pending), 2
@@ -41,12 +41,12 @@ pub(super) fn log_attempt(outcome: &str, error: &str) -> String {
 }
 
 /// An attempt's error as its history keeps it.
-fn attempt_error(error: &str) -> String {
+pub(super) fn attempt_error(error: &str) -> String {
     truncate(error, MAX_ATTEMPT_ERROR_BYTES)
 }
 
 /// `d` for a message: `24h`, `90min`, `45s`, or as `Debug` writes it when not whole.
-fn human_duration(d: Duration) -> String {
+pub(super) fn human_duration(d: Duration) -> String {
     let secs = d.as_secs();
     match (secs, d.subsec_nanos()) {
         (0, _) | (_, 1..) => format!("{d:?}"),
@@ -62,7 +62,7 @@ enum Bind {
     Micros(i64),
 }
 
-fn truncate(s: &str, max: usize) -> String {
+pub(super) fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
     }
@@ -93,6 +93,7 @@ impl Store {
         claims: &[(u64, u32)],
         release: bool,
     ) -> Result<Vec<u64>> {
+        on_postgres!(self, outcome::complete_with(owner, claims, release));
         let mut lost = Vec::new();
         for chunk in claims.chunks(128) {
             let ids: Vec<u64> = chunk.iter().map(|c| c.0).collect();
@@ -161,6 +162,10 @@ impl Store {
         output: &str,
         holds_slot: bool,
     ) -> Result<bool> {
+        on_postgres!(
+            self,
+            outcome::complete_claim_with_output(owner, id, attempt, output, holds_slot)
+        );
         let sql = format!(
             "UPDATE job_queue SET {log}, status = 'done', output = ?, lease_owner = NULL, lease_until = NULL, \
              finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
@@ -190,6 +195,7 @@ impl Store {
 
     /// Which of `claims` (id, attempt) are `done` at that attempt: completed by that claim.
     pub(crate) async fn ids_done_at(&self, claims: &[(u64, u32)]) -> Result<Vec<u64>> {
+        on_postgres!(self, outcome::ids_done_at(claims));
         let sql = format!(
             "SELECT id, attempts FROM job_queue WHERE id IN ({}) AND status = 'done'",
             placeholders(claims.len())
@@ -235,6 +241,10 @@ impl Store {
         how: &Finish,
         holds_slot: bool,
     ) -> Result<Option<JobStatus>> {
+        on_postgres!(
+            self,
+            outcome::finish_claim(owner, id, attempt, how, holds_slot)
+        );
         const FENCE: &str =
             "WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ?";
         // Binds in the order of the statement's marks, before the fence's: the history

@@ -26,6 +26,7 @@ impl Store {
         attempt: u32,
         json: &str,
     ) -> Result<bool> {
+        on_postgres!(self, progress::write_progress(id, owner, attempt, json));
         let q = sqlx::query(PROGRESS_UPDATE)
             .bind(json)
             .bind(id)

@@ -32,6 +32,7 @@ impl Store {
     /// Meant for a test's own database: the read takes no locks, and the update by id
     /// re-checks the status, so a job that changed meanwhile is left alone.
     pub async fn bring_forward(&self, queue: &str) -> Result<u64> {
+        on_postgres!(self, testing::bring_forward(queue));
         let mut moved = 0;
         loop {
             let ids: Vec<u64> =
@@ -69,6 +70,7 @@ impl Store {
         queue: &str,
         limit: u32,
     ) -> Result<Vec<(u64, String, Option<String>)>> {
+        on_postgres!(self, testing::blocked_in_queue(queue, limit));
         let rows = on_connection!(self, |conn| sqlx::query(BLOCKED_IN_QUEUE)
             .bind(queue)
             .bind(limit)
@@ -90,6 +92,7 @@ impl Store {
     /// slot of their rate keys may start a job now. Returns how many slots changed; the next
     /// [`Store::limits_pass`] wakes the jobs. Meant for a test's own database.
     pub async fn free_rate_slots(&self, queue: &str) -> Result<u64> {
+        on_postgres!(self, testing::free_rate_slots(queue));
         // The first jobs in claim order are the ones to run next: their keys are freed,
         // and the drain comes back for the keys of the jobs behind them.
         let mut keys: Vec<Vec<u8>> = self

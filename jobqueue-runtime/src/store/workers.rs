@@ -52,6 +52,7 @@ pub(crate) struct RosterRead {
 impl Store {
     /// Refreshes the heartbeat row of `owner`. Returns the rows matched (0: no row yet).
     pub(crate) async fn beat_worker(&self, owner: &str, running: u64) -> Result<u64> {
+        on_postgres!(self, workers::beat_worker(owner, running));
         Ok(on_connection!(self, |conn| sqlx::query(
             "UPDATE job_queue_worker SET running = ?, last_seen = UTC_TIMESTAMP(6) WHERE owner = ?",
         )
@@ -70,6 +71,7 @@ impl Store {
         running: u64,
         live_within: Duration,
     ) -> Result<Option<RosterRead>> {
+        on_postgres!(self, workers::beat_and_read(owner, running, live_within));
         let us = i64::try_from(live_within.as_micros()).unwrap_or(i64::MAX);
         let (updated, rows) = on_connection!(self, |conn| async {
             let updated = sqlx::query(
@@ -95,6 +97,7 @@ impl Store {
 
     /// Reads the roster alone (workers seen within `live_within`).
     pub(crate) async fn read_roster(&self, live_within: Duration) -> Result<RosterRead> {
+        on_postgres!(self, workers::read_roster(live_within));
         let us = i64::try_from(live_within.as_micros()).unwrap_or(i64::MAX);
         let rows = on_connection!(self, |conn| sqlx::query(READ_ROSTER)
             .bind(us)
@@ -105,6 +108,7 @@ impl Store {
 
     /// Writes the first heartbeat row of a worker.
     pub(crate) async fn insert_worker(&self, worker: &WorkerRow<'_>) -> Result<()> {
+        on_postgres!(self, workers::insert_worker(worker));
         on_connection!(self, |conn| sqlx::query(
             "INSERT INTO job_queue_worker (owner, host, pid, version, queues, concurrency, running, started_at, last_seen) \
              VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
@@ -124,6 +128,7 @@ impl Store {
     /// Records the cron expression of a periodic kind. Returns the rows matched (0: the
     /// scheduler has not created the kind's row yet).
     pub(crate) async fn write_schedule(&self, kind: &str, expr: &str) -> Result<u64> {
+        on_postgres!(self, workers::write_schedule(kind, expr));
         Ok(on_connection!(self, |conn| sqlx::query(
             "UPDATE job_queue_cron SET schedule = ? WHERE kind = ?"
         )
@@ -136,6 +141,7 @@ impl Store {
 
     /// Deletes the rows of workers not seen for `older_than_secs` seconds.
     pub(crate) async fn forget_workers(&self, older_than_secs: u64) -> Result<()> {
+        on_postgres!(self, workers::forget_workers(older_than_secs));
         on_connection!(self, |conn| sqlx::query(
             "DELETE FROM job_queue_worker WHERE last_seen < UTC_TIMESTAMP(6) - INTERVAL ? SECOND",
         )
@@ -147,6 +153,7 @@ impl Store {
 
     /// Deletes the heartbeat row of `owner` (a worker that stops).
     pub(crate) async fn delete_worker(&self, owner: &str) -> Result<()> {
+        on_postgres!(self, workers::delete_worker(owner));
         on_connection!(self, |conn| sqlx::query(
             "DELETE FROM job_queue_worker WHERE owner = ?"
         )
