@@ -20,7 +20,9 @@ use crate::store::{server, Db, DbErrorKind, LeaseConnect, ServerInfo, Store};
 #[non_exhaustive]
 pub struct QueueConfig {
     /// Connections in the pool [`Queue::connect`] opens, for enqueues, claims, maintenance,
-    /// the heartbeat and an idle worker's probe. Default 2. Each worker opens two more of
+    /// the heartbeat and an idle worker's probe (on PostgreSQL: its listener, which holds one
+    /// for the worker's life; see [`WorkerBuilder::listen_fallback`](crate::WorkerBuilder::listen_fallback)).
+    /// Default 2. Each worker opens two more of
     /// its own for lease renewals and outcomes, so jobs that use this pool cannot starve
     /// them: a worker process at the defaults holds at most 4 connections, idle or draining.
     ///

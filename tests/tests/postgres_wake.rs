@@ -375,3 +375,43 @@ async fn a_job_of_another_queue_is_not_taken() {
     assert_eq!(other.attempts, 0);
     assert_eq!(handle.metrics().claimed, 1);
 }
+
+/// A worker process at the defaults (a pool of 2) holds at most 4 sessions, idle or running
+/// a job: the listener and one more of the queue's pool, and the lease store's two. One of
+/// them listens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_at_the_defaults_holds_at_most_four_connections() {
+    // Empty: no queue of the test's own holds sessions there.
+    let db = jobqueue::testing::TestDatabase::empty_on(Backend::Postgres, "wake_conns")
+        .await
+        .expect("a PostgreSQL test database");
+    let queue = Queue::connect(db.url())
+        .await
+        .expect("connect at the defaults");
+    queue.migrate().await.expect("migrate");
+    // The test's own session, not named like the queue's.
+    let observer = PgPool::connect(db.url()).await.expect("observer");
+    let sessions = || async {
+        let (all, listening): (i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*), COUNT(*) FILTER (WHERE query LIKE 'LISTEN %') \
+             FROM pg_stat_activity \
+             WHERE datname = current_database() AND application_name = 'jobqueue'",
+        )
+        .fetch_one(&observer)
+        .await
+        .expect("count sessions");
+        (all, listening)
+    };
+    let (handle, task) = idle_worker(&queue, &["pg_wake"], Duration::from_secs(600)).await;
+    let (idle, listening) = sessions().await;
+    assert!(idle <= 4, "{idle} sessions while idle");
+    assert_eq!(listening, 1, "one session listens");
+    let pool = queue.postgres_pool().unwrap().clone();
+    for n in 0..5 {
+        let id = produce(&pool, "pg_wake", &format!("conn-{n}")).await;
+        wait_status(&queue, id, JobStatus::Done, Duration::from_secs(20)).await;
+        let (busy, _) = sessions().await;
+        assert!(busy <= 4, "{busy} sessions after a job");
+    }
+    stop(&handle, task).await;
+}
