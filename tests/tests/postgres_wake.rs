@@ -286,7 +286,8 @@ fn claims(m: &jobqueue::metrics::MetricsSnapshot) -> u64 {
 }
 
 /// A worker of `queues` whose fallback claim comes every `fallback`, once it listens and
-/// its first claim (the one the listener's connection asks for) found nothing.
+/// its first two claims (at start, and the one the listener's connection asks for) found
+/// nothing.
 async fn idle_worker(
     queue: &Queue,
     queues: &[&str],
@@ -295,6 +296,10 @@ async fn idle_worker(
     let (handle, task) = start(
         Worker::builder(queue.clone())
             .queues(queues.iter().copied())
+            // No poll before the listener listens: its claims are the first one and the one
+            // the listener's connection asks for, then only those of notifications and of
+            // the fallback.
+            .poll_interval(Duration::from_secs(600), Duration::from_secs(600))
             .listen_fallback(fallback)
             .maintenance(false)
             .build()
@@ -345,7 +350,7 @@ async fn an_idle_worker_sends_nothing_but_its_fallback_claims() {
 }
 
 /// (b) A job that an SQL producer inserts starts at once: it is done long before the
-/// fallback claim (10 minutes away) would have found it.
+/// fallback claim or a poll (10 minutes away) would have found it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_inserted_by_sql_starts_without_waiting_for_the_fallback() {
     let (queue, pool) = pg_queue("wake_sql").await;
