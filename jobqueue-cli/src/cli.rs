@@ -31,7 +31,8 @@ use jobqueue::JobStatus;
 #[derive(Debug, Parser)]
 #[command(name = "jobqueue", version, max_term_width = 100, verbatim_doc_comment)]
 pub(crate) struct Cli {
-    /// The database: mysql://user:password@host:port/database.
+    /// The database: mysql://user:password@host:port/database (also mariadb://), or
+    /// postgres://user:password@host:port/database (also postgresql://).
     #[arg(
         long,
         env = "DATABASE_URL",
@@ -58,7 +59,8 @@ pub(crate) enum Command {
     /// With --check, only list the migrations not yet applied, and exit with status 1 if
     /// there is any (0 if the database is up to date). With --print-sql, print the SQL of
     /// every migration (and the rows that record them) for your own migration tool, without
-    /// connecting to a database.
+    /// connecting to a database: the SQL of the database --backend names, or else of the
+    /// database URL's (if one is given), or else MySQL's.
     ///
     /// --json prints one line: {"command": "migrate", "dry_run": true with --check,
     /// "database", "pending": [{"version", "description"}] (pending before the command),
@@ -71,6 +73,10 @@ pub(crate) enum Command {
         /// Print the schema's SQL instead of applying it; needs no database.
         #[arg(long)]
         print_sql: bool,
+        /// With --print-sql: the database to print the SQL of (default: the URL's, if
+        /// given, else mysql).
+        #[arg(long, requires = "print_sql", value_name = "DATABASE")]
+        backend: Option<BackendArg>,
         #[command(flatten)]
         format: Format,
     },
@@ -607,5 +613,25 @@ mod tests {
         );
         let err = "7".parse::<Age>().unwrap_err();
         assert!(err.contains("e.g. 30s"), "{err}");
+    }
+}
+
+/// A database, for `migrate --print-sql --backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum BackendArg {
+    /// MySQL 8.0+ or MariaDB 10.6+.
+    #[value(alias = "mariadb")]
+    Mysql,
+    /// PostgreSQL 13+.
+    #[value(alias = "postgresql")]
+    Postgres,
+}
+
+impl From<BackendArg> for jobqueue::Backend {
+    fn from(b: BackendArg) -> jobqueue::Backend {
+        match b {
+            BackendArg::Mysql => jobqueue::Backend::MySql,
+            BackendArg::Postgres => jobqueue::Backend::Postgres,
+        }
     }
 }

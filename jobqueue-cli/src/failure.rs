@@ -50,9 +50,18 @@ impl Failure {
 }
 
 /// The message for a queue error, with the fix, naming the database and never the password.
+/// The server's error is read by its class ([`jobqueue::DbErrorKind`]), the same for MySQL's
+/// error numbers and PostgreSQL's SQLSTATEs; the fix is written for the URL's database.
 fn explain_queue_error(e: &jobqueue::Error, t: &Target) -> String {
-    use jobqueue::{DbErrorKind as Db, Error};
+    use jobqueue::{Backend, DbErrorKind as Db, Error};
     let db = t.database();
+    let postgres = t.backend() == Backend::Postgres;
+    // The grants a user of the job tables needs, in the URL's database's words.
+    let grant_dml = if postgres {
+        format!("SELECT, INSERT, UPDATE and DELETE on the job_queue tables of {db} (and CONNECT on the database)")
+    } else {
+        format!("SELECT, INSERT, UPDATE and DELETE on {db}.*")
+    };
     match e {
         Error::Database(sqlx::Error::PoolTimedOut) => format!(
             "cannot connect to {} within {}: no server answered; check the host and port in the \
@@ -65,12 +74,14 @@ fn explain_queue_error(e: &jobqueue::Error, t: &Target) -> String {
             t.redacted()
         ),
         Error::Database(sqlx::Error::Tls(tls)) => format!(
-            "TLS to {} failed: {tls}; check the ssl-mode and ssl-ca options in the URL",
-            t.redacted()
+            "TLS to {} failed: {tls}; check the {} options in the URL",
+            t.redacted(),
+            if postgres { "sslmode and sslrootcert" } else { "ssl-mode and ssl-ca" }
         ),
         Error::Database(sqlx::Error::Configuration(c)) => format!(
-            "bad database URL {}: {c}; expected mysql://user:password@host:port/database",
-            t.redacted()
+            "bad database URL {}: {c}; expected {}",
+            t.redacted(),
+            t.url_form()
         ),
         Error::Database(sqlx::Error::Database(server)) => {
             let msg = server.message();
@@ -81,17 +92,19 @@ fn explain_queue_error(e: &jobqueue::Error, t: &Target) -> String {
                     t.user()
                 ),
                 Some(Db::DatabaseDenied) => format!(
-                    "user {} may not use database {db}: {msg}; grant it SELECT, INSERT, UPDATE and \
-                     DELETE on {db}.* (and CREATE, ALTER, INDEX, DROP to run `jobqueue migrate`)",
-                    t.user()
+                    "user {} may not use database {db}: {msg}; grant it {grant_dml} (and {} to run \
+                     `jobqueue migrate`)",
+                    t.user(),
+                    if postgres { "CREATE on the schema" } else { "CREATE, ALTER, INDEX, DROP" }
                 ),
                 Some(Db::UnknownDatabase) => format!(
                     "database {db} does not exist on the server; create it (CREATE DATABASE {db}) \
                      and run `jobqueue migrate`, or fix the database name in the URL"
                 ),
-                Some(Db::NoDatabaseSelected) => "the database URL names no database; add one: \
-                     mysql://user:password@host:port/DATABASE"
-                    .to_owned(),
+                Some(Db::NoDatabaseSelected) => format!(
+                    "the database URL names no database; add one: {}",
+                    t.url_form()
+                ),
                 Some(Db::MissingTable) => format!(
                     "table {} does not exist in database {db}; run `jobqueue migrate` first",
                     missing_table(msg).unwrap_or("job_queue")
@@ -101,8 +114,7 @@ fn explain_queue_error(e: &jobqueue::Error, t: &Target) -> String {
                      `jobqueue migrate`"
                 ),
                 Some(Db::TableDenied | Db::ColumnDenied) => format!(
-                    "user {} lacks a privilege: {msg}; grant it SELECT, INSERT, UPDATE and DELETE on \
-                     {db}.*",
+                    "user {} lacks a privilege: {msg}; grant it {grant_dml}",
                     t.user()
                 ),
                 _ => format!("the database said: {msg}"),
@@ -117,9 +129,11 @@ fn explain_queue_error(e: &jobqueue::Error, t: &Target) -> String {
     }
 }
 
-/// `job_queue` out of the server's "Table 'shop.job_queue' doesn't exist".
+/// `job_queue` out of MySQL's "Table 'shop.job_queue' doesn't exist" or PostgreSQL's
+/// `relation "job_queue" does not exist`.
 fn missing_table(msg: &str) -> Option<&str> {
-    let quoted = msg.split('\'').nth(1)?;
+    let quote = if msg.contains('\'') { '\'' } else { '"' };
+    let quoted = msg.split(quote).nth(1)?;
     Some(quoted.rsplit('.').next().unwrap_or(quoted))
 }
 
@@ -135,6 +149,10 @@ mod tests {
         );
         assert_eq!(
             missing_table("Table 'job_queue_pause' doesn't exist"),
+            Some("job_queue_pause")
+        );
+        assert_eq!(
+            missing_table("relation \"job_queue_pause\" does not exist"),
             Some("job_queue_pause")
         );
         assert_eq!(missing_table("no quotes"), None);

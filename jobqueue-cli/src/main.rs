@@ -68,6 +68,7 @@ fn main() -> ExitCode {
     if let Command::Migrate {
         print_sql: true,
         format,
+        backend,
         ..
     } = &cli.command
     {
@@ -77,14 +78,21 @@ fn main() -> ExitCode {
                 &Failure::Usage("--print-sql prints SQL, not JSON; leave out --json".into()),
             );
         }
-        return migrate::print_sql();
+        // The flag's database, else the URL's (when it names one by its scheme), else MySQL's.
+        let backend = backend.map(jobqueue::Backend::from).unwrap_or_else(|| {
+            cli.database_url
+                .as_deref()
+                .and_then(jobqueue::Backend::of_url)
+                .unwrap_or(jobqueue::Backend::MySql)
+        });
+        return migrate::print_sql(backend);
     }
     let Some(url) = cli.database_url.clone().filter(|u| !u.trim().is_empty()) else {
         return fail(
             None,
             &Failure::Usage(
                 "no database given; set DATABASE_URL or pass --database-url \
-                 mysql://user:password@host:port/database"
+                 mysql://user:password@host:port/database (or postgres://...)"
                     .into(),
             ),
         );

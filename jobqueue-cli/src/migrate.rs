@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use jobqueue::Queue;
+use jobqueue::{Backend, Queue};
 
 use crate::actions::{migrate_report, Report};
 use crate::failure::Failure;
@@ -22,10 +22,10 @@ pub(crate) async fn run(
 ) -> Result<Report, Failure> {
     let db = target.database();
     if !target.has_database() {
-        return Err(Failure::Usage(
-            "the database URL names no database; add one: mysql://user:password@host:port/DATABASE"
-                .into(),
-        ));
+        return Err(Failure::Usage(format!(
+            "the database URL names no database; add one: {}",
+            target.url_form()
+        )));
     }
     let pending = queue.pending_migrations().await?;
     let count = plural(pending.len() as u64, "migration", "migrations");
@@ -63,11 +63,12 @@ pub(crate) async fn run(
     Ok(report)
 }
 
-/// Prints the schema's SQL to standard output (`--print-sql`); needs no database.
-pub(crate) fn print_sql() -> ExitCode {
+/// Prints the schema's SQL of `backend` to standard output (`--print-sql`); needs no
+/// database.
+pub(crate) fn print_sql(backend: Backend) -> ExitCode {
     let mut stdout = std::io::stdout().lock();
     match stdout
-        .write_all(Queue::migration_sql().as_bytes())
+        .write_all(Queue::migration_sql_for(backend).as_bytes())
         .and_then(|()| stdout.flush())
     {
         Ok(()) => ExitCode::SUCCESS,

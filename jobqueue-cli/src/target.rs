@@ -4,8 +4,9 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use jobqueue::{Queue, QueueConfig};
+use jobqueue::{Backend, Queue, QueueConfig};
 use sqlx::mysql::MySqlConnectOptions;
+use sqlx::postgres::PgConnectOptions;
 
 /// The database named on the command line, and what messages may say about it.
 #[derive(Debug)]
@@ -23,16 +24,35 @@ pub(crate) struct Target {
     user: Option<String>,
     /// How long a connection attempt may take.
     connect_timeout: Duration,
+    /// The database the URL's scheme names, if it names one the queue runs on.
+    backend: Option<Backend>,
 }
 
 impl Target {
     /// The database at `url`; connections give up after `connect_timeout`.
     pub(crate) fn new(url: String, connect_timeout: Duration) -> Target {
-        let options = MySqlConnectOptions::from_str(&url).ok();
-        let database = options
-            .as_ref()
-            .and_then(|o| o.get_database().map(str::to_owned));
-        let user = options.as_ref().map(|o| o.get_username().to_owned());
+        let backend = Backend::of_url(&url);
+        let (database, user) = match backend {
+            Some(Backend::Postgres) => match PgConnectOptions::from_str(&url) {
+                // PostgreSQL connects to the database named after the user when the URL
+                // names none; only a database the URL names is shown.
+                Ok(o) if url_names_database(&url) => (
+                    o.get_database().map(str::to_owned),
+                    Some(o.get_username().to_owned()),
+                ),
+                Ok(o) => (None, Some(o.get_username().to_owned())),
+                Err(_) => (None, None),
+            },
+            _ => {
+                let options = MySqlConnectOptions::from_str(&url).ok();
+                (
+                    options
+                        .as_ref()
+                        .and_then(|o| o.get_database().map(str::to_owned)),
+                    options.as_ref().map(|o| o.get_username().to_owned()),
+                )
+            }
+        };
         let mut secrets = Vec::new();
         if let Some(raw) = password_of(&url) {
             let decoded = percent_decode(&raw);
@@ -51,22 +71,35 @@ impl Target {
             database,
             user,
             connect_timeout,
+            backend,
+        }
+    }
+
+    /// The database the URL names by its scheme (MySQL when it names none the queue knows:
+    /// such a URL is refused before any connection).
+    pub(crate) fn backend(&self) -> Backend {
+        self.backend.unwrap_or(Backend::MySql)
+    }
+
+    /// The URL's form for this database, for messages that ask for a fix to it.
+    pub(crate) fn url_form(&self) -> &'static str {
+        match self.backend() {
+            Backend::Postgres => "postgres://user:password@host:port/DATABASE",
+            _ => "mysql://user:password@host:port/DATABASE",
         }
     }
 
     /// Connects. Read-only commands skip the server checks that protect workers (a read-only
     /// replica is fine to look at); commands that change jobs keep them.
     pub(crate) async fn connect(&self, changes_jobs: bool) -> jobqueue::Result<Queue> {
-        // The driver reads any scheme as MySQL; a Postgres or SQLite URL given by mistake
-        // would otherwise end in a confusing connection error.
-        let scheme = self
-            .url
-            .split_once("://")
-            .map(|(s, _)| s.to_ascii_lowercase());
-        if !matches!(scheme.as_deref(), Some("mysql" | "mariadb")) {
+        // Only the schemes of the databases the queue runs on: an SQLite URL, say, given by
+        // mistake would otherwise end in a confusing connection error.
+        if self.backend.is_none() {
             return Err(jobqueue::Error::InvalidUrl {
                 url: self.redacted.clone(),
-                reason: "it is not a MySQL or MariaDB URL".into(),
+                reason: "it is not a MySQL, MariaDB or PostgreSQL URL (mysql://, mariadb://, \
+                         postgres:// or postgresql://)"
+                    .into(),
             });
         }
         let config = QueueConfig::default()
@@ -109,6 +142,16 @@ impl Target {
         }
         out
     }
+}
+
+/// Whether `scheme://authority/DATABASE...` has a non-empty path, the database's name.
+fn url_names_database(url: &str) -> bool {
+    let Some((_, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let rest = rest.split(['?', '#']).next().unwrap_or("");
+    rest.split_once('/')
+        .is_some_and(|(_, path)| !path.is_empty())
 }
 
 /// The password of `scheme://user:password@host...`, as written. Broader than the URL
@@ -170,6 +213,24 @@ mod tests {
         assert_eq!(t.scrub("root"), "root");
         let t = target("not a url");
         assert_eq!(t.database(), "(none)");
+    }
+
+    #[test]
+    fn postgres_urls_name_their_user_and_database() {
+        let t = target("postgres://app:s%40cret@db:5432/shop?sslmode=disable");
+        assert_eq!(t.backend(), Backend::Postgres);
+        assert_eq!(
+            t.redacted(),
+            "postgres://app:***@db:5432/shop?sslmode=disable"
+        );
+        assert_eq!(t.database(), "shop");
+        assert_eq!(t.user(), "app");
+        assert_eq!(t.scrub("s@cret"), "***");
+        let t = target("postgresql://app@db");
+        assert_eq!(t.backend(), Backend::Postgres);
+        assert!(!t.has_database());
+        assert_eq!(t.user(), "app");
+        assert_eq!(target("mariadb://root@h/x").backend(), Backend::MySql);
     }
 
     #[test]

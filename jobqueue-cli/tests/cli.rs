@@ -975,6 +975,91 @@ async fn migrate_check_reports_pending_migrations_on_an_empty_database() {
     assert!(migrate.ok().contains("up to date"), "{migrate:#?}");
 }
 
+/// A URL of a new, empty PostgreSQL database (no tables).
+async fn empty_postgres_database(prefix: &str) -> String {
+    TestServer::shared_postgres()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .create_database(prefix)
+        .await
+        .unwrap_or_else(|e| panic!("cannot create a PostgreSQL test database: {e}"))
+}
+
+/// `migrate` on a postgres:// URL (and postgresql://) checks, applies and records the
+/// PostgreSQL migrations, the ready-notification triggers among them.
+#[tokio::test]
+async fn migrate_on_a_postgres_url() {
+    let url = empty_postgres_database("cli_pg_migrate").await;
+    let check = jobqueue(Some(&url), &["migrate", "--check"]).await;
+    assert_eq!(check.code, Some(1), "{check:#?}");
+    assert!(check.stdout.starts_with("pending: database "), "{check:#?}");
+    assert!(check.stdout.contains("20261203000001"), "{check:#?}");
+    assert!(
+        check.stdout.contains("20261203000002 ready notify"),
+        "{check:#?}"
+    );
+    let migrate = jobqueue(Some(&url), &["migrate"]).await;
+    let applied = migrate.ok();
+    assert!(applied.starts_with("applied "), "{migrate:#?}");
+    assert!(
+        applied.contains("20261203000002 ready notify"),
+        "{migrate:#?}"
+    );
+    let as_postgresql = url.replacen("postgres://", "postgresql://", 1);
+    assert_ne!(as_postgresql, url);
+    let check = jobqueue(Some(&as_postgresql), &["migrate", "--check", "--json"]).await;
+    let check: Value = serde_json::from_str(check.ok()).expect("JSON");
+    assert_eq!(check["matched"], 0, "{check}");
+    let queue = Queue::connect(&url).await.expect("connect");
+    let triggers: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM pg_trigger WHERE tgname LIKE 'job_queue_%' AND NOT tgisinternal",
+    )
+    .fetch_one(queue.postgres_pool().unwrap())
+    .await
+    .unwrap();
+    assert_eq!(
+        triggers, 3,
+        "the ready triggers of job_queue and job_queue_pause"
+    );
+}
+
+/// Errors on PostgreSQL are explained by their class, with a fix in PostgreSQL's terms.
+#[tokio::test]
+async fn postgres_errors_are_one_line_with_the_fix() {
+    let url = empty_postgres_database("cli_pg_errors").await;
+    let database = url.rsplit('/').next().unwrap().to_owned();
+    let missing = format!("{url}_missing");
+    let run = jobqueue(Some(&missing), &["migrate", "--check"]).await;
+    assert_eq!(
+        run.user_error(),
+        format!(
+            "error: database {database}_missing does not exist on the server; create it (CREATE \
+             DATABASE {database}_missing) and run `jobqueue migrate`, or fix the database name in \
+             the URL"
+        )
+    );
+    // A role the server does not know.
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let host = &rest[rest.find('@').map_or(0, |at| at + 1)..];
+    let stranger = format!("{scheme}://no_such_role_here@{host}");
+    let run = jobqueue(Some(&stranger), &["migrate", "--check"]).await;
+    let line = run.user_error();
+    assert!(
+        line.starts_with("error: the server refused the login of user no_such_role_here:"),
+        "{line}"
+    );
+    assert!(
+        line.contains("check the user and password in the URL"),
+        "{line}"
+    );
+    let unparsable = jobqueue(Some("postgres://app:pw@localhost:port/shop"), &["status"]).await;
+    assert!(
+        unparsable
+            .user_error()
+            .contains("postgres://user:password@host:port/database"),
+        "{unparsable:#?}"
+    );
+}
+
 #[tokio::test]
 async fn a_missing_table_is_one_line_with_the_fix() {
     let url = empty_database("cli_no_table").await;
@@ -1012,11 +1097,11 @@ async fn bad_urls_are_one_line_errors_with_the_fix() {
         "{unparsable:#?}"
     );
 
-    let other_scheme = jobqueue(Some("postgres://app@localhost/shop"), &["list"]).await;
+    let other_scheme = jobqueue(Some("sqlite://shop.db"), &["list"]).await;
     assert!(
         other_scheme
             .user_error()
-            .contains("not a MySQL or MariaDB URL"),
+            .contains("not a MySQL, MariaDB or PostgreSQL URL"),
         "{other_scheme:#?}"
     );
 

@@ -23,3 +23,56 @@ fn print_sql_needs_no_database_and_prints_the_schema_with_its_history() {
         .expect("the first version's record");
     assert!(history < table && table < recorded, "{sql}");
 }
+
+fn print_sql(args: &[&str], database_url: Option<&str>) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_jobqueue"));
+    command.args(args).env_remove("DATABASE_URL");
+    if let Some(url) = database_url {
+        command.env("DATABASE_URL", url);
+    }
+    let output = command.output().expect("run jobqueue");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{args:?}: {stderr}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// `--backend postgres` prints PostgreSQL's schema, the ready-notification triggers
+/// included; a postgres:// URL does the same without the flag (nothing connects to it), and
+/// the flag wins over the URL.
+#[test]
+fn print_sql_prints_the_schema_of_the_backend_or_of_the_url() {
+    let postgres = jobqueue::Queue::migration_sql_for(jobqueue::Backend::Postgres);
+    assert_ne!(postgres, jobqueue::Queue::migration_sql());
+    assert!(
+        postgres.contains("CREATE TRIGGER job_queue_ready_insert"),
+        "{postgres}"
+    );
+    assert!(postgres.contains("VALUES (20261203000002,"), "{postgres}");
+    for backend in ["postgres", "postgresql"] {
+        assert_eq!(
+            print_sql(&["migrate", "--print-sql", "--backend", backend], None),
+            postgres
+        );
+    }
+    // Nothing listens there: the URL only names the database.
+    let url = "postgres://app:pw@127.0.0.1:1/shop";
+    assert_eq!(print_sql(&["migrate", "--print-sql"], Some(url)), postgres);
+    assert_eq!(
+        print_sql(&["migrate", "--print-sql", "--backend", "mysql"], Some(url)),
+        jobqueue::Queue::migration_sql()
+    );
+    assert_eq!(
+        print_sql(
+            &["migrate", "--print-sql"],
+            Some("mysql://app:pw@127.0.0.1:1/shop")
+        ),
+        jobqueue::Queue::migration_sql()
+    );
+    // The flag needs --print-sql.
+    let output = Command::new(env!("CARGO_BIN_EXE_jobqueue"))
+        .args(["migrate", "--backend", "postgres"])
+        .env_remove("DATABASE_URL")
+        .output()
+        .expect("run jobqueue");
+    assert_eq!(output.status.code(), Some(2));
+}

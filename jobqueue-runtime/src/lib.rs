@@ -66,7 +66,9 @@ pub use worker::{HEARTBEAT_INTERVAL, WORKER_FORGOTTEN_AFTER, WORKER_GONE_AFTER};
 #[doc(hidden)]
 pub mod __store {
     pub use crate::model::{Claimed, EmptyClaim, Finish, LeaseState, Reclaimed};
-    pub use crate::store::{Store, DEFAULT_MAX_LEASE_EXPIRIES};
+    /// The channel an idle PostgreSQL worker listens on.
+    pub use crate::store::postgres::wake::READY_CHANNEL;
+    pub use crate::store::{Listening, Store, WakeSource, DEFAULT_MAX_LEASE_EXPIRIES};
 
     /// PostgreSQL's promotion, reclaim and pruning statements, which must be served by the
     /// `(status, status_at, id)` index, for the PostgreSQL EXPLAIN tests.

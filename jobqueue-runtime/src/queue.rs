@@ -20,7 +20,9 @@ use crate::store::{server, Db, DbErrorKind, LeaseConnect, ServerInfo, Store};
 #[non_exhaustive]
 pub struct QueueConfig {
     /// Connections in the pool [`Queue::connect`] opens, for enqueues, claims, maintenance,
-    /// the heartbeat and an idle worker's probe. Default 2. Each worker opens two more of
+    /// the heartbeat and an idle worker's probe (on PostgreSQL: its listener, which holds one
+    /// for the worker's life; see [`WorkerBuilder::listen_fallback`](crate::WorkerBuilder::listen_fallback)).
+    /// Default 2. Each worker opens two more of
     /// its own for lease renewals and outcomes, so jobs that use this pool cannot starve
     /// them: a worker process at the defaults holds at most 4 connections, idle or draining.
     ///
@@ -320,7 +322,9 @@ impl Queue {
     async fn build(pool: DatabasePool, config: QueueConfig, set_isolation: bool) -> Result<Queue> {
         let pool = match pool {
             DatabasePool::MySql(pool) => pool,
-            DatabasePool::Postgres(pool) => return Self::build_postgres(pool, config).await,
+            DatabasePool::Postgres(pool) => {
+                return Self::build_postgres(pool, config, set_isolation).await
+            }
         };
         let server = server::inspect(&pool).await?;
         if config.check_server {
@@ -352,7 +356,9 @@ impl Queue {
     }
 
     /// A queue on a PostgreSQL pool: the server checked, the schema's state logged.
-    async fn build_postgres(pool: PgPool, config: QueueConfig) -> Result<Queue> {
+    /// `app_pool`: the pool is the caller's (kept as `set_isolation`, which on PostgreSQL only
+    /// says whose pool it is: every transaction of the store sets its level there).
+    async fn build_postgres(pool: PgPool, config: QueueConfig, app_pool: bool) -> Result<Queue> {
         let server = server::inspect_postgres(&pool).await?;
         if config.check_server {
             server.check()?;
@@ -366,7 +372,7 @@ impl Queue {
             }
             Err(e) => schema_unreadable(&e),
         }
-        Ok(Self::assemble(pool, config, false, server))
+        Ok(Self::assemble(pool, config, app_pool, server))
     }
 
     fn assemble(
@@ -399,6 +405,11 @@ impl Queue {
             },
             DatabasePool::Postgres(pool) => Db::Postgres { pool: pool.clone() },
         }
+    }
+
+    /// Whether the pool is the application's ([`Queue::from_pool`]) rather than the queue's own.
+    pub(crate) fn app_pool(&self) -> bool {
+        self.inner.set_isolation
     }
 
     /// Which database the queue is on.

@@ -247,6 +247,7 @@ pub(crate) mod postgres;
 mod progress;
 pub(crate) mod server;
 mod testing;
+mod wake;
 mod workers;
 
 pub use admin::key_history_sql;
@@ -287,6 +288,7 @@ pub use postgres::claim::pg_claim_sql;
 pub use progress::PROGRESS_UPDATE;
 pub use server::ServerInfo;
 pub use testing::{BLOCKED_IN_QUEUE, BRING_FORWARD_SELECT};
+pub use wake::{Listening, WakeSource};
 #[cfg(test)]
 pub(crate) use workers::LiveWorker;
 pub(crate) use workers::{RosterRead, WorkerRow};

@@ -26,6 +26,9 @@ pub(super) struct Config {
     /// While idle, how often to look for ready jobs with one cheap read; `None`: claim on
     /// the polling schedule alone.
     pub(super) idle_probe: Option<Duration>,
+    /// On PostgreSQL, while an idle worker listens for notifications, how often it claims
+    /// anyway.
+    pub(super) listen_fallback: Duration,
     pub(super) grace: Duration,
     pub(super) cancel_grace: Duration,
     pub(super) maintenance_interval: Duration,
@@ -108,8 +111,27 @@ impl WorkerBuilder {
     /// [`poll_interval`](Self::poll_interval) says (fewer statements while idle, up to 2 s
     /// before a job from another process starts). A job enqueued in this process wakes the
     /// worker at once either way. At least 10 ms.
+    ///
+    /// On PostgreSQL there is no probe: an idle worker listens for the notifications the
+    /// schema's triggers send when a job of a served queue becomes ready (or a queue is
+    /// resumed), and claims when one comes, so it sends nothing while it waits (see
+    /// [`listen_fallback`](Self::listen_fallback)). The interval is unused there; `None`
+    /// turns the listening off as it turns the probe off here.
     pub fn idle_probe(mut self, every: Option<Duration>) -> Self {
         self.config.idle_probe = every;
+        self
+    }
+
+    /// On PostgreSQL, while an idle worker listens for ready jobs, how often it claims
+    /// anyway. Default 5 s. Notifications are not kept for a session that is not listening,
+    /// so one sent while the listener's connection was being replaced is lost; the listener
+    /// also claims once after each reconnection, and the worker polls with claims while it
+    /// cannot listen at all. The listener holds one connection of the queue's pool for the
+    /// worker's life (so a worker process at the defaults still holds at most 4), or one of
+    /// its own beside a pool of the application's ([`Queue::from_pool`](crate::Queue::from_pool))
+    /// or a pool of one connection. Unused on MySQL/MariaDB. At least 100 ms.
+    pub fn listen_fallback(mut self, every: Duration) -> Self {
+        self.config.listen_fallback = every;
         self
     }
 
@@ -320,6 +342,15 @@ impl WorkerBuilder {
                 ),
             });
         }
+        if c.listen_fallback < Duration::from_millis(100) {
+            return Err(Error::InvalidSetting {
+                setting: "listen_fallback",
+                reason: format!(
+                    "the listener's fallback interval must be at least 100 ms, got {:?}",
+                    c.listen_fallback
+                ),
+            });
+        }
         if c.max_lease_expiries == 0 {
             return Err(Error::InvalidSetting {
                 setting: "max_lease_expiries",
@@ -390,6 +421,7 @@ impl Worker {
                 poll_min: Duration::from_millis(50),
                 poll_max: Duration::from_secs(2),
                 idle_probe: Some(Duration::from_millis(60)),
+                listen_fallback: Duration::from_secs(5),
                 grace: Worker::DEFAULT_SHUTDOWN_GRACE,
                 cancel_grace: Worker::DEFAULT_CANCEL_GRACE,
                 maintenance_interval: Duration::from_secs(1),

@@ -3,6 +3,8 @@
 //! [`Execution`]. While the queues are drained an idle probe stands in for the polls, in
 //! this worker's slot of its group's rotation ([`Roster::next_probe`]): the workers serving
 //! the same queues take turns, so that together they probe about as often as one would.
+//! On PostgreSQL the store's listener stands in for the probe ([`WakeSource::Listen`]): a
+//! notification wakes the loop, and a rare fallback claim takes the probe's timer.
 
 use std::future::Future;
 
@@ -15,6 +17,7 @@ use super::pacer::Pacer;
 use super::Worker;
 use crate::error::Result;
 use crate::model::EmptyClaim;
+use crate::store::WakeSource;
 
 /// The most jobs one claim transaction takes: a larger batch holds its row locks longer
 /// and needs longer `IN` lists, for little gain once a commit is shared by this many jobs.
@@ -93,8 +96,14 @@ impl Worker {
         let mut signal = std::pin::pin!(signal);
         let mut pacer = Pacer::new(cfg.poll_min, cfg.poll_max, Instant::now());
         let probe_sql = crate::store::ready_probe_sql(cfg.queues.len());
-        // While idle: the connection the probes use, and when the next one is due.
+        // While idle: the connection the probes use, and when the next one is due (on
+        // PostgreSQL: when the next fallback claim is due).
         let mut idle = IdleProbe::default();
+        // What says that work may be there while idle: the probe, or a listener.
+        let source = match cfg.idle_probe {
+            Some(_) => self.store.wake_source(&cfg.queues, self.queue.app_pool()),
+            None => WakeSource::Probe,
+        };
         loop {
             if pacer.wants_claim() {
                 // Free the slots of every job that has finished, not only the one that woke
@@ -124,10 +133,15 @@ impl Worker {
                     Err(_) => false,
                 });
                 let now = Instant::now();
-                match probing {
+                match (probing, source.listener()) {
                     // In this worker's slot of its group's rotation.
-                    Some(every) => idle.start(roster.next_probe(now, every), now),
-                    None => idle.stop(),
+                    (Some(every), None) => idle.start(roster.next_probe(now, every), now),
+                    // A listener that listens stands in for the polls but for a rare claim;
+                    // one that cannot leaves the worker polling with claims.
+                    (Some(_), Some(listener)) if listener.is_up() => {
+                        idle.start(now + cfg.listen_fallback, now)
+                    }
+                    _ => idle.stop(),
                 }
                 match result.map(|(n, _)| n) {
                     Ok(n) => {
@@ -160,9 +174,19 @@ impl Worker {
                         pacer.woken();
                     }
                 }
+                // A notification for a served queue (PostgreSQL).
+                _ = source.woken(), if jobs.len() < cfg.concurrency => {
+                    pacer.woken();
+                }
+                // While listening, a claim now and then: a notification sent while the
+                // listener was reconnecting is lost.
+                _ = tokio::time::sleep_until(idle.next), if idle.active && jobs.len() < cfg.concurrency && source.listener().is_some() => {
+                    pacer.poll_due();
+                    idle.next = Instant::now() + cfg.listen_fallback;
+                }
                 // While idle the probe stands in for the polls: a claim follows only when it
                 // finds a job.
-                _ = tokio::time::sleep_until(idle.next), if idle.active && jobs.len() < cfg.concurrency => {
+                _ = tokio::time::sleep_until(idle.next), if idle.active && jobs.len() < cfg.concurrency && source.listener().is_none() => {
                     let looked = self.probe(&mut idle, &probe_sql).await;
                     if looked.is_ok() {
                         self.metrics.idle_probes(1);

@@ -195,17 +195,34 @@ impl Worker {
         crate::metrics::describe();
         let cfg = self.config.clone();
         let server = self.queue.server_info();
-        tracing::info!(
-            owner = %cfg.owner,
-            queues = ?cfg.queues,
-            concurrency = cfg.concurrency,
-            kinds = ?self.registry.kinds().iter().map(|d| d.kind()).collect::<Vec<_>>(),
-            server = %server.version,
-            isolation = %server.isolation,
-            binlog = %if server.log_bin { server.binlog_format.as_str() } else { "off" },
-            flush_log_at_trx_commit = %server.flush_log_at_trx_commit,
-            "worker starting"
-        );
+        let kinds = self.registry.kinds();
+        let kinds = kinds.iter().map(|d| d.kind()).collect::<Vec<_>>();
+        match server.backend {
+            crate::Backend::Postgres => tracing::info!(
+                owner = %cfg.owner,
+                queues = ?cfg.queues,
+                concurrency = cfg.concurrency,
+                kinds = ?kinds,
+                backend = %server.backend,
+                server = %server.version,
+                isolation = %server.isolation,
+                // `ServerInfo` keeps `synchronous_commit` there on PostgreSQL.
+                synchronous_commit = %server.flush_log_at_trx_commit,
+                idle = if cfg.idle_probe.is_some() { "listen" } else { "poll" },
+                "worker starting"
+            ),
+            _ => tracing::info!(
+                owner = %cfg.owner,
+                queues = ?cfg.queues,
+                concurrency = cfg.concurrency,
+                kinds = ?kinds,
+                server = %server.version,
+                isolation = %server.isolation,
+                binlog = %if server.log_bin { server.binlog_format.as_str() } else { "off" },
+                flush_log_at_trx_commit = %server.flush_log_at_trx_commit,
+                "worker starting"
+            ),
+        }
 
         // Fallible set-up first, before any task is spawned.
         self.queue.check_schema().await?;

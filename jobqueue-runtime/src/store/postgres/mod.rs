@@ -147,6 +147,7 @@ pub(crate) mod operator;
 pub(crate) mod outcome;
 pub(crate) mod progress;
 pub(crate) mod testing;
+pub(crate) mod wake;
 pub(crate) mod workers;
 
 /// A connection of `pool`, within the store's call timeout when it has one.
