@@ -366,7 +366,10 @@ async fn a_claim_of_one_finds_a_job_past_a_locked_head_of_the_queue(backend: Bac
     holder.exec("BEGIN", &[]).await;
     for id in &ids[..20] {
         holder
-            .exec("SELECT id FROM job_queue WHERE id = ? FOR UPDATE", &[*id as i64])
+            .exec(
+                "SELECT id FROM job_queue WHERE id = ? FOR UPDATE",
+                &[*id as i64],
+            )
             .await;
     }
     let claimed = queue
