@@ -1549,7 +1549,94 @@ async fn maintenance_does_not_wake_jobs_into_slots_above_a_lowered_limit() {
     );
 }
 
+/// Claimers racing over the jobs of a few keys with a concurrency of one, each completing
+/// what it claimed: no key ever has two jobs running (read in one snapshot after every
+/// claim), every job runs once, and every slot ends free.
+async fn racing_claims_never_run_more_than_a_keys_limit(backend: Backend) {
+    let queue = fresh_queue_on(backend, "limits_race").await;
+    let mut all = Vec::new();
+    for account in 0..4u32 {
+        for n in 0..6u32 {
+            all.push(
+                queue
+                    .enqueue(LimitsExport { account, n })
+                    .await
+                    .unwrap()
+                    .id(),
+            );
+        }
+    }
+    let most_running = "SELECT COALESCE(MAX(c), 0) FROM (SELECT COUNT(*) AS c FROM job_queue \
+         WHERE status = 'running' GROUP BY concurrency_key) r";
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(4));
+    let mut claimers = Vec::new();
+    for i in 0..4 {
+        let queue = queue.clone();
+        let start = start.clone();
+        let all_ids = all.clone();
+        claimers.push(tokio::spawn(async move {
+            let store = queue.store();
+            let owner = format!("racer-{i}");
+            let mut ran = Vec::new();
+            start.wait().await;
+            let give_up = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                assert!(
+                    std::time::Instant::now() < give_up,
+                    "jobs left undone: {:?}",
+                    statuses(&queue, &all_ids).await
+                );
+                let claimed = store.claim("default", &owner, 3).await.expect("claim");
+                let most = tests::sql_i64(&queue, most_running, &[]).await;
+                assert!(most <= 1, "{most} jobs of one key running at once");
+                if claimed.is_empty() {
+                    let left = tests::sql_i64(
+                        &queue,
+                        "SELECT COUNT(*) FROM job_queue WHERE status <> 'done'",
+                        &[],
+                    )
+                    .await;
+                    if left == 0 {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                for c in &claimed {
+                    assert!(c.holds_slot, "{c:?}");
+                    ran.push(c.id);
+                }
+                let done: Vec<(u64, u32)> = claimed.iter().map(|c| (c.id, c.attempt)).collect();
+                assert!(store
+                    .complete(&owner, &done)
+                    .await
+                    .expect("complete")
+                    .is_empty());
+            }
+            ran
+        }));
+    }
+    let mut ran = Vec::new();
+    for c in claimers {
+        ran.extend(c.await.expect("claimer"));
+    }
+    ran.sort_unstable();
+    all.sort_unstable();
+    assert_eq!(ran, all, "every job ran once");
+    for account in 0..4 {
+        assert_eq!(
+            slots(&queue, &format!("c:account:{account}")).await,
+            [(0, None, None)]
+        );
+    }
+    assert_eq!(
+        tests::sql_i64(&queue, "SELECT COUNT(*) FROM job_queue_blocked", &[]).await,
+        0
+    );
+}
+
 on_every_backend!(
+    racing_claims_never_run_more_than_a_keys_limit,
     every_way_a_claim_ends_frees_its_slot_once,
     maintenance_wakes_what_no_release_woke_and_frees_orphaned_slots,
     rate_limited_jobs_are_woken_when_a_thousand_other_keys_are_full,
