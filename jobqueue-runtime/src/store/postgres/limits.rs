@@ -206,14 +206,7 @@ pub(crate) async fn take_slots_batch(
     };
     // Hand out slots in claim order.
     let mut out = Vec::with_capacity(jobs.len());
-    // (slot key, slot number, holder id, holder attempt, rate window in µs)
-    let mut taken: (
-        Vec<String>,
-        Vec<i64>,
-        Vec<Option<i64>>,
-        Vec<Option<i64>>,
-        Vec<i64>,
-    ) = Default::default();
+    let mut taken = TakenSlots::default();
     let mut takers = 0;
     for (id, attempt, l) in jobs {
         if takers == want {
@@ -345,6 +338,17 @@ async fn recheck_full_keys(
     }
     Ok(())
 }
+
+/// The slots a claim takes, as the columns of its one `UPDATE ... FROM unnest(...)`: slot
+/// key, slot number, holder id and attempt (a concurrency slot), window in µs (a rate slot).
+#[derive(Default)]
+struct TakenSlots(
+    Vec<String>,
+    Vec<i64>,
+    Vec<Option<i64>>,
+    Vec<Option<i64>>,
+    Vec<i64>,
+);
 
 /// Locks those of `slots` (slot key, slot number) that are free now, skipping any another
 /// transaction has locked; returns the ones locked (the MySQL `lock_free_slots`).
