@@ -17,8 +17,8 @@ use jobqueue_runtime::__store::{Finish, Store};
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
 use tests::{
-    count_status, fresh_queue, fresh_queue_with_effects, quick_worker, row, start, stop, wait_for,
-    wait_status, Effects,
+    count_status, fresh_queue, fresh_queue_on, fresh_queue_with_effects, on_every_backend,
+    quick_worker, row, start, stop, wait_for, wait_status, Backend, Effects,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -99,6 +99,19 @@ async fn max_overlap(pool: &MySqlPool) -> HashMap<String, usize> {
 }
 
 async fn slots(queue: &Queue, slot_key: &str) -> Vec<(u32, Option<u64>, Option<u32>)> {
+    if queue.backend() == Backend::Postgres {
+        let rows: Vec<(i64, Option<i64>, Option<i64>)> = sqlx::query_as(
+            "SELECT slot_no, job_id, attempt FROM job_queue_slot WHERE slot_key = $1 ORDER BY slot_no",
+        )
+        .bind(slot_key)
+        .fetch_all(queue.postgres_pool().unwrap())
+        .await
+        .expect("read slots");
+        return rows
+            .into_iter()
+            .map(|(no, id, a)| (no as u32, id.map(|i| i as u64), a.map(|a| a as u32)))
+            .collect();
+    }
     sqlx::query_as(
         "SELECT slot_no, job_id, attempt FROM job_queue_slot WHERE slot_key = ? ORDER BY slot_no",
     )
@@ -121,13 +134,13 @@ fn store(queue: &Queue) -> Store {
 }
 
 async fn expire_lease(queue: &Queue, id: u64) {
-    sqlx::query(
-        "UPDATE job_queue SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
-    )
-    .bind(id)
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .expect("expire the lease");
+    let sql = match queue.backend() {
+        Backend::Postgres => {
+            "UPDATE job_queue SET lease_until = job_queue_now() - INTERVAL '1 second' WHERE id = ?"
+        }
+        _ => "UPDATE job_queue SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
+    };
+    tests::sql_exec(queue, sql, &[tests::Arg::Int(id as i64)]).await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -145,6 +158,7 @@ async fn limits_export(account: u32, n: u32) {
 
 #[tokio::test]
 async fn a_slot_belongs_to_its_claim_and_a_stale_worker_frees_nothing() {
+    // MySQL only until reclaim frees slots on PostgreSQL.
     let queue = fresh_queue("limits_fence").await;
     let store = store(&queue);
     let mut ids = Vec::new();
@@ -240,9 +254,8 @@ async fn a_slot_belongs_to_its_claim_and_a_stale_worker_frees_nothing() {
     assert_eq!(claimed.iter().map(|c| c.id).collect::<Vec<_>>(), [ids[1]]);
 }
 
-#[tokio::test]
-async fn every_way_a_claim_ends_frees_its_slot_once() {
-    let queue = fresh_queue("limits_paths").await;
+async fn every_way_a_claim_ends_frees_its_slot_once(backend: Backend) {
+    let queue = fresh_queue_on(backend, "limits_paths").await;
     let store = store(&queue);
     let ends = [
         Finish::Retry {
@@ -299,17 +312,21 @@ async fn every_way_a_claim_ends_frees_its_slot_once() {
         // Written twice (a retried write whose first reply was lost): nothing more changes.
         assert_eq!(store.finish("worker-a", first, 1, how).await.unwrap(), None);
         // Leave nothing ready for the next round.
-        sqlx::query("UPDATE job_queue SET status = 'done' WHERE id IN (?, ?)")
-            .bind(first)
-            .bind(second)
-            .execute(queue.mysql_pool().unwrap())
-            .await
-            .unwrap();
+        tests::sql_exec(
+            &queue,
+            "UPDATE job_queue SET status = 'done' WHERE id IN (?, ?)",
+            &[
+                tests::Arg::Int(first as i64),
+                tests::Arg::Int(second as i64),
+            ],
+        )
+        .await;
     }
 }
 
 #[tokio::test]
 async fn a_full_key_does_not_hold_up_the_jobs_behind_it() {
+    // MySQL only until the queue statistics run on PostgreSQL.
     let queue = fresh_queue("limits_skip").await;
     let store = store(&queue);
     // Fifty jobs of one account first, then one job each of five others.
@@ -367,9 +384,8 @@ async fn a_full_key_does_not_hold_up_the_jobs_behind_it() {
     assert_eq!(blocked.len(), 49);
 }
 
-#[tokio::test]
-async fn maintenance_wakes_what_no_release_woke_and_frees_orphaned_slots() {
-    let queue = fresh_queue("limits_sweep").await;
+async fn maintenance_wakes_what_no_release_woke_and_frees_orphaned_slots(backend: Backend) {
+    let queue = fresh_queue_on(backend, "limits_sweep").await;
     let store = store(&queue);
     let a = queue
         .enqueue(LimitsExport { account: 9, n: 0 })
@@ -386,11 +402,12 @@ async fn maintenance_wakes_what_no_release_woke_and_frees_orphaned_slots() {
         1
     );
     // The row becomes final by a path that does not free the slot (an operator's SQL).
-    sqlx::query("UPDATE job_queue SET status = 'done', lease_owner = NULL WHERE id = ?")
-        .bind(a)
-        .execute(queue.mysql_pool().unwrap())
-        .await
-        .unwrap();
+    tests::sql_exec(
+        &queue,
+        "UPDATE job_queue SET status = 'done', lease_owner = NULL WHERE id = ?",
+        &[tests::Arg::Int(a as i64)],
+    )
+    .await;
     assert_eq!(row(&queue, b).await.status, JobStatus::Blocked);
     assert_eq!(store.limits_pass().await.unwrap(), (1, 1));
     assert_eq!(slots(&queue, "c:account:9").await, [(0, None, None)]);
@@ -1084,9 +1101,8 @@ async fn claim_until_none_ready(queue: &Queue, store: &Store) {
     }
 }
 
-#[tokio::test]
-async fn rate_limited_jobs_are_woken_when_a_thousand_other_keys_are_full() {
-    let queue = fresh_queue("limits_wake_all_keys").await;
+async fn rate_limited_jobs_are_woken_when_a_thousand_other_keys_are_full(backend: Backend) {
+    let queue = fresh_queue_on(backend, "limits_wake_all_keys").await;
     let store = store(&queue);
     // A thousand tenants at their limit, each with a job waiting: a thousand keys with
     // blocked jobs and no free slot, all sorting before the rate key below.
@@ -1532,3 +1548,96 @@ async fn maintenance_does_not_wake_jobs_into_slots_above_a_lowered_limit() {
         [JobStatus::Ready, JobStatus::Blocked]
     );
 }
+
+/// Claimers racing over the jobs of a few keys with a concurrency of one, each completing
+/// what it claimed: no key ever has two jobs running (read in one snapshot after every
+/// claim), every job runs once, and every slot ends free.
+async fn racing_claims_never_run_more_than_a_keys_limit(backend: Backend) {
+    let queue = fresh_queue_on(backend, "limits_race").await;
+    let mut all = Vec::new();
+    for account in 0..4u32 {
+        for n in 0..6u32 {
+            all.push(
+                queue
+                    .enqueue(LimitsExport { account, n })
+                    .await
+                    .unwrap()
+                    .id(),
+            );
+        }
+    }
+    let most_running = "SELECT COALESCE(MAX(c), 0) FROM (SELECT COUNT(*) AS c FROM job_queue \
+         WHERE status = 'running' GROUP BY concurrency_key) r";
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(4));
+    let mut claimers = Vec::new();
+    for i in 0..4 {
+        let queue = queue.clone();
+        let start = start.clone();
+        let all_ids = all.clone();
+        claimers.push(tokio::spawn(async move {
+            let store = queue.store();
+            let owner = format!("racer-{i}");
+            let mut ran = Vec::new();
+            start.wait().await;
+            let give_up = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                assert!(
+                    std::time::Instant::now() < give_up,
+                    "jobs left undone: {:?}",
+                    statuses(&queue, &all_ids).await
+                );
+                let claimed = store.claim("default", &owner, 3).await.expect("claim");
+                let most = tests::sql_i64(&queue, most_running, &[]).await;
+                assert!(most <= 1, "{most} jobs of one key running at once");
+                if claimed.is_empty() {
+                    let left = tests::sql_i64(
+                        &queue,
+                        "SELECT COUNT(*) FROM job_queue WHERE status <> 'done'",
+                        &[],
+                    )
+                    .await;
+                    if left == 0 {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                for c in &claimed {
+                    assert!(c.holds_slot, "{c:?}");
+                    ran.push(c.id);
+                }
+                let done: Vec<(u64, u32)> = claimed.iter().map(|c| (c.id, c.attempt)).collect();
+                assert!(store
+                    .complete(&owner, &done)
+                    .await
+                    .expect("complete")
+                    .is_empty());
+            }
+            ran
+        }));
+    }
+    let mut ran = Vec::new();
+    for c in claimers {
+        ran.extend(c.await.expect("claimer"));
+    }
+    ran.sort_unstable();
+    all.sort_unstable();
+    assert_eq!(ran, all, "every job ran once");
+    for account in 0..4 {
+        assert_eq!(
+            slots(&queue, &format!("c:account:{account}")).await,
+            [(0, None, None)]
+        );
+    }
+    assert_eq!(
+        tests::sql_i64(&queue, "SELECT COUNT(*) FROM job_queue_blocked", &[]).await,
+        0
+    );
+}
+
+on_every_backend!(
+    racing_claims_never_run_more_than_a_keys_limit,
+    every_way_a_claim_ends_frees_its_slot_once,
+    maintenance_wakes_what_no_release_woke_and_frees_orphaned_slots,
+    rate_limited_jobs_are_woken_when_a_thousand_other_keys_are_full,
+);

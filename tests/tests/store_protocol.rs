@@ -22,7 +22,10 @@ use serde::{Deserialize, Serialize, Serializer};
 use sqlx::mysql::{MySqlConnection, MySqlPoolOptions};
 use sqlx::types::chrono::NaiveDateTime;
 use sqlx::{Connection, Executor, MySqlPool};
-use tests::{count, fresh_database, fresh_queue, row as job, text_col, LogCapture};
+use tests::{
+    count, fresh_database, fresh_queue, fresh_queue_on, on_every_backend, row as job, sql_exec,
+    sql_i64, text_col, Arg, Backend, LogCapture,
+};
 
 // ---------------------------------------------------------------------------------------
 // Job kinds
@@ -115,15 +118,64 @@ fn keyed(key: &str) -> EnqueueOptions {
 
 /// Makes a running job's lease run out now (test setup: no waiting for a real lease).
 async fn expire_lease(queue: &Queue, id: u64) {
-    let matched = sqlx::query(
-        "UPDATE job_queue SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
-    )
-    .bind(id)
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .expect("expire lease")
-    .rows_affected();
+    let sql = match queue.backend() {
+        Backend::Postgres => {
+            "UPDATE job_queue SET lease_until = job_queue_now() - INTERVAL '1 second' WHERE id = ?"
+        }
+        _ => "UPDATE job_queue SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = ?",
+    };
+    let matched = sql_exec(queue, sql, &[Arg::Int(id as i64)]).await;
     assert_eq!(matched, 1, "job {id} to expire");
+}
+
+/// A connection of the queue's database outside its pool, as another session's.
+enum OtherSession {
+    MySql(MySqlConnection),
+    Postgres(sqlx::PgConnection),
+}
+
+impl OtherSession {
+    async fn open(queue: &Queue) -> OtherSession {
+        match queue.backend() {
+            Backend::Postgres => {
+                let options = queue.postgres_pool().unwrap().connect_options();
+                OtherSession::Postgres(
+                    sqlx::PgConnection::connect_with(&options)
+                        .await
+                        .expect("another session"),
+                )
+            }
+            _ => {
+                let options = queue.mysql_pool().unwrap().connect_options();
+                OtherSession::MySql(
+                    MySqlConnection::connect_with(&options)
+                        .await
+                        .expect("another session"),
+                )
+            }
+        }
+    }
+
+    /// Runs `sql` (MySQL's `?` marks) with integer arguments, in this session.
+    async fn exec(&mut self, sql: &str, args: &[i64]) {
+        match self {
+            OtherSession::MySql(c) => {
+                let mut q = sqlx::query(sql);
+                for a in args {
+                    q = q.bind(*a);
+                }
+                q.execute(&mut *c).await.expect(sql);
+            }
+            OtherSession::Postgres(c) => {
+                let sql = tests::numbered(sql);
+                let mut q = sqlx::query(&sql);
+                for a in args {
+                    q = q.bind(*a);
+                }
+                q.execute(&mut *c).await.expect(&sql);
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -132,9 +184,8 @@ async fn expire_lease(queue: &Queue, id: u64) {
 
 /// Three claimers racing over ten ready jobs get disjoint sets that cover all ten, and each
 /// row records the claimer that got it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_claimers_get_disjoint_jobs() {
-    let queue = fresh_queue("store_contention").await;
+async fn concurrent_claimers_get_disjoint_jobs(backend: Backend) {
+    let queue = fresh_queue_on(backend, "store_contention").await;
     let mut all = BTreeSet::new();
     for n in 0..10 {
         let outcome = queue.enqueue(Task { n }).await.expect("enqueue");
@@ -146,7 +197,7 @@ async fn concurrent_claimers_get_disjoint_jobs() {
     let mut claimers = Vec::new();
     for i in 0..3 {
         let store = queue.store();
-        let pool = queue.mysql_pool().unwrap().clone();
+        let queue = queue.clone();
         let start = start.clone();
         claimers.push(tokio::spawn(async move {
             let owner = format!("worker-{i}");
@@ -158,9 +209,10 @@ async fn concurrent_claimers_get_disjoint_jobs() {
                 if claimed.is_empty() {
                     // SKIP LOCKED: an empty claim may only mean that the rest is locked by
                     // the others right now. Stop when no ready row is left at all.
-                    let ready = count(
-                        &pool,
+                    let ready = sql_i64(
+                        &queue,
                         "SELECT COUNT(*) FROM job_queue WHERE status = 'ready'",
+                        &[],
                     )
                     .await;
                     if ready == 0 {
@@ -210,14 +262,30 @@ async fn concurrent_claimers_get_disjoint_jobs() {
         }
     }
     assert_eq!(
-        queue.counts(None).await.expect("counts"),
-        vec![(JobStatus::Running, 10)]
+        sql_i64(&queue, "SELECT COUNT(*) FROM job_queue", &[]).await,
+        10
+    );
+    assert_eq!(
+        sql_i64(
+            &queue,
+            "SELECT COUNT(*) FROM job_queue WHERE status = 'running'",
+            &[]
+        )
+        .await,
+        10,
+        "every job is running"
     );
 }
 
 // ---------------------------------------------------------------------------------------
 // 2. SKIP LOCKED
 // ---------------------------------------------------------------------------------------
+
+on_every_backend!(
+    concurrent_claimers_get_disjoint_jobs,
+    a_claim_of_one_finds_a_job_past_a_locked_head_of_the_queue,
+    a_lost_lease_writes_nothing,
+);
 
 /// A row another transaction holds is skipped at once, never waited for; it is claimable
 /// once that transaction ends.
@@ -287,23 +355,22 @@ async fn claim_skips_a_locked_row_without_waiting() {
 /// Many workers that want one job each read the same head of the queue at once: a claim
 /// finds a row past those the others hold locked, instead of coming back empty while a
 /// backlog waits behind them.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_claim_of_one_finds_a_job_past_a_locked_head_of_the_queue() {
-    let queue = fresh_queue("store_locked_head").await;
+async fn a_claim_of_one_finds_a_job_past_a_locked_head_of_the_queue(backend: Backend) {
+    let queue = fresh_queue_on(backend, "store_locked_head").await;
     let mut ids = Vec::new();
     for n in 0..40 {
         ids.push(queue.enqueue(Task { n }).await.expect("enqueue").id());
     }
-    let url = tests::database_url(queue.mysql_pool().unwrap()).await;
     // The first 20 rows in claim order, held by others' claims not yet committed.
-    let mut holder = MySqlConnection::connect(&url).await.expect("holder");
-    let mut tx = holder.begin().await.expect("begin");
+    let mut holder = OtherSession::open(&queue).await;
+    holder.exec("BEGIN", &[]).await;
     for id in &ids[..20] {
-        sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await
-            .expect("lock a row");
+        holder
+            .exec(
+                "SELECT id FROM job_queue WHERE id = ? FOR UPDATE",
+                &[*id as i64],
+            )
+            .await;
     }
     let claimed = queue
         .store()
@@ -312,7 +379,7 @@ async fn a_claim_of_one_finds_a_job_past_a_locked_head_of_the_queue() {
         .expect("claim");
     let got: Vec<u64> = claimed.iter().map(|c| c.id).collect();
     assert_eq!(got, [ids[20]], "the first row nobody holds");
-    tx.rollback().await.expect("release");
+    holder.exec("ROLLBACK", &[]).await;
 }
 
 /// A claim's transaction, held open at the level the queue's sessions run at (READ
@@ -426,9 +493,8 @@ async fn an_open_claim_holds_up_no_enqueue_promotion_or_reclaim() {
 
 /// After its lease was taken back and the job claimed again, the first owner's writes all
 /// match nothing and change nothing; the new owner's work is recorded.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_lost_lease_writes_nothing() {
-    let queue = fresh_queue("store_fencing").await;
+async fn a_lost_lease_writes_nothing(backend: Backend) {
+    let queue = fresh_queue_on(backend, "store_fencing").await;
     let store = queue.store();
     let id = queue.enqueue(Task { n: 1 }).await.expect("enqueue").id();
 

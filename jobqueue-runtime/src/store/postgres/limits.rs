@@ -206,14 +206,7 @@ pub(crate) async fn take_slots_batch(
     };
     // Hand out slots in claim order.
     let mut out = Vec::with_capacity(jobs.len());
-    // (slot key, slot number, holder id, holder attempt, rate window in µs)
-    let mut taken: (
-        Vec<String>,
-        Vec<i64>,
-        Vec<Option<i64>>,
-        Vec<Option<i64>>,
-        Vec<i64>,
-    ) = Default::default();
+    let mut taken = TakenSlots::default();
     let mut takers = 0;
     for (id, attempt, l) in jobs {
         if takers == want {
@@ -284,8 +277,78 @@ pub(crate) async fn take_slots_batch(
         .execute(&mut *conn)
         .await?;
     }
+    recheck_full_keys(conn, &mut out, &limit_of).await?;
     Ok(out)
 }
+
+/// Turns the blocks of concurrency keys that have a free slot after all into leaves.
+///
+/// A key found full by the plain read may have its slot freed by an outcome committing
+/// meanwhile, whose wake looked for blocked jobs before this claim's were written: those
+/// would wait for maintenance with a slot free. (MySQL has the same window, and leaves it
+/// to maintenance; on PostgreSQL it is easily hit.) Reading the key's slots `FOR SHARE`
+/// closes it: a release not yet committed is waited for (both are short) and then seen, and
+/// a release after this read waits for this claim's commit, and its wake then sees the
+/// blocked jobs. A rate key's slots free with time, not by a release: maintenance wakes them.
+async fn recheck_full_keys(
+    conn: &mut PgConnection,
+    verdicts: &mut [Verdict],
+    limit_of: &BTreeMap<String, u32>,
+) -> sqlx::Result<()> {
+    let mut keys: Vec<String> = verdicts
+        .iter()
+        .filter_map(|v| match v {
+            Verdict::Block(k) if k.starts_with("c:") => Some(k.clone()),
+            _ => None,
+        })
+        .collect();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    keys.sort();
+    keys.dedup();
+    let limits: Vec<i64> = keys.iter().map(|k| i64::from(limit_of[k])).collect();
+    let free: Vec<String> = sqlx::query_scalar(
+        "SELECT s.slot_key FROM job_queue_slot s \
+         JOIN unnest($1::text[], $2::bigint[]) AS v(slot_key, n) ON s.slot_key = v.slot_key \
+         WHERE s.slot_no < v.n ORDER BY s.slot_key, s.slot_no FOR SHARE OF s",
+    )
+    .bind(&keys)
+    .bind(&limits)
+    .fetch_all(&mut *conn)
+    .await?;
+    // The rows locked above, read again now that they are: which are free.
+    let free: Vec<String> = if free.is_empty() {
+        free
+    } else {
+        sqlx::query_scalar(
+            "SELECT DISTINCT s.slot_key FROM job_queue_slot s \
+             JOIN unnest($1::text[], $2::bigint[]) AS v(slot_key, n) ON s.slot_key = v.slot_key \
+             WHERE s.slot_no < v.n AND s.job_id IS NULL",
+        )
+        .bind(&keys)
+        .bind(&limits)
+        .fetch_all(&mut *conn)
+        .await?
+    };
+    for v in verdicts.iter_mut() {
+        if matches!(v, Verdict::Block(k) if free.contains(k)) {
+            *v = Verdict::Leave;
+        }
+    }
+    Ok(())
+}
+
+/// The slots a claim takes, as the columns of its one `UPDATE ... FROM unnest(...)`: slot
+/// key, slot number, holder id and attempt (a concurrency slot), window in µs (a rate slot).
+#[derive(Default)]
+struct TakenSlots(
+    Vec<String>,
+    Vec<i64>,
+    Vec<Option<i64>>,
+    Vec<Option<i64>>,
+    Vec<i64>,
+);
 
 /// Locks those of `slots` (slot key, slot number) that are free now, skipping any another
 /// transaction has locked; returns the ones locked (the MySQL `lock_free_slots`).
