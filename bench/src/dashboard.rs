@@ -211,10 +211,14 @@ pub(crate) async fn run(
             "jobs, enqueued to= an hour ago".into(),
             format!("/jobs?to={}", hour_ago.replace(':', "%3A")),
         ),
+        // With a status, the time fields bound the time in it: done jobs that finished
+        // before an hour ago, a range of the status's index.
         (
-            "jobs, status=done & enqueued to= an hour ago".into(),
+            "jobs, status=done & finished to= an hour ago".into(),
             format!("/jobs?status=done&to={}", hour_ago.replace(':', "%3A")),
         ),
+        // What the page's script reads when a picker is first used.
+        ("pickers' names (JSON)".into(), "/jobs/names".into()),
         ("jobs, next page (keyset cursor)".into(), next),
         ("jobs, status=done, next page".into(), next_done),
         ("one job".into(), format!("/jobs/{id}")),

@@ -126,7 +126,13 @@ async fn print_jobs(
         return Ok(out.flush()?);
     }
     if jobs.is_empty() {
-        out.line("no jobs match")?;
+        match &page.next {
+            // A filter no index serves whole tests a bounded number of jobs per page.
+            Some(next) => out.line(&format!(
+                "no match among the jobs this page searched; search on: --cursor {next}"
+            ))?,
+            None => out.line("no jobs match")?,
+        }
         return Ok(out.flush()?);
     }
     let mut table = Table::new(&[

@@ -90,16 +90,22 @@ impl Queue {
     /// | `running` | soonest lease expiry first |
     ///
     /// Jobs with the same time come by id. A listing of one status reads that status's
-    /// range of an index (with a queue, the range of that queue and status): it costs the
-    /// page's rows, also when few or no jobs match. A job that leaves the status between
+    /// range of an index (with a queue or a kind, the range of that queue or kind and
+    /// status; [`JobFilter::status_time`] narrows it to a time range): it costs the page's
+    /// rows, also when few or no jobs match. A job that leaves the status between
     /// two pages is not shown on the next; one that enters it shows if its place is after
     /// the cursor; every job that stays in its status and keeps its time is shown once. A
     /// running job whose lease is renewed between two pages moves forward in that order,
     /// and may show again.
     ///
-    /// A filter that no index serves (metadata, a time range, a kind or a task key with
-    /// other fields) tests the rows of the range it reads one by one; a page stops after
-    /// one second with [`Error::FilterTooSlow`] rather than scan a large table.
+    /// A filter that no index serves whole (metadata, error text, enqueue times, a task key
+    /// with other fields, a queue, a kind and a status together) tests the jobs of the
+    /// range the rest selects one by one, at most
+    /// [`LIST_SCAN_ROWS`](crate::LIST_SCAN_ROWS) per page: a page may then hold fewer jobs
+    /// than `limit`, none even, with [`JobPage::searched`] set and [`JobPage::next`] going
+    /// on after the last job tested, so follow `next` rather than stop at a short page. A
+    /// page stops after one second with [`Error::FilterTooSlow`] if its tests are slow
+    /// (long error texts).
     ///
     /// `cursor` must come from a page of a listing of the same status (or of no status):
     /// another is refused with [`Error::InvalidSetting`].

@@ -50,7 +50,10 @@ pub use model::{
     SUMMARY_ERROR_CHARS,
 };
 pub use model::{InvalidCursor, JobCursor, JobPage, PeriodicJob, ThroughputMinute, WorkerInfo};
-pub use operator::{ListCounts, SelectionOutcome, MAX_NAMES, MAX_SELECTION, RECOUNT_MAX_JOBS};
+pub use operator::{
+    ListCounts, SelectionOutcome, LIST_COUNT_CAP, LIST_SCAN_INDEXED_ROWS, LIST_SCAN_ROWS,
+    MAX_NAMES, MAX_SELECTION, RECOUNT_MAX_JOBS,
+};
 pub use progress::MAX_PROGRESS_BYTES;
 pub use queue::{pool_options, redact_url, Queue, QueueConfig};
 pub use retry::Backoff;

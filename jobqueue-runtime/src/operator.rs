@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use crate::error::{Error, JobRef, Result};
 use crate::maintenance::GAUGE_INTERVAL;
-use crate::model::{
-    CancelOutcome, JobCursor, JobFilter, JobStatus, StatusCounts, OVERVIEW_COUNT_CAP,
-};
+use crate::model::{CancelOutcome, JobCursor, JobFilter, JobStatus, StatusCounts};
 use crate::queue::Queue;
 use crate::store::operator::{Deletion, NameColumn};
 
@@ -26,6 +24,23 @@ pub const RECOUNT_MAX_JOBS: u64 = 100_000;
 /// The most names [`Queue::queue_names`] and [`Queue::kind_names`] return: each is one
 /// index lookup.
 pub const MAX_NAMES: usize = 200;
+
+/// The most jobs a page of [`Queue::list`] (or [`Queue::list_summaries`]) tests when no
+/// index serves its whole filter (metadata, error text, enqueue times, a key prefix with
+/// other fields, a queue with a kind and a status) and it reads them in id order (no
+/// status, queue or kind): neighbours in the table, about 1 ms. The page holds the matches
+/// among them, and says so ([`JobPage::searched`](crate::JobPage::searched)).
+pub const LIST_SCAN_ROWS: u64 = 1_000;
+
+/// [`LIST_SCAN_ROWS`] for a page that reads its jobs through an index (a status, a queue or
+/// a kind narrows the range): each job tested is then a row read on its own, wherever it
+/// is in the table (failed jobs among a million done ones: about 20 µs each on a loaded
+/// 2-core machine).
+pub const LIST_SCAN_INDEXED_ROWS: u64 = 250;
+
+/// The most done or cancelled jobs [`Queue::list_counts`] counts per status: a count reads
+/// one index entry per job (a job list shows "1,000+" past it).
+pub const LIST_COUNT_CAP: u64 = 1_000;
 
 /// What an action on a selection of jobs did to each of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -47,9 +62,9 @@ pub struct SelectionOutcome {
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ListCounts {
-    /// The jobs of each status. Capped ones are at [`OVERVIEW_COUNT_CAP`].
+    /// The jobs of each status. Capped ones are at [`LIST_COUNT_CAP`].
     pub counts: StatusCounts,
-    /// The statuses with more jobs than [`OVERVIEW_COUNT_CAP`] (shown as "10,000+").
+    /// The statuses with more jobs than [`LIST_COUNT_CAP`] (shown as "1,000+").
     pub capped: Vec<JobStatus>,
     /// How long ago the queue gauges (the counts of every status but done and cancelled)
     /// were counted; `None` if never.
@@ -190,7 +205,7 @@ impl Queue {
     /// scheduled, ready, blocked, running and failed jobs are the queue gauges (counted by
     /// one worker of the fleet every few seconds; counted here first when nobody has for
     /// longer, if this user may), done and cancelled jobs are counted on their index up to
-    /// [`OVERVIEW_COUNT_CAP`] ([`ListCounts::capped`] says which went past it). Each figure
+    /// [`LIST_COUNT_CAP`] ([`ListCounts::capped`] says which went past it). Each figure
     /// costs at most that many index entries.
     pub async fn list_counts(&self, queue: Option<&str>) -> Result<ListCounts> {
         let store = self.store();
@@ -205,12 +220,12 @@ impl Queue {
         let mut capped = Vec::new();
         for status in [JobStatus::Done, JobStatus::Cancelled] {
             let n = store
-                .capped_status_count(queue, status, OVERVIEW_COUNT_CAP)
+                .capped_status_count(queue, status, LIST_COUNT_CAP)
                 .await?;
-            if n > OVERVIEW_COUNT_CAP {
+            if n > LIST_COUNT_CAP {
                 capped.push(status);
             }
-            counts.set(status, n.min(OVERVIEW_COUNT_CAP));
+            counts.set(status, n.min(LIST_COUNT_CAP));
         }
         Ok(ListCounts {
             counts,
@@ -223,8 +238,9 @@ impl Queue {
     /// `cursor` ("newer" in a listing newest first): `Ok(Some(None))` when that page is the
     /// first (list it without a cursor), `Ok(Some(Some(c)))` to list it after `c`. It is
     /// read now: jobs that entered the listing since the pages were read shift it, as they
-    /// would shift a new first page. `Ok(None)` when a filter no index serves ran into the
-    /// list's time limit. It reads the listing backwards from `cursor`: `limit + 1` index
+    /// would shift a new first page. `Ok(None)` when no index serves the whole filter (see
+    /// [`LIST_SCAN_ROWS`]): its read backwards would not be bounded; and when the read ran
+    /// into the list's time limit. It reads the listing backwards from `cursor`: `limit + 1` index
     /// entries, through the same index as the page.
     pub async fn previous_cursor(
         &self,

@@ -301,6 +301,7 @@ impl Dashboard {
             .route("/", get(pages::overview))
             .route("/live", get(pages::overview_live))
             .route("/jobs", get(pages::jobs))
+            .route("/jobs/names", get(pages::picker_names))
             .route("/jobs/{id}", get(pages::job))
             .route("/workers", get(pages::workers))
             .route("/periodic", get(pages::periodic))

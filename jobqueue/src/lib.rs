@@ -175,7 +175,8 @@ pub mod admin {
     // Actions on jobs picked by id, and what a job list shows beside its rows.
     #[doc(inline)]
     pub use jobqueue_runtime::{
-        ListCounts, SelectionOutcome, MAX_NAMES, MAX_SELECTION, RECOUNT_MAX_JOBS,
+        ListCounts, SelectionOutcome, LIST_COUNT_CAP, LIST_SCAN_INDEXED_ROWS, LIST_SCAN_ROWS,
+        MAX_NAMES, MAX_SELECTION, RECOUNT_MAX_JOBS,
     };
     // What the dashboard reads: rows without their payloads, one job as stored text, a
     // bounded overview, a bulk action's progress.

@@ -236,21 +236,43 @@ async fn the_daily_workflows_work_in_a_real_browser() {
     }
     shot(&b, "lists-found").await;
 
-    // Pick a queue: the picker offers every queue; the list shows that queue's jobs.
+    // Pick a queue: the picker offers every queue once it is used (its names are read
+    // then); the list shows that queue's jobs.
     b.goto(&format!("{base}/jobs")).await.unwrap();
     loaded(&b, "/jobs").await;
+    let picker = b.find(Locator::Css("input[name=queue]")).await.unwrap();
+    picker.click().await.unwrap();
+    wait_for("the pickers' names to be read", PAGE, || {
+        let b = b.clone();
+        async move {
+            let loaded = js(
+                &b,
+                "return document.querySelector('#kind-names').getAttribute('data-loaded')",
+            )
+            .await;
+            (loaded == json!("1")).then_some(())
+        }
+    })
+    .await;
     let offered = js(
         &b,
         "return [...document.querySelectorAll('#queue-names option')].map(o => o.value)",
     )
     .await;
     assert_eq!(offered, json!(["billing", "mail"]));
-    b.find(Locator::Css("input[name=queue]"))
-        .await
-        .unwrap()
-        .send_keys("billing")
-        .await
-        .unwrap();
+    let kinds = js(
+        &b,
+        "return [...document.querySelectorAll('#kind-names option')].map(o => o.value)",
+    )
+    .await;
+    assert!(
+        kinds
+            .as_array()
+            .is_some_and(|k| k.contains(&json!("charge_card"))),
+        "{kinds}"
+    );
+    shot(&b, "lists-picker").await;
+    picker.send_keys("billing").await.unwrap();
     click(&b, "form.filters button[type=submit]").await;
     loaded(&b, "queue=billing").await;
     let ids = listed(&b).await;

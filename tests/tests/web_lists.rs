@@ -516,9 +516,10 @@ async fn the_search_box_finds_a_job_by_id_key_or_key_prefix(backend: Backend) {
 /// The options of the datalist `id` on `page`.
 fn options(page: &str, id: &str) -> Vec<String> {
     let start = page
-        .find(&format!("<datalist id=\"{id}\">"))
+        .find(&format!("<datalist id=\"{id}\""))
         .unwrap_or_else(|| panic!("datalist {id}: {page}"));
     let rest = &page[start..];
+    let rest = &rest[rest.find('>').unwrap() + 1..];
     let list = &rest[..rest.find("</datalist>").unwrap()];
     list.split("<option value=\"")
         .skip(1)
@@ -538,6 +539,7 @@ async fn the_pickers_list_queues_and_kinds(backend: Backend) {
         insert_job(&queue, q, kind, &format!("{q}:{kind}"), "{}", "done", None).await;
     }
     let router = Dashboard::new(queue.clone()).router();
+    // The page reads no name: its lists say where the script finds them.
     let page = get(&router, "/jobs").await.body;
     assert!(
         page.contains("<input name=\"queue\" list=\"queue-names\""),
@@ -547,6 +549,27 @@ async fn the_pickers_list_queues_and_kinds(backend: Backend) {
         page.contains("<input name=\"kind\" list=\"kind-names\""),
         "{page}"
     );
+    assert!(
+        page.contains(
+            "<datalist id=\"queue-names\" data-src=\"/jobs/names\" data-field=\"queues\"></datalist>"
+        ),
+        "{page}"
+    );
+    assert!(options(&page, "kind-names").is_empty(), "{page}");
+    // The names, as JSON.
+    let r = get(&router, "/jobs/names").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.headers["content-type"], "application/json; charset=utf-8");
+    let names: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(
+        names,
+        serde_json::json!({
+            "queues": ["a&b", "billing", "exports", "mail"],
+            "kinds": ["charge_card", "k<1>", "send_digest", "send_welcome"],
+        })
+    );
+    // Once read, the page shows them itself (escaped), for as long as they are kept.
+    let page = get(&router, "/jobs").await.body;
     assert_eq!(
         options(&page, "queue-names"),
         ["a&amp;b", "billing", "exports", "mail"]
@@ -558,7 +581,7 @@ async fn the_pickers_list_queues_and_kinds(backend: Backend) {
     // Capped: the first names only.
     assert_eq!(queue.queue_names(2).await.unwrap(), ["a&b", "billing"]);
     assert_eq!(queue.kind_names(1).await.unwrap(), ["charge_card"]);
-    // A picked queue filters the list; the page's own refresh does not look names up.
+    // A picked queue filters the list; the page's own refresh shows no names.
     let page = get(&router, "/jobs?queue=billing").await.body;
     assert!(page.contains("value=\"billing\""));
     assert_eq!(
@@ -576,6 +599,258 @@ async fn the_pickers_list_queues_and_kinds(backend: Backend) {
     .await
     .body;
     assert!(options(&refresh, "queue-names").is_empty(), "{refresh}");
+}
+
+#[tokio::test]
+async fn the_pickers_names_need_the_login_the_pages_need() {
+    use axum::body::Body;
+    use axum::http::{header, Request};
+    use jobqueue_web::Auth;
+    let queue = fresh_queue("web_lists_pickers_auth").await;
+    insert_job(&queue, "billing", "charge_card", "b:1", "{}", "done", None).await;
+    let router = Dashboard::new(queue.clone())
+        .auth(Auth::Token(web_support::TOKEN.into()))
+        .router();
+    for path in ["/jobs", "/jobs/names"] {
+        let r = get(&router, path).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{path}: {}", r.body);
+        assert!(!r.body.contains("billing"), "{path}: {}", r.body);
+    }
+    let r = web_support::send(
+        &router,
+        Request::get("/jobs/names")
+            .header(
+                header::AUTHORIZATION,
+                format!("Bearer {}", web_support::TOKEN),
+            )
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body, r#"{"kinds":["charge_card"],"queues":["billing"]}"#);
+}
+
+/// The ids of the jobs listed on a page of the job list, in order.
+fn listed_ids(body: &str) -> Vec<u64> {
+    body.split("<td class=\"n\"><a href=\"/jobs/")
+        .skip(1)
+        .map(|rest| rest[..rest.find('"').unwrap()].parse().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_status_with_a_kind_or_a_queue_with_a_kind_lists_its_jobs_in_order() {
+    let queue = fresh_queue("web_lists_kind_status").await;
+    // Finished a minute apart, not in the order of their ids.
+    let mut ids = std::collections::HashMap::new();
+    for (key, q, kind, status, minutes_ago) in [
+        ("a", "mail", "welcome", "failed", 5),
+        ("b", "mail", "digest", "failed", 4),
+        ("c", "billing", "welcome", "failed", 1),
+        ("d", "mail", "welcome", "failed", 3),
+        ("e", "mail", "welcome", "done", 2),
+        ("f", "billing", "welcome", "ready", 0),
+    ] {
+        let id = insert_job(&queue, q, kind, key, "{}", status, None).await;
+        sqlx::query(
+            "UPDATE job_queue SET finished_at = UTC_TIMESTAMP(6) - INTERVAL ? MINUTE \
+             WHERE id = ? AND finished_at IS NOT NULL",
+        )
+        .bind(minutes_ago)
+        .bind(id)
+        .execute(queue.mysql_pool().unwrap())
+        .await
+        .unwrap();
+        ids.insert(key, id);
+    }
+    let router = Dashboard::new(queue.clone()).router();
+    let keys = |body: &str| -> Vec<&str> {
+        listed_ids(body)
+            .into_iter()
+            .map(|id| *ids.iter().find(|(_, v)| **v == id).unwrap().0)
+            .collect()
+    };
+    for (query, want) in [
+        // Newest finished first.
+        ("status=failed&kind=welcome", vec!["c", "d", "a"]),
+        ("status=failed&kind=digest", vec!["b"]),
+        ("status=failed&kind=nothing", vec![]),
+        ("status=done&kind=welcome", vec!["e"]),
+        // Tested row by row within the window: the same answer.
+        ("status=failed&kind=welcome&queue=mail", vec!["d", "a"]),
+        // Newest first, by id.
+        ("queue=mail&kind=welcome", vec!["e", "d", "a"]),
+        ("queue=billing&kind=welcome", vec!["f", "c"]),
+        ("queue=billing&kind=digest", vec![]),
+    ] {
+        let r = get(&router, &format!("/jobs?{query}")).await;
+        assert_eq!(r.status, StatusCode::OK, "{query}: {}", r.body);
+        assert_eq!(keys(&r.body), want, "{query}");
+        assert!(
+            !r.body.contains("class=\"empty searched\""),
+            "{query}: {}",
+            r.body
+        );
+    }
+    // Pages of one job each follow the same order, and lead back.
+    let filter = JobFilter::default()
+        .status(JobStatus::Failed)
+        .kind("welcome");
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = queue.list(&filter, cursor.as_ref(), 1).await.unwrap();
+        assert_eq!(page.searched, None);
+        seen.extend(page.jobs.iter().map(|j| j.id));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, [ids["c"], ids["d"], ids["a"]]);
+    let after_two = queue.list(&filter, None, 2).await.unwrap().next.unwrap();
+    let r = get(
+        &router,
+        &format!("/jobs?status=failed&kind=welcome&cursor={after_two}"),
+    )
+    .await;
+    assert_eq!(keys(&r.body), ["a"]);
+    assert!(r.body.contains("rel=\"prev\""), "{}", r.body);
+}
+
+#[tokio::test]
+async fn a_time_with_a_status_bounds_the_time_in_that_status() {
+    let queue = fresh_queue("web_lists_status_time").await;
+    let mut ids = Vec::new();
+    for (i, minutes_ago) in [90, 70, 50, 30, 10].into_iter().enumerate() {
+        let id = insert_job(&queue, "q", "k", &format!("t:{i}"), "{}", "done", None).await;
+        sqlx::query(
+            "UPDATE job_queue SET finished_at = UTC_TIMESTAMP(6) - INTERVAL ? MINUTE, \
+             created_at = UTC_TIMESTAMP(6) - INTERVAL 2 DAY WHERE id = ?",
+        )
+        .bind(minutes_ago)
+        .bind(id)
+        .execute(queue.mysql_pool().unwrap())
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    // The server's time `minutes` ago, as the page's time fields write it.
+    let at = |minutes: i64| {
+        let pool = queue.mysql_pool().unwrap().clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL ? MINUTE, '%Y-%m-%dT%H:%i')",
+            )
+            .bind(minutes)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let (from, to) = (at(80).await, at(20).await);
+    let router = Dashboard::new(queue.clone()).router();
+    let r = get(&router, &format!("/jobs?status=done&from={from}&to={to}")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(listed_ids(&r.body), [ids[3], ids[2], ids[1]]);
+    assert!(r.body.contains("Finished from"), "{}", r.body);
+    // Without a status, the same fields bound when the jobs were enqueued: two days ago.
+    let r = get(&router, &format!("/jobs?from={from}&to={to}")).await;
+    assert_eq!(listed_ids(&r.body), Vec::<u64>::new());
+    assert!(r.body.contains("Enqueued from"), "{}", r.body);
+    let two_days = at(2 * 24 * 60 + 60).await;
+    let r = get(&router, &format!("/jobs?from={two_days}&to={to}")).await;
+    assert_eq!(
+        listed_ids(&r.body),
+        [ids[4], ids[3], ids[2], ids[1], ids[0]]
+    );
+    // The API's filter is the same.
+    let now = queue.now().await.unwrap();
+    let page = queue
+        .list(
+            &JobFilter::default()
+                .status(JobStatus::Done)
+                .status_time(Some(now - chrono::Duration::minutes(60)), None),
+            None,
+            10,
+        )
+        .await
+        .unwrap();
+    let listed: Vec<u64> = page.jobs.iter().map(|j| j.id).collect();
+    assert_eq!(listed, [ids[4], ids[3], ids[2]]);
+}
+
+#[tokio::test]
+async fn a_filter_no_index_serves_searches_a_window_and_goes_on_from_its_end() {
+    use jobqueue::admin::{LIST_SCAN_INDEXED_ROWS, LIST_SCAN_ROWS};
+    let queue = fresh_queue("web_lists_window").await;
+    // The one match is older than 1,200 jobs that do not match.
+    let old = insert_job(&queue, "q", "k", "tenant:acme", "{}", "failed", None).await;
+    sqlx::query("UPDATE job_queue SET metadata = '{\"tenant\": \"acme\"}' WHERE id = ?")
+        .bind(old)
+        .execute(queue.mysql_pool().unwrap())
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, metadata, finished_at) \
+         SELECT 'q', 'k', CONCAT('other:', seq), '{}', 'failed', 1, '{\"tenant\": \"other\"}', \
+           UTC_TIMESTAMP(6) + INTERVAL seq MICROSECOND \
+         FROM seq_1_to_1200",
+    )
+    .execute(queue.mysql_pool().unwrap())
+    .await
+    .unwrap();
+    for (filter, scan) in [
+        // In id order.
+        (JobFilter::default().meta("tenant", "acme"), LIST_SCAN_ROWS),
+        // Through the status's index.
+        (
+            JobFilter::default()
+                .status(JobStatus::Failed)
+                .meta("tenant", "acme"),
+            LIST_SCAN_INDEXED_ROWS,
+        ),
+    ] {
+        // Each page tests a window of the range, finds nothing there, and says so; the
+        // next goes on from the window's end, until what is left is less than a window
+        // and holds the match.
+        let mut cursor = None;
+        let mut windows = 0;
+        let found = loop {
+            let page = queue.list(&filter, cursor.as_ref(), 50).await.unwrap();
+            if !page.jobs.is_empty() {
+                assert_eq!(page.searched, None, "{filter:?}");
+                assert!(page.next.is_none(), "{filter:?}");
+                break page.jobs.iter().map(|j| j.id).collect::<Vec<_>>();
+            }
+            assert_eq!(page.searched, Some(scan), "{filter:?}");
+            windows += 1;
+            cursor = Some(page.next.expect("a window goes on"));
+        };
+        assert_eq!(found, [old], "{filter:?}");
+        assert_eq!(windows, 1200 / scan, "{filter:?}");
+        // A filter that matches many fills its page as before.
+        let many = filter.clone().meta("tenant", "other");
+        let page = queue.list(&many, None, 50).await.unwrap();
+        assert_eq!(page.jobs.len(), 50);
+        assert_eq!(page.searched, None);
+    }
+    // The page says what it searched, and links to the search's next step.
+    let router = Dashboard::new(queue.clone()).router();
+    let r = get(&router, "/jobs?meta=tenant%3Dacme").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(
+        r.body
+            .contains("No job matches among the next 1,000 jobs of this list"),
+        "{}",
+        r.body
+    );
+    let next = pager_link(&r.body, "next").expect("a link to search on");
+    assert!(r.body.contains("Search older »"), "{}", r.body);
+    let r = get(&router, &next).await;
+    assert_eq!(listed_ids(&r.body), [old], "{}", r.body);
+    assert!(!r.body.contains("among the next"), "{}", r.body);
 }
 
 async fn the_error_filter_finds_text_with_wildcards_as_plain_characters(backend: Backend) {
@@ -705,7 +980,7 @@ fn tab_count(page: &str, status: &str) -> String {
 async fn the_status_tabs_count_capped_and_by_queue() {
     let queue = fresh_queue("web_lists_tabs").await;
     // More finished jobs than the cap, in batches of a thousand rows per statement.
-    for batch in 0..11 {
+    for batch in 0..2 {
         sqlx::query(
             "INSERT INTO job_queue (queue, kind, task_key, payload, status, attempts, finished_at) \
              SELECT 'big', 'k', CONCAT('done:', ?, ':', seq), '{}', 'done', 1, UTC_TIMESTAMP(6) \
@@ -745,7 +1020,7 @@ async fn the_status_tabs_count_capped_and_by_queue() {
     let router = Dashboard::new(queue.clone()).router();
     let page = get(&router, "/jobs").await.body;
     for (status, n) in [
-        ("done", "10,000+"),
+        ("done", "1,000+"),
         ("failed", "2"),
         ("ready", "4"),
         ("scheduled", "1"),
@@ -779,7 +1054,7 @@ async fn the_status_tabs_count_capped_and_by_queue() {
     assert!(page.contains("counts of queue small"), "{page}");
     let counts = queue.list_counts(Some("big")).await.unwrap();
     assert_eq!(counts.capped, [JobStatus::Done]);
-    assert_eq!(counts.counts.done, jobqueue::admin::OVERVIEW_COUNT_CAP);
+    assert_eq!(counts.counts.done, jobqueue::admin::LIST_COUNT_CAP);
     // Other filters do not change the counts, and the page says so.
     let page = get(&router, "/jobs?queue=small&kind=other").await.body;
     assert!(

@@ -17,6 +17,15 @@ pub struct JobPage {
     /// Pass this to [`Queue::list`](crate::Queue::list), with the same filter, for the
     /// next page; `None` on the last page.
     pub next: Option<JobCursor>,
+    /// `Some(n)` when no index serves the whole filter (metadata, error text, enqueue
+    /// times, a task key with other fields, a queue, kind and status together) and this
+    /// page tested the most it may, `n` jobs of the range the served part selects
+    /// ([`LIST_SCAN_ROWS`](crate::LIST_SCAN_ROWS) in id order,
+    /// [`LIST_SCAN_INDEXED_ROWS`](crate::LIST_SCAN_INDEXED_ROWS) through an index), without
+    /// filling the page: [`JobPage::jobs`] are the matches among those `n` (maybe none),
+    /// and [`JobPage::next`] continues after the last of them, where more may match.
+    /// `None`: the page is complete, as with every filter an index serves.
+    pub searched: Option<u64>,
 }
 
 /// Where a page of [`Queue::list`](crate::Queue::list) starts: just after the last job of
@@ -527,6 +536,9 @@ pub struct JobSummaryPage {
     /// [`Queue::list`](crate::Queue::list)), with the same filter, for the next page;
     /// `None` on the last page.
     pub next: Option<JobCursor>,
+    /// As [`JobPage::searched`]: `Some(n)` when the page stopped after reading `n` jobs
+    /// that a filter no index serves was tested on.
+    pub searched: Option<u64>,
 }
 
 /// How many bytes of each large column of a job [`Queue::job_detail`](crate::Queue::job_detail)

@@ -391,6 +391,11 @@ pub struct JobFilter {
     pub created_from: Option<DateTime<Utc>>,
     /// Only jobs enqueued before this time (the server's clock).
     pub created_to: Option<DateTime<Utc>>,
+    /// Only jobs whose time in their status is at or after this time (see
+    /// [`JobFilter::status_time`]).
+    pub status_time_from: Option<DateTime<Utc>>,
+    /// Only jobs whose time in their status is before this time.
+    pub status_time_to: Option<DateTime<Utc>>,
     /// Only jobs whose metadata has this key with this value (a JSON string equal to it, or
     /// a number or boolean that prints as it: `42`, `true`).
     pub meta: Option<(String, String)>,
@@ -445,14 +450,26 @@ impl JobFilter {
         self
     }
 
+    /// Only jobs whose time in their status is in `[from, to)`; either end may be open.
+    /// That time is the one a listing of one status is ordered by: when the job is due
+    /// (scheduled, ready, blocked), when its lease ends (running), when it finished (done,
+    /// failed, cancelled). With a status, the bounds are a range of the listing's index:
+    /// "the jobs that failed between 9:00 and 9:30" reads only those. Without a status they
+    /// are tested row by row, as the enqueue times of [`JobFilter::created`] are.
+    pub fn status_time(mut self, from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Self {
+        self.status_time_from = from;
+        self.status_time_to = to;
+        self
+    }
+
     /// Only jobs whose metadata holds `key` with `value` (see [`JobFilter::meta`]). A key of
     /// other characters than ASCII letters, digits, `_`, `-` and `.` matches no job.
     ///
-    /// The metadata is not indexed: the list and count read the jobs the other filters
-    /// select (in the list's order, until it has its `limit`), and test each; a page of
-    /// [`Queue::list`](crate::Queue::list) stops after a second
-    /// ([`Error::FilterTooSlow`](crate::Error::FilterTooSlow)). Combine it with a status and
-    /// a queue on a large table.
+    /// The metadata is not indexed: a page of [`Queue::list`](crate::Queue::list) tests at
+    /// most [`LIST_SCAN_ROWS`](crate::LIST_SCAN_ROWS) jobs (fewer through an index) of the
+    /// range the other filters select, in the list's order (see
+    /// [`JobPage::searched`](crate::JobPage::searched)); the count and the bulk actions test
+    /// every job of that range. Combine it with a status and a queue on a large table.
     pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.meta = Some((key.into(), value.into()));
         self
@@ -461,10 +478,11 @@ impl JobFilter {
     /// Only jobs whose `last_error` contains `text`, ignoring case (`%` and `_` are plain
     /// characters here; an empty text matches every job).
     ///
-    /// Errors are not indexed: like [`JobFilter::meta`], the list reads the jobs the other
-    /// filters select and tests each, and a page of [`Queue::list`](crate::Queue::list)
-    /// stops after a second ([`Error::FilterTooSlow`](crate::Error::FilterTooSlow)). Combine
-    /// it with a status (`failed`) and a queue on a large table.
+    /// Errors are not indexed: like [`JobFilter::meta`], a page of the list tests a bounded
+    /// number of jobs ([`LIST_SCAN_ROWS`](crate::LIST_SCAN_ROWS)) of the range the other
+    /// filters select, and stops after a second
+    /// ([`Error::FilterTooSlow`](crate::Error::FilterTooSlow)) if their errors are long.
+    /// Combine it with a status (`failed`) and a queue on a large table.
     pub fn error_contains(mut self, text: impl Into<String>) -> Self {
         self.error_contains = Some(text.into());
         self

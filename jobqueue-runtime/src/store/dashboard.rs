@@ -241,6 +241,15 @@ pub(super) fn conditions(query: &JobFilter) -> (Vec<&'static str>, Vec<Arg>) {
         conds.push("created_at < ?");
         args.push(Arg::Time(t.naive_utc()));
     }
+    // With a status, a range of the listing's index (see `list_plan`).
+    if let Some(t) = query.status_time_from {
+        conds.push("status_at >= ?");
+        args.push(Arg::Time(t.naive_utc()));
+    }
+    if let Some(t) = query.status_time_to {
+        conds.push("status_at < ?");
+        args.push(Arg::Time(t.naive_utc()));
+    }
     (conds, args)
 }
 
@@ -253,9 +262,13 @@ impl Store {
         limit: u32,
     ) -> Result<JobPage> {
         on_postgres!(self, dashboard::list(query, cursor, limit));
-        let (rows, next) = self.list_rows(JOB_COLUMNS, query, cursor, limit).await?;
+        let (rows, next, searched) = self.list_rows(JOB_COLUMNS, query, cursor, limit).await?;
         let jobs = rows.iter().map(record_from_row).collect::<Result<_>>()?;
-        Ok(JobPage { jobs, next })
+        Ok(JobPage {
+            jobs,
+            next,
+            searched,
+        })
     }
 
     /// [`Store::list`] without the large columns: rows as [`JobSummary`].
@@ -266,40 +279,59 @@ impl Store {
         limit: u32,
     ) -> Result<JobSummaryPage> {
         on_postgres!(self, dashboard::list_summaries(query, cursor, limit));
-        let (rows, next) = self
+        let (rows, next, searched) = self
             .list_rows(&summary_columns(), query, cursor, limit)
             .await?;
         let jobs = rows.iter().map(summary_from_row).collect::<Result<_>>()?;
-        Ok(JobSummaryPage { jobs, next })
+        Ok(JobSummaryPage {
+            jobs,
+            next,
+            searched,
+        })
     }
 
-    /// The rows of one page of a listing, with `columns`, and the cursor of the next page.
+    /// The rows of one page of a listing, with `columns`, the cursor of the next page, and
+    /// how many entries a bounded page read without filling itself
+    /// ([`JobPage::searched`]).
     async fn list_rows(
         &self,
         columns: &str,
         query: &JobFilter,
         cursor: Option<&JobCursor>,
         limit: u32,
-    ) -> Result<(Vec<MySqlRow>, Option<JobCursor>)> {
-        let (sql, args) = list_statement_of(columns, query, cursor, limit);
-        let mut rows = self.fetch_limited(&sql, &args, query).await?;
-        let next = if rows.len() > limit as usize {
-            rows.truncate(limit as usize);
-            match rows.last() {
-                Some(r) => Some(JobCursor {
-                    status: query.status,
-                    at: match query.status {
-                        Some(_) => r.try_get::<Option<NaiveDateTime>, _>("status_at")?,
-                        None => None,
-                    },
-                    id: r.try_get("id")?,
-                }),
-                None => None,
-            }
-        } else {
-            None
+    ) -> Result<(Vec<MySqlRow>, Option<JobCursor>, Option<u64>)> {
+        let cursor_of = |r: &MySqlRow| -> Result<JobCursor> {
+            Ok(JobCursor {
+                status: query.status,
+                at: match query.status {
+                    Some(_) => r.try_get::<Option<NaiveDateTime>, _>("status_at")?,
+                    None => None,
+                },
+                id: r.try_get("id")?,
+            })
         };
-        Ok((rows, next))
+        // A filter its index does not serve whole reads a window of the index's range: its
+        // end first, from the index alone, then the matches up to there.
+        let edge = if list_plan(query).served {
+            None
+        } else {
+            let (sql, args) = window_statement(query, cursor);
+            let rows = self.fetch_limited(&sql, &args, query).await?;
+            rows.first().map(cursor_of).transpose()?
+        };
+        let (sql, args) = match &edge {
+            None => list_statement_of(columns, query, cursor, limit),
+            Some(edge) => list_statement_within(columns, query, cursor, limit, edge),
+        };
+        let mut rows = self.fetch_limited(&sql, &args, query).await?;
+        if rows.len() > limit as usize {
+            rows.truncate(limit as usize);
+            let next = rows.last().map(cursor_of).transpose()?;
+            return Ok((rows, next, None));
+        }
+        // The window read whole without a full page: the next page starts after it.
+        let searched = edge.as_ref().map(|_| scan_rows(list_plan(query)));
+        Ok((rows, edge, searched))
     }
 
     /// Runs `sql` (one SELECT over the jobs matching `query`) with [`LIST_TIME_LIMIT`]: a
@@ -763,7 +795,9 @@ impl Store {
 }
 
 /// The statements of the dashboard's pages for `query`, with their arguments, for checking
-/// their plans with EXPLAIN.
+/// their plans with EXPLAIN. The first is a page of the job list as it is read; for a filter
+/// its index does not serve whole, the last (`LIMIT 1 OFFSET ?`) is the read of where the
+/// page's window ends.
 pub fn dashboard_statements(
     query: &JobFilter,
     cursor: Option<&JobCursor>,
@@ -774,8 +808,32 @@ pub fn dashboard_statements(
         ..query.clone()
     };
     let (conds, args) = conditions(&counted);
-    vec![
-        list_statement(query, cursor, 50),
+    // A filter its index does not serve whole: the page up to a window's end (here far
+    // along the listing: the oldest id, a time long past or far ahead), and, last, the
+    // read of that end.
+    let page = if list_plan(query).served {
+        list_statement(query, cursor, 50)
+    } else {
+        let year = |y| {
+            chrono::NaiveDate::from_ymd_opt(y, 1, 1)
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                .unwrap_or_default()
+        };
+        let edge = JobCursor {
+            status: query.status,
+            at: query.status.map(|s| {
+                if newest_first(s) {
+                    year(2000)
+                } else {
+                    year(2100)
+                }
+            }),
+            id: 1,
+        };
+        list_statement_within(JOB_COLUMNS, query, cursor, 50, &edge)
+    };
+    let mut statements = vec![
+        page,
         (
             format!("SELECT COUNT(*) FROM job_queue {}", where_clause(&conds)),
             args,
@@ -811,7 +869,11 @@ pub fn dashboard_statements(
             ],
         ),
         overview_of_statement(&["q0".to_owned(), "q1".to_owned()]),
-    ]
+    ];
+    if !list_plan(query).served {
+        statements.push(window_statement(query, cursor));
+    }
+    statements
 }
 
 /// How old the kept throughput counts may be before a reader counts them itself: a worker
@@ -850,50 +912,121 @@ pub(super) fn newest_first(status: JobStatus) -> bool {
     )
 }
 
-/// The statement of one page of [`Store::list`] (`limit + 1` rows: one more tells whether
-/// there is a next page).
-///
-/// Without a status: newest first by id. Each (x, id) index is in id order within one value
-/// of x: reading it backwards gives a page with no sort, whatever else is filtered row by
-/// row. Left to itself the optimizer may prefer the claim index for a queue, and sort every
-/// match. A key prefix alone goes through the key index and sorts only the keys it matches.
-///
-/// With a status: by `(status_at, id)`, through `job_queue_status_at (status, status_at,
-/// id)`, or `job_queue_queue_status_at (queue, status, status_at, id)` when a queue is
-/// named too, read forwards or backwards from the cursor: no sort, and a filter that
-/// matches nothing ends at the end of its range, not at the end of the table. `status_at`
-/// is NULL only on a row that lost its time (it sorts first in an ascending index): such
-/// rows come first in a listing next first, last in a listing newest first.
-pub(crate) fn list_statement(
-    query: &JobFilter,
-    cursor: Option<&JobCursor>,
-    limit: u32,
-) -> (String, Vec<Arg>) {
-    list_statement_of(JOB_COLUMNS, query, cursor, limit)
+/// The index a listing of a filter reads, and whether it serves the whole filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ListPlan {
+    /// The index forced (`""`: the primary key, or the optimizer's choice for a key prefix).
+    pub(crate) index: &'static str,
+    /// Whether the index's range holds only matching jobs. If not, the rest of the filter
+    /// is tested row by row, and a page reads at most [`scan_rows`] entries of the range
+    /// ([`JobPage::searched`]).
+    pub(crate) served: bool,
+    /// The index's columns that the filter's queue and kind are equalities on.
+    queue: bool,
+    kind: bool,
 }
 
-/// [`list_statement`] reading `columns` (and `status_at`).
-pub(crate) fn list_statement_of(
-    columns: &str,
-    query: &JobFilter,
-    cursor: Option<&JobCursor>,
-    limit: u32,
-) -> (String, Vec<Arg>) {
+/// Which index serves a listing of `query`, in the listing's order, with no sort:
+///
+/// | filter | index |
+/// |---|---|
+/// | a status (and a time range in it) | `(status, status_at, id)` |
+/// | a status and a queue | `(queue, status, status_at, id)` |
+/// | a status and a kind (a queue too: tested row by row) | `(kind, status, status_at, id)` |
+/// | a queue / a kind / both | `(queue, id)` / `(kind, id)` / `(queue, kind, id)` |
+/// | nothing, or only a key prefix | the primary key; the key index |
+///
+/// Metadata, error text, enqueue times, a key prefix with other fields, and a time range
+/// without a status are tested row by row.
+pub(crate) fn list_plan(query: &JobFilter) -> ListPlan {
+    let queue = query.queue.is_some();
+    let kind = query.kind.is_some();
+    let key = query.key_prefix.as_deref().is_some_and(|p| !p.is_empty());
+    let residual = query
+        .error_contains
+        .as_deref()
+        .is_some_and(|e| !e.is_empty())
+        || query.meta.is_some()
+        || query.created_from.is_some()
+        || query.created_to.is_some();
+    match query.status {
+        Some(_) => {
+            let (index, queue_used) = if kind {
+                (" FORCE INDEX (job_queue_kind_status_at)", false)
+            } else if queue {
+                (" FORCE INDEX (job_queue_queue_status_at)", true)
+            } else {
+                (" FORCE INDEX (job_queue_status_at)", false)
+            };
+            ListPlan {
+                index,
+                served: !residual && !key && (queue_used || !queue),
+                queue: queue_used,
+                kind,
+            }
+        }
+        None => {
+            let timed = query.status_time_from.is_some() || query.status_time_to.is_some();
+            let index = match (queue, kind) {
+                (true, true) => " FORCE INDEX (job_queue_list_queue_kind)",
+                (true, false) => " FORCE INDEX (job_queue_list_queue)",
+                (false, true) => " FORCE INDEX (job_queue_list_kind)",
+                (false, false) => "",
+            };
+            ListPlan {
+                index,
+                // A key prefix alone reads the key index's range and sorts its matches.
+                served: !residual && !timed && (!key || !(queue || kind)),
+                queue,
+                kind,
+            }
+        }
+    }
+}
+
+/// The most jobs a page of a listing tests when its index does not serve the whole filter
+/// (see [`JobPage::searched`]): jobs in id order are neighbours in the table, jobs read
+/// through another index each a row of their own.
+pub(crate) fn scan_rows(plan: ListPlan) -> u64 {
+    if plan.index.is_empty() {
+        crate::operator::LIST_SCAN_ROWS
+    } else {
+        crate::operator::LIST_SCAN_INDEXED_ROWS
+    }
+}
+
+/// The part of `query` that `plan`'s index serves: its equalities and, with a status, the
+/// range of the status time.
+fn served_part(query: &JobFilter, plan: ListPlan) -> JobFilter {
+    let timed = query.status.is_some();
+    JobFilter {
+        status: query.status,
+        queue: query.queue.clone().filter(|_| plan.queue),
+        kind: query.kind.clone().filter(|_| plan.kind),
+        status_time_from: query.status_time_from.filter(|_| timed),
+        status_time_to: query.status_time_to.filter(|_| timed),
+        ..JobFilter::default()
+    }
+}
+
+/// A listing's conditions and order, before its columns and limit.
+struct Listing {
+    index: &'static str,
+    conds: Vec<&'static str>,
+    args: Vec<Arg>,
+    order: &'static str,
+}
+
+/// The rows of `query` after `cursor`, in the listing's order, through `index`.
+fn listing(query: &JobFilter, cursor: Option<&JobCursor>, index: &'static str) -> Listing {
     let (mut conds, mut args) = conditions(query);
-    let (index, order) = match query.status {
+    let order = match query.status {
         None => {
             if let Some(c) = cursor {
                 conds.push("id < ?");
                 args.push(Arg::Int(c.id));
             }
-            let index = if query.queue.is_some() {
-                " FORCE INDEX (job_queue_list_queue)"
-            } else if query.kind.is_some() {
-                " FORCE INDEX (job_queue_list_kind)"
-            } else {
-                ""
-            };
-            (index, "id DESC")
+            "id DESC"
         }
         Some(status) => {
             let desc = newest_first(status);
@@ -919,19 +1052,60 @@ pub(crate) fn list_statement_of(
                     }
                 }
             }
-            let index = if query.queue.is_some() {
-                " FORCE INDEX (job_queue_queue_status_at)"
-            } else {
-                " FORCE INDEX (job_queue_status_at)"
-            };
-            let order = if desc {
+            if desc {
                 "status_at DESC, id DESC"
             } else {
                 "status_at, id"
-            };
-            (index, order)
+            }
         }
     };
+    Listing {
+        index,
+        conds,
+        args,
+        order,
+    }
+}
+
+/// The statement of one page of [`Store::list`] (`limit + 1` rows: one more tells whether
+/// there is a next page), through the index of [`list_plan`], read forwards or backwards
+/// from the cursor: no sort, and a filter that matches nothing ends at the end of its
+/// range, not at the end of the table.
+///
+/// Without a status: newest first by id. Each (x, id) index is in id order within one value
+/// of x: reading it backwards gives a page with no sort, whatever else is filtered row by
+/// row. Left to itself the optimizer may prefer the claim index for a queue, and sort every
+/// match. A key prefix alone goes through the key index and sorts only the keys it matches.
+///
+/// With a status: by `(status_at, id)`. `status_at` is NULL only on a row that lost its
+/// time (it sorts first in an ascending index): such rows come first in a listing next
+/// first, last in a listing newest first.
+pub(crate) fn list_statement(
+    query: &JobFilter,
+    cursor: Option<&JobCursor>,
+    limit: u32,
+) -> (String, Vec<Arg>) {
+    list_statement_of(JOB_COLUMNS, query, cursor, limit)
+}
+
+/// [`list_statement`] reading `columns` (and `status_at`).
+pub(crate) fn list_statement_of(
+    columns: &str,
+    query: &JobFilter,
+    cursor: Option<&JobCursor>,
+    limit: u32,
+) -> (String, Vec<Arg>) {
+    let l = listing(query, cursor, list_plan(query).index);
+    finish(columns, l, limit)
+}
+
+fn finish(columns: &str, l: Listing, limit: u32) -> (String, Vec<Arg>) {
+    let Listing {
+        index,
+        conds,
+        mut args,
+        order,
+    } = l;
     args.push(Arg::Int(u64::from(limit) + 1));
     (
         format!(
@@ -940,6 +1114,85 @@ pub(crate) fn list_statement_of(
         ),
         args,
     )
+}
+
+/// Where a bounded page of `query` (one [`list_plan`] does not serve whole) stops: the
+/// [`scan_rows`]th entry after `cursor` of the range its index serves, read from the
+/// index alone (`id`, and `status_at` with a status); no row when the range ends sooner.
+pub(crate) fn window_statement(
+    query: &JobFilter,
+    cursor: Option<&JobCursor>,
+) -> (String, Vec<Arg>) {
+    let plan = list_plan(query);
+    let index = if plan.index.is_empty() {
+        " FORCE INDEX (PRIMARY)"
+    } else {
+        plan.index
+    };
+    let Listing {
+        index,
+        conds,
+        mut args,
+        order,
+    } = listing(&served_part(query, plan), cursor, index);
+    args.push(Arg::Int(scan_rows(plan) - 1));
+    // `status_at` is in the status indexes only: the others' windows read ids alone.
+    let columns = if query.status.is_some() {
+        "id, status_at"
+    } else {
+        "id"
+    };
+    (
+        format!(
+            "SELECT {columns} FROM job_queue{index} {} ORDER BY {order} LIMIT 1 OFFSET ?",
+            where_clause(&conds)
+        ),
+        args,
+    )
+}
+
+/// [`list_statement_of`] ending at `edge` (included), the last entry of the window of
+/// [`window_statement`].
+pub(crate) fn list_statement_within(
+    columns: &str,
+    query: &JobFilter,
+    cursor: Option<&JobCursor>,
+    limit: u32,
+    edge: &JobCursor,
+) -> (String, Vec<Arg>) {
+    let mut l = listing(query, cursor, list_plan(query).index);
+    match query.status {
+        None => {
+            l.conds.push("id >= ?");
+            l.args.push(Arg::Int(edge.id));
+        }
+        Some(status) => match (newest_first(status), edge.at) {
+            // Newest first: every row from the newest down to the edge; rows without a
+            // time come last.
+            (true, Some(at)) => {
+                l.conds
+                    .push("(status_at > ? OR (status_at = ? AND id >= ?))");
+                l.args
+                    .extend([Arg::Time(at), Arg::Time(at), Arg::Int(edge.id)]);
+            }
+            (true, None) => {
+                l.conds.push("(status_at IS NOT NULL OR id >= ?)");
+                l.args.push(Arg::Int(edge.id));
+            }
+            // Next first: rows without a time first, then up to the edge.
+            (false, Some(at)) => {
+                l.conds
+                    .push("(status_at < ? OR (status_at = ? AND id <= ?) OR status_at IS NULL)");
+                l.args
+                    .extend([Arg::Time(at), Arg::Time(at), Arg::Int(edge.id)]);
+            }
+            (false, None) => {
+                l.conds.push("(status_at IS NULL AND id <= ?)");
+                l.args.push(Arg::Int(edge.id));
+            }
+        },
+    }
+    finish(columns, l, limit)
 }
 
 /// What the overview reads about the queues `names`: [`OVERVIEW_SQL`] narrowed to them.

@@ -10,7 +10,7 @@ use chrono::NaiveDateTime;
 use sqlx::Row;
 
 use super::dashboard::{
-    bind_all, conditions, newest_first, time_limited, where_clause, Arg, LIST_TIME_LIMIT,
+    bind_all, conditions, list_plan, newest_first, time_limited, where_clause, Arg, LIST_TIME_LIMIT,
 };
 use super::*;
 use crate::model::{JobCursor, JobFilter, JobStatus, StatusCounts};
@@ -217,7 +217,8 @@ impl Store {
 
     /// Where the page before the one starting after `cursor` starts: the cursor of the row
     /// `limit` places before the first row of that page (`Some(None)`: the page before is the
-    /// first). `None` when the statement ran into the list's time limit.
+    /// first). `None` when the statement ran into the list's time limit, or when no index
+    /// serves the whole filter.
     pub(crate) async fn previous_cursor(
         &self,
         query: &JobFilter,
@@ -225,6 +226,11 @@ impl Store {
         limit: u32,
     ) -> Result<Option<Option<JobCursor>>> {
         on_postgres!(self, operator::previous_cursor(query, cursor, limit));
+        // Read backwards, a filter its index does not serve whole could test every job
+        // newer than the cursor: a bounded page has no link to the page before.
+        if !list_plan(query).served {
+            return Ok(None);
+        }
         let (sql, args) = previous_statement(query, cursor, limit);
         let sql = time_limited(&sql, LIST_TIME_LIMIT);
         let rows = match bind_all(sqlx::query(&sql), &args)
@@ -254,18 +260,12 @@ impl Store {
 /// rows of ids and times. The same indexes and ranges as a page of the list, the other way.
 pub fn previous_statement(query: &JobFilter, cursor: &JobCursor, limit: u32) -> (String, Vec<Arg>) {
     let (mut conds, mut args) = conditions(query);
-    let (index, order) = match query.status {
+    let index = list_plan(query).index;
+    let order = match query.status {
         None => {
             conds.push("id >= ?");
             args.push(Arg::Int(cursor.id));
-            let index = if query.queue.is_some() {
-                " FORCE INDEX (job_queue_list_queue)"
-            } else if query.kind.is_some() {
-                " FORCE INDEX (job_queue_list_kind)"
-            } else {
-                ""
-            };
-            (index, "id")
+            "id"
         }
         Some(status) => {
             // Backwards through a listing newest first is forwards in time, and the other
@@ -291,17 +291,11 @@ pub fn previous_statement(query: &JobFilter, cursor: &JobCursor, limit: u32) -> 
                     args.push(Arg::Int(cursor.id));
                 }
             }
-            let index = if query.queue.is_some() {
-                " FORCE INDEX (job_queue_queue_status_at)"
-            } else {
-                " FORCE INDEX (job_queue_status_at)"
-            };
-            let order = if forwards_in_time {
+            if forwards_in_time {
                 "status_at, id"
             } else {
                 "status_at DESC, id DESC"
-            };
-            (index, order)
+            }
         }
     };
     args.push(Arg::Int(u64::from(limit) + 1));

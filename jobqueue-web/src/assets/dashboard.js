@@ -3,7 +3,8 @@
 //   control and a choice of interval kept in localStorage. It never refreshes while the
 //   tab is hidden, while a job is ticked or while a form field has the focus, so that a
 //   selection or a half-typed filter is never lost;
-// - "select every job on this page" on the job list.
+// - "select every job on this page" on the job list;
+// - the job list's queue and kind pickers' names, read when a picker is first used.
 (function () {
   "use strict";
 
@@ -47,6 +48,50 @@
     for (var i = 0; i < boxes.length; i++) boxes[i].addEventListener("change", sync);
     sync();
   }
+
+  // The pickers' lists name where their names are (data-src, one answer for both lists,
+  // each taking its data-field); they are read once, when a picker first gets the focus
+  // or a click, so that the page itself reads none. A failed read is tried again at the
+  // next use.
+  function setUpPickers() {
+    var lists = document.querySelectorAll("datalist[data-src]");
+    if (lists.length === 0) return;
+    var asked = false;
+    function load() {
+      if (asked) return;
+      asked = true;
+      fetch(lists[0].getAttribute("data-src"), {
+        credentials: "same-origin",
+        headers: { "Accept": "application/json" }
+      })
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (names) {
+          if (!names) {
+            asked = false;
+            return;
+          }
+          for (var i = 0; i < lists.length; i++) {
+            var list = lists[i];
+            var values = names[list.getAttribute("data-field")] || [];
+            list.textContent = "";
+            for (var j = 0; j < values.length; j++) {
+              var o = document.createElement("option");
+              o.value = values[j];
+              list.appendChild(o);
+            }
+            list.setAttribute("data-loaded", "1");
+          }
+        })
+        .catch(function () { asked = false; });
+    }
+    for (var i = 0; i < lists.length; i++) {
+      var input = document.querySelector("input[list='" + lists[i].id + "']");
+      if (!input) continue;
+      input.addEventListener("focus", load);
+      input.addEventListener("pointerdown", load);
+    }
+  }
+  setUpPickers();
 
   var live = document.getElementById("live");
   if (!live) return;

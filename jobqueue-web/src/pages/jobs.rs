@@ -1,6 +1,6 @@
 //! The job list with its filters, and one job's page.
 
-use jobqueue::admin::{ListCounts, StoredJson, StoredText, DETAIL_TEXT_BYTES};
+use jobqueue::admin::{ListCounts, StoredJson, StoredText, DETAIL_TEXT_BYTES, LIST_COUNT_CAP};
 
 use super::*;
 use crate::html::{thousands, time_ago};
@@ -103,7 +103,25 @@ impl Filter {
             }
             q = q.error_contains(self.error.clone());
         }
-        Ok(q.created(parse_time(&self.from)?, parse_time(&self.to)?))
+        // With a status, the times bound the job's time in it (the When column, the
+        // listing's order: a range of its index); without one, when it was enqueued.
+        let (from, to) = (parse_time(&self.from)?, parse_time(&self.to)?);
+        Ok(if q.status.is_some() {
+            q.status_time(from, to)
+        } else {
+            q.created(from, to)
+        })
+    }
+
+    /// What the time fields bound, as their label says it: the When column's time with a
+    /// status, the enqueue time without.
+    fn time_label(&self) -> &'static str {
+        match self.status.parse::<JobStatus>() {
+            Ok(JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled) => "Finished",
+            Ok(JobStatus::Running) => "Lease ends",
+            Ok(_) => "Due",
+            Err(_) => "Enqueued",
+        }
     }
 
     /// Where the page starts, if it is not the first.
@@ -258,7 +276,23 @@ pub(crate) async fn jobs(
         ));
     }
     let columns = if selectable { 10 } else { 9 };
-    if let Some(e) = &stopped {
+    let searched = page_.as_ref().and_then(|p| p.searched);
+    if let Some(n) = searched {
+        // A filter no index serves whole: the page tested a bounded number of jobs.
+        let what = if jobs.is_empty() {
+            "No job matches"
+        } else {
+            "These are the jobs that match"
+        };
+        rows.push_str(&format!(
+            "<tr><td colspan=\"{columns}\" class=\"empty searched\">{what} among the next {} jobs of this list \
+             (no index serves the whole filter, so its jobs are tested one by one, at most {} a page); \
+             the rest was not searched. The link below searches on; or narrow the list by status, \
+             queue, kind or time.</td></tr>",
+            thousands(n),
+            thousands(n),
+        ));
+    } else if let Some(e) = &stopped {
         rows.push_str(&format!(
             "<tr><td colspan=\"{columns}\" class=\"empty warn\">{}</td></tr>",
             esc(&e.to_string())
@@ -295,10 +329,11 @@ pub(crate) async fn jobs(
     }
     if let Some(next) = page_.as_ref().and_then(|p| p.next.as_ref()) {
         let sep = if qs.is_empty() { "" } else { "&" };
-        let label = if query.order().starts_with("newest") {
-            "Older »"
-        } else {
-            "Later »"
+        let label = match (query.order().starts_with("newest"), searched.is_some()) {
+            (true, false) => "Older »",
+            (false, false) => "Later »",
+            (true, true) => "Search older »",
+            (false, true) => "Search later »",
         };
         pager.push_str(&format!(
             "<a href=\"{b}/jobs?{}{sep}cursor={}\" rel=\"next\">{label}</a>",
@@ -369,18 +404,25 @@ pub(crate) async fn jobs(
     } else {
         format!("<section class=\"card\">{heading}{table}</section>")
     };
-    // The page's own refresh reads only the live part: the pickers are not looked up.
-    let (queues, kinds) = if headers.contains_key(REFRESH_HEADER) {
-        (Vec::new(), Vec::new())
+    // The pickers' names are read by the page's script when a picker is first used
+    // (`/jobs/names`), unless this dashboard has them already: the page reads none. The
+    // page's own refresh reads only the live part.
+    let names = if headers.contains_key(REFRESH_HEADER) {
+        None
     } else {
-        s.list.names(&s.queue).await?
+        s.list.cached_names().await
     };
-    let datalist = |id: &str, names: &[String]| {
-        let options: String = names
-            .iter()
-            .map(|n| format!("<option value=\"{}\"></option>", esc(n)))
-            .collect();
-        format!("<datalist id=\"{id}\">{options}</datalist>")
+    let datalist = |id: &str, field: &str, names: Option<&Vec<String>>| match names {
+        Some(names) => {
+            let options: String = names
+                .iter()
+                .map(|n| format!("<option value=\"{}\"></option>", esc(n)))
+                .collect();
+            format!("<datalist id=\"{id}\" data-loaded=\"1\">{options}</datalist>")
+        }
+        None => format!(
+            "<datalist id=\"{id}\" data-src=\"{b}/jobs/names\" data-field=\"{field}\"></datalist>"
+        ),
     };
     let body = format!(
         "<form method=\"get\" action=\"{b}/jobs\" class=\"filters card\">\
@@ -390,8 +432,8 @@ pub(crate) async fn jobs(
          <label>Key prefix <input name=\"key\" value=\"{}\"></label>\
          <label>Error contains <input name=\"error\" value=\"{}\"></label>\
          <label>Metadata <input name=\"meta\" placeholder=\"tenant=acme\" value=\"{}\"></label>\
-         <label>Enqueued from <input type=\"datetime-local\" name=\"from\" value=\"{}\"></label>\
-         <label>to <input type=\"datetime-local\" name=\"to\" value=\"{}\"></label>\
+         <label title=\"{time_title}\">{time_label} from <input type=\"datetime-local\" name=\"from\" value=\"{}\"></label>\
+         <label title=\"{time_title}\">to <input type=\"datetime-local\" name=\"to\" value=\"{}\"></label>\
          <button type=\"submit\">Filter</button>{}{}</form>{bulk}\
          <div id=\"live\" data-refresh=\"page\">{tabs}{list}</div>",
         esc(&f.queue),
@@ -401,8 +443,11 @@ pub(crate) async fn jobs(
         esc(&f.meta),
         esc(&f.from),
         esc(&f.to),
-        datalist("queue-names", &queues),
-        datalist("kind-names", &kinds),
+        datalist("queue-names", "queues", names.as_ref().map(|n| &n.0)),
+        datalist("kind-names", "kinds", names.as_ref().map(|n| &n.1)),
+        time_label = f.time_label(),
+        time_title = "With a status: the time in the When column (finished, due, or lease end); \
+                      without: when the job was enqueued. UTC.",
     );
     Ok(Html(page(&base, "Jobs", "Jobs", f.notice.as_deref(), &body)).into_response())
 }
@@ -451,6 +496,14 @@ impl ListFigures {
         Ok(names)
     }
 
+    /// The pickers' names if they were read within [`NAMES_MAX_AGE`], without reading them.
+    async fn cached_names(&self) -> Option<PickerNames> {
+        let kept = self.names.lock().await;
+        kept.as_ref()
+            .filter(|(at, _)| at.elapsed() < NAMES_MAX_AGE)
+            .map(|(_, names)| names.clone())
+    }
+
     /// The tabs' counts, in `queue_filter` or in every queue.
     async fn counts(
         &self,
@@ -477,6 +530,19 @@ impl ListFigures {
         self.names.lock().await.take();
         self.counts.lock().await.clear();
     }
+}
+
+/// The names the job list's pickers offer, as JSON (`{"queues": [...], "kinds": [...]}`):
+/// what the page's script reads when a picker is first used. Read once for every viewer
+/// within [`NAMES_MAX_AGE`]: one index lookup per name, up to [`PICKER_NAMES`] of each.
+pub(crate) async fn picker_names(State(s): St) -> Result<Response, Failure> {
+    let (queues, kinds) = s.list.names(&s.queue).await?;
+    let body = serde_json::json!({ "queues": queues, "kinds": kinds }).to_string();
+    Ok((
+        [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
+        body,
+    )
+        .into_response())
 }
 
 /// One tab per status with its count, in the filter's queue when it names one (an index
@@ -547,7 +613,7 @@ async fn tabs(s: &Shared, base: &str, f: &Filter) -> Result<String, Failure> {
         .unwrap_or_default();
     Ok(format!(
         "<nav class=\"tabs\" aria-label=\"Statuses\">{out}<span class=\"muted scope\" title=\"done and cancelled jobs are counted up to {cap}{age}\">{scope}</span></nav>",
-        cap = thousands(OVERVIEW_COUNT_CAP),
+        cap = thousands(LIST_COUNT_CAP),
     ))
 }
 

@@ -171,19 +171,6 @@ pub(crate) async fn now(store: &Store, pool: &PgPool) -> Result<NaiveDateTime> {
     .fetch_one(&mut *conn))
 }
 
-/// `$1, $2, ...` for `n` values starting at `$from`.
-pub(crate) fn params(from: usize, n: usize) -> String {
-    let mut s = String::with_capacity(n * 4);
-    for i in 0..n {
-        if i > 0 {
-            s.push_str(", ");
-        }
-        s.push('$');
-        s.push_str(&(from + i).to_string());
-    }
-    s
-}
-
 /// A signed id column as the library's `u64` id.
 pub(crate) fn id_of(id: i64) -> u64 {
     id.max(0) as u64
