@@ -41,7 +41,9 @@ pub(super) async fn enqueue_ticks(
 ///   ticks are not enqueued). Of missed ticks only the latest is enqueued, once: never a
 ///   burst.
 /// - Overlap: unless the kind sets `overlap = true`, a tick is skipped (and counted as dealt
-///   with) while the previous tick's job is still scheduled, ready or running.
+///   with) while the previous tick's job is still scheduled, ready or running, and so is a
+///   tick whose time came before that job finished, even when the pass that deals with it
+///   runs after (late, on a busy node): which ticks run does not depend on when passes run.
 /// - Pause: while an operator has paused the kind (`Queue::pause_periodic`), a pass that
 ///   finds its row paused (read with the row locked) enqueues nothing, and this node looks
 ///   again at the next tick. The resume moves `last_tick` to its own time, so no tick due

@@ -50,6 +50,16 @@ pub const PRUNE_SELECT: &str = "SELECT id FROM job_queue FORCE INDEX (job_queue_
      WHERE status = ? AND status_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
      ORDER BY status_at, id LIMIT ? FOR UPDATE SKIP LOCKED";
 
+/// Whether `tick` came while the previous tick's job (in `status`, finished at `finished`)
+/// was unfinished, so that a kind without `overlap` skips it: the job is still waiting or
+/// running, or it finished after the tick's time. The second decides a tick that a pass
+/// sees only after the job finished (a pass that ran late): it is skipped as it would have
+/// been by a pass on time, so the outcome does not depend on when the passes run.
+pub(crate) fn overlaps(tick: NaiveDateTime, status: &str, finished: Option<NaiveDateTime>) -> bool {
+    matches!(status, "scheduled" | "ready" | "blocked" | "running")
+        || finished.is_some_and(|f| f > tick)
+}
+
 impl Store {
     /// [`Store::reclaim_with`] with the default bound of [`DEFAULT_MAX_LEASE_EXPIRIES`]
     /// expired leases per job.
@@ -326,16 +336,15 @@ impl Store {
                     if let Some(id) = last_job {
                         // The latest committed state (READ COMMITTED), or this
                         // transaction's own insert of the tick before.
-                        let status: Option<String> = sqlx::query_scalar(
-                            "SELECT CAST(status AS CHAR) FROM job_queue WHERE id = ?",
+                        let previous: Option<(String, Option<NaiveDateTime>)> = sqlx::query_as(
+                            "SELECT CAST(status AS CHAR), finished_at FROM job_queue WHERE id = ?",
                         )
                         .bind(id)
                         .fetch_optional(&mut *conn)
                         .await?;
-                        if matches!(
-                            status.as_deref(),
-                            Some("scheduled" | "ready" | "blocked" | "running")
-                        ) {
+                        if previous.is_some_and(|(status, finished)| {
+                            overlaps(tick, &status, finished)
+                        }) {
                             skipped += 1;
                             continue;
                         }
@@ -466,5 +475,25 @@ mod tests {
         let waits: Vec<u64> = (1..=5).map(|n| expiry_delay(lease, n).as_secs()).collect();
         assert_eq!(waits, [0, 30, 90, 210, 450]);
         assert_eq!(expiry_delay(lease, 40), Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn a_tick_overlaps_a_job_unfinished_or_finished_after_it() {
+        let at = |s: u32| {
+            chrono::NaiveDate::from_ymd_opt(2026, 1, 1)
+                .unwrap()
+                .and_hms_opt(0, 0, s)
+                .unwrap()
+        };
+        for status in ["scheduled", "ready", "blocked", "running"] {
+            assert!(overlaps(at(5), status, None), "{status}");
+        }
+        // Finished after the tick's time: the tick came while it ran.
+        assert!(overlaps(at(1), "done", Some(at(3))));
+        assert!(overlaps(at(2), "failed", Some(at(3))));
+        // Finished at or before the tick's time: the tick runs.
+        assert!(!overlaps(at(3), "done", Some(at(3))));
+        assert!(!overlaps(at(4), "cancelled", Some(at(3))));
+        assert!(!overlaps(at(4), "done", None));
     }
 }

@@ -316,15 +316,15 @@ pub(crate) async fn schedule_ticks(
                 if let Some(id) = last_job {
                     // The latest committed state (READ COMMITTED), or this transaction's
                     // own insert of the tick before.
-                    let status: Option<String> =
-                        sqlx::query_scalar("SELECT status FROM job_queue WHERE id = $1")
-                            .bind(db_id(id))
-                            .fetch_optional(&mut *conn)
-                            .await?;
-                    if matches!(
-                        status.as_deref(),
-                        Some("scheduled" | "ready" | "blocked" | "running")
-                    ) {
+                    let previous: Option<(String, Option<NaiveDateTime>)> = sqlx::query_as(
+                        "SELECT status, finished_at FROM job_queue WHERE id = $1",
+                    )
+                    .bind(db_id(id))
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                    if previous.is_some_and(|(status, finished)| {
+                        crate::store::maintenance::overlaps(tick, &status, finished)
+                    }) {
                         skipped += 1;
                         continue;
                     }
