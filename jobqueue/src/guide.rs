@@ -6,6 +6,7 @@
 //!
 //! | guide | what it covers |
 //! |---|---|
+//! | [Databases](databases) | MySQL, MariaDB and PostgreSQL: choosing one, what differs, how each is tested |
 //! | [Getting started](getting_started) | adding jobqueue to a service that already has a database, migrations, TLS and a pool; one binary serving HTTP and running a worker |
 //! | [Jobs and options](jobs_and_options) | `#[job]` and its options, what a job function may take and return |
 //! | [Scheduling and periodic jobs](scheduling_and_periodic) | delays, start times, priorities, `cron` schedules |
@@ -25,6 +26,9 @@
 // Code on a page may define what it does not use (a middleware shown, then registered in
 // the next block): dead code and unused variables are allowed, every other warning denied.
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
+
+#[doc = include_str!("../docs/guide/databases.md")]
+pub mod databases {}
 
 #[doc = include_str!("../docs/guide/getting-started.md")]
 pub mod getting_started {}
