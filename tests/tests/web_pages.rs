@@ -8,7 +8,7 @@ mod web_support;
 use axum::http::StatusCode;
 use jobqueue::Queue;
 use jobqueue_web::Dashboard;
-use tests::fresh_queue;
+use tests::{fresh_queue, fresh_queue_on, sql_exec, Arg, Backend};
 use web_support::{csrf_of, get, post, post_with_cookie};
 
 /// Inserts `n` jobs of `kind` that ended `status` five minutes ago after `run_ms` of
@@ -267,10 +267,25 @@ async fn the_periodic_page_runs_pauses_and_resumes_a_schedule() {
     assert_eq!(r.status, StatusCode::FORBIDDEN);
 }
 
-#[tokio::test]
-async fn the_queue_page_shows_its_counts_limits_and_workers() {
-    let queue = fresh_queue("web_queue_page").await;
-    let pool = queue.mysql_pool().unwrap();
+/// The SQL of `backend`'s clock (UTC), for rows written by hand.
+fn utc_now(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Postgres => "job_queue_now()",
+        _ => "UTC_TIMESTAMP(6)",
+    }
+}
+
+/// Inserts `n` jobs of queue `queue_name` in `status`, with keys `{prefix}:{i}`.
+async fn jobs_in(queue: &Queue, queue_name: &str, prefix: &str, status: &str, n: u32) {
+    for i in 0..n {
+        let key = format!("{prefix}:{i}");
+        web_support::insert_job(queue, queue_name, "send", &key, "{}", status, None).await;
+    }
+}
+
+async fn the_queue_page_shows_its_counts_limits_and_workers(backend: Backend) {
+    let queue = fresh_queue_on(backend, "web_queue_page").await;
+    let now = utc_now(backend);
     let holder =
         web_support::insert_job(&queue, "mail", "send", "run:1", "{}", "running", None).await;
     let mut blocked = Vec::new();
@@ -288,33 +303,76 @@ async fn the_queue_page_shows_its_counts_limits_and_workers() {
             .await,
         );
     }
-    sqlx::query(
+    sql_exec(
+        &queue,
         "UPDATE job_queue SET concurrency_key = 'smtp<relay>', concurrency_limit = 1, lease_owner = 'app-1:1:aa' \
          WHERE queue = 'mail'",
+        &[],
     )
-    .execute(pool)
-    .await
-    .unwrap();
-    sqlx::query("INSERT INTO job_queue_slot (slot_key, slot_no, job_id, attempt) VALUES ('c:smtp<relay>', 0, ?, 1)")
-        .bind(holder)
-        .execute(pool)
-        .await
-        .unwrap();
+    .await;
+    sql_exec(
+        &queue,
+        "INSERT INTO job_queue_slot (slot_key, slot_no, job_id, attempt) VALUES ('c:smtp<relay>', 0, ?, 1)",
+        &[Arg::Int(holder as i64)],
+    )
+    .await;
     for id in &blocked {
-        sqlx::query("INSERT INTO job_queue_blocked (slot_key, priority, job_id) VALUES ('c:smtp<relay>', 0, ?)")
-            .bind(id)
-            .execute(pool)
-            .await
-            .unwrap();
+        sql_exec(
+            &queue,
+            "INSERT INTO job_queue_blocked (slot_key, priority, job_id) VALUES ('c:smtp<relay>', 0, ?)",
+            &[Arg::Int(*id as i64)],
+        )
+        .await;
     }
-    sqlx::query(
-        "INSERT INTO job_queue_worker (owner, host, pid, version, queues, concurrency, running, started_at, last_seen) VALUES \
-         ('app-1:1:aa', 'app-1', 1, '0.3.0', 'mail', 8, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)), \
-         ('app-2:2:bb', 'app-2', 2, '0.3.0', 'billing', 8, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+    // Jobs in the other statuses, whose limits are none.
+    jobs_in(&queue, "mail", "ready", "ready", 2).await;
+    jobs_in(&queue, "mail", "later", "scheduled", 5).await;
+    jobs_in(&queue, "mail", "done", "done", 4).await;
+    jobs_in(&queue, "mail", "failed", "failed", 6).await;
+    jobs_in(&queue, "mail", "cancelled", "cancelled", 7).await;
+    // A paused queue with jobs of its own.
+    jobs_in(&queue, "billing", "bill-ready", "ready", 8).await;
+    jobs_in(&queue, "billing", "bill-done", "done", 9).await;
+    // One of its jobs waits for a rate key whose two starts of the window are used.
+    let rated =
+        web_support::insert_job(&queue, "billing", "charge", "rated", "{}", "blocked", None).await;
+    sql_exec(
+        &queue,
+        "UPDATE job_queue SET rate_key = 'api', rate_limit = 2, rate_window_ms = 60000 WHERE id = ?",
+        &[Arg::Int(rated as i64)],
     )
-    .execute(pool)
-    .await
-    .unwrap();
+    .await;
+    sql_exec(
+        &queue,
+        "INSERT INTO job_queue_blocked (slot_key, priority, job_id) VALUES ('r:api', 0, ?)",
+        &[Arg::Int(rated as i64)],
+    )
+    .await;
+    sql_exec(
+        &queue,
+        &format!(
+            "INSERT INTO job_queue_slot (slot_key, slot_no, free_at) VALUES \
+             ('r:api', 0, {now} + INTERVAL '30' SECOND), ('r:api', 1, {now} + INTERVAL '40' SECOND)"
+        ),
+        &[],
+    )
+    .await;
+    sql_exec(
+        &queue,
+        &format!("INSERT INTO job_queue_pause (queue, paused_at) VALUES ('billing', {now})"),
+        &[],
+    )
+    .await;
+    sql_exec(
+        &queue,
+        &format!(
+            "INSERT INTO job_queue_worker (owner, host, pid, version, queues, concurrency, running, started_at, last_seen) VALUES \
+             ('app-1:1:aa', 'app-1', 1, '0.3.0', 'mail', 8, 1, {now}, {now}), \
+             ('app-2:2:bb', 'app-2', 2, '0.3.0', 'billing', 8, 0, {now}, {now})"
+        ),
+        &[],
+    )
+    .await;
     let router = Dashboard::new(queue.clone()).router();
     // The overview (which counts the gauges, never counted yet) links to the queue's page.
     let overview = get(&router, "/").await.body;
@@ -332,6 +390,22 @@ async fn the_queue_page_shows_its_counts_limits_and_workers() {
         body.contains("href=\"/jobs?queue=mail&amp;status=blocked\">3</a>"),
         "{body}"
     );
+    for (status, n) in [
+        ("scheduled", 5),
+        ("ready", 2),
+        ("running", 1),
+        ("done", 4),
+        ("failed", 6),
+        ("cancelled", 7),
+    ] {
+        assert!(
+            body.contains(&format!(
+                "href=\"/jobs?queue=mail&amp;status={status}\">{n}</a>"
+            )),
+            "{n} {status}: {body}"
+        );
+    }
+    assert!(!body.contains("badge paused"), "mail runs: {body}");
     assert!(
         body.contains("smtp&lt;relay&gt;"),
         "the key, escaped: {body}"
@@ -368,6 +442,38 @@ async fn the_queue_page_shows_its_counts_limits_and_workers() {
         "{body}"
     );
 
+    let billing = get(&router, "/queues/billing").await;
+    assert_eq!(billing.status, StatusCode::OK, "{}", billing.body);
+    let body = billing.body;
+    assert!(
+        body.contains("badge paused") && body.contains("action=\"/queues/billing/resume\""),
+        "{body}"
+    );
+    for (status, n) in [("ready", 8), ("done", 9)] {
+        assert!(
+            body.contains(&format!(
+                "href=\"/jobs?queue=billing&amp;status={status}\">{n}</a>"
+            )),
+            "{n} {status}: {body}"
+        );
+    }
+    assert!(
+        body.contains("app-2:2:bb") && !body.contains("app-1:1:aa"),
+        "{body}"
+    );
+    assert!(
+        body.contains("href=\"/jobs?queue=billing&amp;status=blocked\">1</a>"),
+        "{body}"
+    );
+    assert!(
+        body.contains("rate: 2 per") && body.contains("starts, not holders"),
+        "{body}"
+    );
+    assert!(
+        body.contains("2 / 2 <small class=\"muted\">next start in"),
+        "both starts used, the next one due: {body}"
+    );
+
     let quiet = get(&router, "/queues/idle").await;
     assert_eq!(quiet.status, StatusCode::OK);
     assert!(
@@ -382,3 +488,5 @@ async fn the_queue_page_shows_its_counts_limits_and_workers() {
     let bad = get(&router, "/queues/not%20a%20queue").await;
     assert_eq!(bad.status, StatusCode::NOT_FOUND, "{}", bad.body);
 }
+
+tests::on_every_backend!(the_queue_page_shows_its_counts_limits_and_workers);

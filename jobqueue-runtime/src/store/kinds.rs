@@ -43,13 +43,13 @@ const LATEST_OF_KIND_SQL: &str = "\
     FROM job_queue FORCE INDEX (job_queue_list_kind) WHERE kind = ? ORDER BY id DESC LIMIT 1";
 
 /// The most blocked jobs of a queue the queue page reads to find the keys they wait for.
-const BLOCKED_READ: u32 = 500;
+pub(crate) const BLOCKED_READ: u32 = 500;
 
 /// The most keys the queue page shows.
-const KEYS_SHOWN: u32 = 20;
+pub(crate) const KEYS_SHOWN: u32 = 20;
 
 /// Up to how many waiting jobs of a key the queue page counts.
-const WAITING_CAP: u64 = 10_000;
+pub(crate) const WAITING_CAP: u64 = 10_000;
 
 /// The keys the first `?` blocked jobs of a queue (in claim order, over the claim index)
 /// wait for, with how many of them wait for each and the limit the first of them carries:
@@ -311,6 +311,7 @@ impl Store {
         Vec<BlockingKey>,
         u64,
     )> {
+        on_postgres!(self, kinds::queue_figures(queue));
         let rows = on_connection!(self, |conn| sqlx::query(QUEUE_GAUGES_SQL)
             .bind(queue)
             .bind(queue)
@@ -438,6 +439,7 @@ impl Store {
         queue: &str,
         gone_after: Duration,
     ) -> Result<Vec<WorkerInfo>> {
+        on_postgres!(self, kinds::queue_workers(queue, gone_after));
         let rows = on_connection!(self, |conn| sqlx::query(QUEUE_WORKERS_SQL)
             .bind(queue)
             .fetch_all(&mut *conn))

@@ -927,7 +927,7 @@ fn workers_sql() -> String {
 }
 
 /// A row of [`workers_sql`]; a worker silent for `gone_after` is gone.
-fn worker_from_row(r: &PgRow, gone_after: Duration) -> Result<WorkerInfo> {
+pub(crate) fn worker_from_row(r: &PgRow, gone_after: Duration) -> Result<WorkerInfo> {
     let ago = r.try_get::<Option<i64>, _>(9)?.unwrap_or(0) as f64 / 1e6;
     let int = |i: usize| -> Result<u32> {
         Ok(u32::try_from(r.try_get::<i64, _>(i)?.max(0)).unwrap_or(u32::MAX))

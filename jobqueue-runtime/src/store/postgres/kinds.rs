@@ -2,7 +2,10 @@
 //! `store/kinds.rs`). What differs: sums are cast to `BIGINT` (`SUM` of a `BIGINT` is
 //! `NUMERIC` on PostgreSQL); a status and a key are text already; the error's first line is
 //! `split_part(last_error, chr(10), 1)`; no index hints (the `(kind, id)` index serves
-//! `WHERE kind = $1 ORDER BY id DESC`).
+//! `WHERE kind = $1 ORDER BY id DESC`, the `(queue, status, priority, id)` claim index the
+//! queue page's blocked jobs); a slot key is text (`c:`/`r:` and the key), not bytes; a
+//! worker's queues are matched with `= ANY(string_to_array(queues, ','))` (MySQL:
+//! `FIND_IN_SET`).
 
 use std::time::Duration;
 
@@ -10,10 +13,16 @@ use chrono::NaiveDateTime;
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 
+use super::dashboard::{capped_count, micros_between, worker_from_row};
 use super::decode::{pg_opt_utc, pg_utc};
 use super::{id_of, Store};
 use crate::error::Result;
-use crate::model::{JobLimits, KindStats, NewJob, TickJob, Uniqueness, RUN_NOW_SUFFIX};
+use crate::model::{
+    BlockingKey, JobLimits, JobStatus, KindStats, LimitKind, NewJob, SlotHolder, StatusCounts,
+    TickJob, Uniqueness, WorkerInfo, OVERVIEW_COUNT_CAP, RUN_NOW_SUFFIX,
+};
+use crate::store::kinds::{BLOCKED_READ, KEYS_SHOWN, WAITING_CAP};
+use crate::store::limits::MAX_SLOTS;
 
 /// The MySQL `KIND_STATS_SQL`: a range of the primary key `(bucket, queue, kind)`.
 const PG_KIND_STATS_SQL: &str = "\
@@ -38,6 +47,73 @@ const PG_LATEST_OF_KIND_SQL: &str = "\
     SELECT queue::text, payload::text, priority, max_attempts, lease_ms, concurrency_key::text, \
       concurrency_limit, rate_key::text, rate_limit, rate_window_ms \
     FROM job_queue WHERE kind = $1 ORDER BY id DESC LIMIT 1";
+
+/// The MySQL `QUEUE_GAUGES_SQL`: the gauges' rows of queue `$1` (a range of their primary
+/// key), when they were counted, and whether the queue is paused.
+fn queue_gauges_sql() -> String {
+    format!(
+        "SELECT status, jobs, {} FROM job_queue_gauges WHERE queue = $1 \
+         UNION ALL \
+         SELECT 'counted', CAST(0 AS BIGINT), \
+           CASE WHEN refreshed_at < '2001-01-01' THEN NULL ELSE {} END \
+           FROM job_queue_gauge_refresh WHERE id = 1 \
+         UNION ALL \
+         SELECT 'paused', CAST(0 AS BIGINT), CAST(NULL AS BIGINT) \
+           FROM job_queue_pause WHERE queue = $1",
+        micros_between("oldest_run_at", "job_queue_now()"),
+        micros_between("refreshed_at", "job_queue_now()"),
+    )
+}
+
+/// How many of queue `$1`'s blocked jobs the page reads, up to `$2` (the claim index).
+const PG_BLOCKED_READ_SQL: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM job_queue \
+     WHERE queue = $1 AND status = 'blocked' LIMIT $2) t";
+
+/// The MySQL `BLOCKING_KEYS_SQL`: the keys the first `$2` blocked jobs of queue `$1` (in
+/// claim order, over the claim index) wait for, at most `$3`. `MIN` of a `BIGINT` is a
+/// `BIGINT`; the keys sort byte by byte (`COLLATE "C"`), as MySQL's binary keys.
+const PG_BLOCKING_KEYS_SQL: &str = "\
+    SELECT b.slot_key::text, COUNT(*), \
+      MIN(CASE WHEN left(b.slot_key, 2) = 'c:' THEN j.concurrency_limit ELSE j.rate_limit END), \
+      MIN(j.rate_window_ms) \
+    FROM (SELECT id, concurrency_limit, rate_limit, rate_window_ms \
+          FROM job_queue \
+          WHERE queue = $1 AND status = 'blocked' ORDER BY priority, id LIMIT $2) j \
+    JOIN job_queue_blocked b ON b.job_id = j.id \
+    GROUP BY b.slot_key ORDER BY COUNT(*) DESC, b.slot_key LIMIT $3";
+
+/// The MySQL `WAITING_SQL`: how many jobs wait for key `$1`, up to `$2`.
+const PG_WAITING_SQL: &str = "\
+    SELECT COUNT(*) FROM (SELECT 1 FROM job_queue_blocked WHERE slot_key = $1 LIMIT $2) t";
+
+/// The MySQL `SLOTS_SQL`: key `$1`'s slots below `$2`, held, used within the window, and
+/// microseconds until the next rate slot frees.
+fn slots_sql() -> String {
+    format!(
+        "SELECT COUNT(job_id), COUNT(*) FILTER (WHERE free_at > job_queue_now()), {} \
+         FROM job_queue_slot WHERE slot_key = $1 AND slot_no < $2",
+        micros_between("job_queue_now()", "MIN(free_at)")
+    )
+}
+
+/// The MySQL `HOLDERS_SQL`: the jobs holding concurrency key `$1`'s slots, at most 20.
+const PG_HOLDERS_SQL: &str = "\
+    SELECT s.job_id, j.kind::text, j.queue::text, j.status, j.lease_owner::text \
+    FROM job_queue_slot s LEFT JOIN job_queue j ON j.id = s.job_id \
+    WHERE s.slot_key = $1 AND s.job_id IS NOT NULL ORDER BY s.slot_no LIMIT 20";
+
+/// The MySQL `QUEUE_WORKERS_SQL`: the workers whose heartbeat lists queue `$1`, at most 100.
+fn queue_workers_sql() -> String {
+    format!(
+        "SELECT w.owner::text, w.host::text, w.pid, w.version::text, w.queues, w.concurrency, \
+           w.running, w.started_at, w.last_seen, {}, \
+           CAST(t.holder IS NOT NULL AS INTEGER) \
+         FROM job_queue_worker w LEFT JOIN job_queue_turn t \
+           ON t.name = 'maintenance' AND t.holder = w.owner AND t.expires_at > job_queue_now() \
+         WHERE $1 = ANY(string_to_array(w.queues, ',')) ORDER BY w.host, w.owner LIMIT 100",
+        micros_between("w.last_seen", "job_queue_now()")
+    )
+}
 
 /// See the MySQL `kind_stats`.
 pub(crate) async fn kind_stats(store: &Store, pool: &PgPool, hours: u32) -> Result<Vec<KindStats>> {
@@ -187,4 +263,158 @@ pub(crate) async fn copy_of_latest(
                 .map(|k| (k, rlimit, window)),
         },
     }))
+}
+
+/// See the MySQL `queue_figures`.
+#[allow(clippy::type_complexity)]
+pub(crate) async fn queue_figures(
+    store: &Store,
+    pool: &PgPool,
+    queue: &str,
+) -> Result<(
+    bool,
+    StatusCounts,
+    Vec<JobStatus>,
+    Option<f64>,
+    Option<f64>,
+    Vec<BlockingKey>,
+    u64,
+)> {
+    let sql = queue_gauges_sql();
+    let rows = pg_autocommit!(store, pool, |conn| sqlx::query(&sql)
+        .bind(queue)
+        .fetch_all(&mut *conn))?;
+    let (mut paused, mut counts, mut oldest, mut counted) =
+        (false, StatusCounts::default(), None, None);
+    for r in &rows {
+        let what: String = r.try_get(0)?;
+        let n = r.try_get::<i64, _>(1)?.max(0) as u64;
+        let us: Option<i64> = r.try_get(2)?;
+        match what.as_str() {
+            "paused" => paused = true,
+            "counted" => counted = us.map(|us| us.max(0) as f64 / 1e6),
+            status => {
+                let status: JobStatus = status.parse()?;
+                counts.set(status, n);
+                if status == JobStatus::Ready {
+                    oldest = us.map(|us| us.max(0) as f64 / 1e6);
+                }
+            }
+        }
+    }
+    let mut capped = Vec::new();
+    for status in [JobStatus::Done, JobStatus::Cancelled] {
+        let n = capped_count(store, pool, queue, status, OVERVIEW_COUNT_CAP).await?;
+        if n > OVERVIEW_COUNT_CAP {
+            capped.push(status);
+        }
+        counts.set(status, n.min(OVERVIEW_COUNT_CAP));
+    }
+    let (keys, blocked_read) = blocking_keys(store, pool, queue).await?;
+    Ok((paused, counts, capped, oldest, counted, keys, blocked_read))
+}
+
+/// See the MySQL `blocking_keys`.
+async fn blocking_keys(
+    store: &Store,
+    pool: &PgPool,
+    queue: &str,
+) -> Result<(Vec<BlockingKey>, u64)> {
+    let blocked_read: i64 =
+        pg_autocommit!(store, pool, |conn| sqlx::query_scalar(PG_BLOCKED_READ_SQL)
+            .bind(queue)
+            .bind(i64::from(BLOCKED_READ))
+            .fetch_one(&mut *conn))?;
+    if blocked_read == 0 {
+        return Ok((Vec::new(), 0));
+    }
+    let rows = pg_autocommit!(store, pool, |conn| sqlx::query(PG_BLOCKING_KEYS_SQL)
+        .bind(queue)
+        .bind(i64::from(BLOCKED_READ))
+        .bind(i64::from(KEYS_SHOWN))
+        .fetch_all(&mut *conn))?;
+    let slots_sql = slots_sql();
+    let mut keys = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let slot_key: String = r.try_get(0)?;
+        let blocked_here = r.try_get::<i64, _>(1)?.max(0) as u64;
+        let limit =
+            u32::try_from(r.try_get::<Option<i64>, _>(2)?.unwrap_or(0).max(0)).unwrap_or(u32::MAX);
+        let window_ms = r.try_get::<Option<i64>, _>(3)?.unwrap_or(0).max(0) as u64;
+        let (limit_kind, key) = if let Some(k) = slot_key.strip_prefix("c:") {
+            (LimitKind::Concurrency, k)
+        } else if let Some(k) = slot_key.strip_prefix("r:") {
+            (LimitKind::Rate, k)
+        } else {
+            (LimitKind::Concurrency, slot_key.as_str())
+        };
+        let waiting: i64 = pg_autocommit!(store, pool, |conn| sqlx::query_scalar(PG_WAITING_SQL)
+            .bind(&slot_key)
+            .bind(i64::try_from(WAITING_CAP + 1).unwrap_or(i64::MAX))
+            .fetch_one(&mut *conn))?;
+        let waiting = waiting.max(0) as u64;
+        let slots = pg_autocommit!(store, pool, |conn| sqlx::query(&slots_sql)
+            .bind(&slot_key)
+            .bind(i64::from(limit.min(MAX_SLOTS)))
+            .fetch_one(&mut *conn))?;
+        let held = u32::try_from(slots.try_get::<i64, _>(0)?.max(0)).unwrap_or(u32::MAX);
+        let used = u32::try_from(slots.try_get::<i64, _>(1)?.max(0)).unwrap_or(u32::MAX);
+        let next_us: Option<i64> = slots.try_get(2)?;
+        let mut holders = Vec::new();
+        if limit_kind == LimitKind::Concurrency {
+            let rows = pg_autocommit!(store, pool, |conn| sqlx::query(PG_HOLDERS_SQL)
+                .bind(&slot_key)
+                .fetch_all(&mut *conn))?;
+            for h in &rows {
+                let kind: Option<String> = h.try_get(1)?;
+                let job = match kind {
+                    Some(kind) => Some((
+                        kind,
+                        h.try_get::<String, _>(2)?,
+                        h.try_get::<String, _>(3)?.parse()?,
+                    )),
+                    None => None,
+                };
+                holders.push(SlotHolder {
+                    id: id_of(h.try_get(0)?),
+                    job,
+                    lease_owner: h.try_get(4)?,
+                });
+            }
+        }
+        let rate = limit_kind == LimitKind::Rate;
+        keys.push(BlockingKey {
+            limit_kind,
+            key: key.to_owned(),
+            limit,
+            window: rate.then(|| Duration::from_millis(window_ms)),
+            blocked_here,
+            waiting: waiting.min(WAITING_CAP),
+            waiting_capped: waiting > WAITING_CAP,
+            busy: if rate { used } else { held },
+            next_start_secs: if rate && used >= limit {
+                next_us.map(|us| us.max(0) as f64 / 1e6)
+            } else {
+                None
+            },
+            holders,
+        });
+    }
+    Ok((keys, blocked_read.max(0) as u64))
+}
+
+/// See the MySQL `queue_workers`.
+pub(crate) async fn queue_workers(
+    store: &Store,
+    pool: &PgPool,
+    queue: &str,
+    gone_after: Duration,
+) -> Result<Vec<WorkerInfo>> {
+    let sql = queue_workers_sql();
+    let rows = pg_autocommit!(store, pool, |conn| sqlx::query(&sql)
+        .bind(queue)
+        .fetch_all(&mut *conn))?;
+    rows.iter()
+        .map(|r| worker_from_row(r, gone_after))
+        .collect()
 }
