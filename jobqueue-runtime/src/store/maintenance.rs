@@ -342,9 +342,9 @@ impl Store {
                         .bind(id)
                         .fetch_optional(&mut *conn)
                         .await?;
-                        if previous.is_some_and(|(status, finished)| {
-                            overlaps(tick, &status, finished)
-                        }) {
+                        if previous
+                            .is_some_and(|(status, finished)| overlaps(tick, &status, finished))
+                        {
                             skipped += 1;
                             continue;
                         }

@@ -316,12 +316,11 @@ pub(crate) async fn schedule_ticks(
                 if let Some(id) = last_job {
                     // The latest committed state (READ COMMITTED), or this transaction's
                     // own insert of the tick before.
-                    let previous: Option<(String, Option<NaiveDateTime>)> = sqlx::query_as(
-                        "SELECT status, finished_at FROM job_queue WHERE id = $1",
-                    )
-                    .bind(db_id(id))
-                    .fetch_optional(&mut *conn)
-                    .await?;
+                    let previous: Option<(String, Option<NaiveDateTime>)> =
+                        sqlx::query_as("SELECT status, finished_at FROM job_queue WHERE id = $1")
+                            .bind(db_id(id))
+                            .fetch_optional(&mut *conn)
+                            .await?;
                     if previous.is_some_and(|(status, finished)| {
                         crate::store::maintenance::overlaps(tick, &status, finished)
                     }) {
