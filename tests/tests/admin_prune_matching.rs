@@ -151,7 +151,8 @@ on_every_backend!(prune_matching_deletes_only_the_matching_old_jobs);
 
 /// The same on PostgreSQL: with a table of some size (and its statistics), no statement
 /// scans the table, and each batch's locking read is a range of one of the status-time
-/// indexes in its order, without a sort. (The count may take the `(queue, status, ...)`
+/// indexes (by status, by queue and status, or by kind and status) in its order, without a
+/// sort. (The count may take the `(queue, status, ...)`
 /// range of the claim index instead: the same rows.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prune_matching_statements_use_a_status_time_index_on_postgres() {
@@ -191,7 +192,11 @@ async fn prune_matching_statements_use_a_status_time_index_on_postgres() {
         assert!(
             plan.iter().any(|(_, _, index, ..)| matches!(
                 index.as_deref(),
-                Some("job_queue_status_at" | "job_queue_queue_status_at")
+                Some(
+                    "job_queue_status_at"
+                        | "job_queue_queue_status_at"
+                        | "job_queue_kind_status_at"
+                )
             )),
             "{sql}: {plan:?}"
         );
