@@ -176,6 +176,10 @@ pub(crate) async fn claim(
                 rows.iter().filter(|r| !r.4).collect();
             let mut ids: Vec<i64> = Vec::new();
             let mut blocked: Vec<(u64, i16, String)> = Vec::new();
+            // A limited job left ready (its key's slot is being changed by another
+            // transaction): like a blocked one, it must not hide the jobs behind it, so the
+            // claim reads on.
+            let mut left_limited = false;
             if !pending.is_empty() && want > 0 {
                 let jobs: Vec<(u64, u32, Option<RowLimits>)> =
                     pending.iter().map(|r| (r.1, r.2, r.3.clone())).collect();
@@ -193,7 +197,8 @@ pub(crate) async fn claim(
                         .collect()
                 };
                 let mut later_taken = Vec::new();
-                for ((r, id, attempt, _, _), verdict) in pending.iter().map(|r| &**r).zip(verdicts)
+                for ((r, id, attempt, row_limits, _), verdict) in
+                    pending.iter().map(|r| &**r).zip(verdicts)
                 {
                     match verdict {
                         Verdict::Take => {
@@ -206,7 +211,7 @@ pub(crate) async fn claim(
                             ));
                         }
                         Verdict::Block(key) => blocked.push((*id, r.try_get::<i16, _>(4)?, key)),
-                        Verdict::Leave => {}
+                        Verdict::Leave => left_limited |= row_limits.is_some(),
                     }
                 }
                 if !blocked.is_empty() {
@@ -242,7 +247,7 @@ pub(crate) async fn claim(
                 rows.iter().enumerate().map(|(i, r)| (r.1, i)).collect();
             round_taken.sort_by_key(|t| order.get(&t.0).copied().unwrap_or(usize::MAX));
             taken.extend(round_taken);
-            if blocked.is_empty() || want == 0 || fetched_len < read {
+            if (blocked.is_empty() && !left_limited) || want == 0 || fetched_len < read {
                 break;
             }
         }

@@ -281,15 +281,20 @@ pub(crate) async fn take_slots_batch(
     Ok(out)
 }
 
-/// Turns the blocks of concurrency keys that have a free slot after all into leaves.
+/// Turns the blocks of concurrency keys that have a free slot after all, or a slot another
+/// transaction is changing, into leaves.
 ///
 /// A key found full by the plain read may have its slot freed by an outcome committing
 /// meanwhile, whose wake looked for blocked jobs before this claim's were written: those
 /// would wait for maintenance with a slot free. (MySQL has the same window, and leaves it
 /// to maintenance; on PostgreSQL it is easily hit.) Reading the key's slots `FOR SHARE`
-/// closes it: a release not yet committed is waited for (both are short) and then seen, and
-/// a release after this read waits for this claim's commit, and its wake then sees the
-/// blocked jobs. A rate key's slots free with time, not by a release: maintenance wakes them.
+/// closes it: a release after this read waits for this claim's commit, and its wake then
+/// sees the blocked jobs. A slot another transaction holds locked (a release not yet
+/// committed, or a job completing inside its own transaction, which may stay open as long
+/// as the job likes) is skipped, not waited for: the claim must not wait on a job's
+/// transaction. Its key's jobs are left ready instead of blocked, since that slot may be
+/// free at its commit; the next claim decides again. A rate key's slots free with time, not
+/// by a release: maintenance wakes them.
 async fn recheck_full_keys(
     conn: &mut PgConnection,
     verdicts: &mut [Verdict],
@@ -308,31 +313,39 @@ async fn recheck_full_keys(
     keys.sort();
     keys.dedup();
     let limits: Vec<i64> = keys.iter().map(|k| i64::from(limit_of[k])).collect();
-    let free: Vec<String> = sqlx::query_scalar(
+    // The key's slots this transaction could lock, and (after) all of them: a key with
+    // fewer locked than it has is being changed by another transaction.
+    let locked: Vec<String> = sqlx::query_scalar(
         "SELECT s.slot_key FROM job_queue_slot s \
          JOIN unnest($1::text[], $2::bigint[]) AS v(slot_key, n) ON s.slot_key = v.slot_key \
-         WHERE s.slot_no < v.n ORDER BY s.slot_key, s.slot_no FOR SHARE OF s",
+         WHERE s.slot_no < v.n ORDER BY s.slot_key, s.slot_no FOR SHARE OF s SKIP LOCKED",
     )
     .bind(&keys)
     .bind(&limits)
     .fetch_all(&mut *conn)
     .await?;
-    // The rows locked above, read again now that they are: which are free.
-    let free: Vec<String> = if free.is_empty() {
-        free
-    } else {
-        sqlx::query_scalar(
-            "SELECT DISTINCT s.slot_key FROM job_queue_slot s \
-             JOIN unnest($1::text[], $2::bigint[]) AS v(slot_key, n) ON s.slot_key = v.slot_key \
-             WHERE s.slot_no < v.n AND s.job_id IS NULL",
-        )
-        .bind(&keys)
-        .bind(&limits)
-        .fetch_all(&mut *conn)
-        .await?
-    };
+    // The rows read again, those locked above now as they are: which keys have a free slot,
+    // and how many slots each has.
+    let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT s.slot_key, COUNT(*), COUNT(*) FILTER (WHERE s.job_id IS NULL) \
+         FROM job_queue_slot s \
+         JOIN unnest($1::text[], $2::bigint[]) AS v(slot_key, n) ON s.slot_key = v.slot_key \
+         WHERE s.slot_no < v.n GROUP BY s.slot_key",
+    )
+    .bind(&keys)
+    .bind(&limits)
+    .fetch_all(&mut *conn)
+    .await?;
+    let leave: Vec<&str> = rows
+        .iter()
+        .filter(|(key, slots, free)| {
+            let mine = locked.iter().filter(|k| *k == key).count() as i64;
+            *free > 0 || mine < *slots
+        })
+        .map(|(key, ..)| key.as_str())
+        .collect();
     for v in verdicts.iter_mut() {
-        if matches!(v, Verdict::Block(k) if free.contains(k)) {
+        if matches!(v, Verdict::Block(k) if leave.contains(&k.as_str())) {
             *v = Verdict::Leave;
         }
     }
