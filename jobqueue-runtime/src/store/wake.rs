@@ -11,7 +11,7 @@ use super::{Db, Store};
 #[non_exhaustive]
 pub enum WakeSource {
     /// MySQL/MariaDB: the worker probes for ready jobs itself, every `idle_probe` interval
-    /// in its turn ([`Store::probe_conn`], [`Store::probe_on`]).
+    /// in its turn (`Store::probe_conn`, `Store::probe_on`).
     Probe,
     /// PostgreSQL: notifications wake the worker; it claims on a rare timer besides.
     Listen(Listening),

@@ -51,7 +51,7 @@ fn claim_set(owner: &str) -> String {
 
 /// The claim's first round in one statement (`$1` queue, `$2` how many, `$3` owner): it locks
 /// up to `$2` ready jobs in claim order over the claim index, skipping rows others hold, takes
-/// those without limits, and returns every row it locked ([`LOCKED_COLUMNS`] as they were
+/// those without limits, and returns every row it locked (`LOCKED_COLUMNS` as they were
 /// before, then `taken`) in claim order. Rows with limits stay locked, ready, for the slots.
 pub fn pg_claim_sql() -> String {
     format!(

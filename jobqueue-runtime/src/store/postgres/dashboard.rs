@@ -283,7 +283,7 @@ pub(crate) fn keyset_select(
     (numbered(&sql), out)
 }
 
-/// [`list_statement_of`] with every column of a job.
+/// `list_statement_of` with every column of a job.
 pub fn list_statement(
     query: &JobFilter,
     cursor: Option<&JobCursor>,
@@ -999,7 +999,7 @@ pub(crate) async fn periodic_jobs(_store: &Store, pool: &PgPool) -> Result<Vec<P
 }
 
 /// The statements of the dashboard's pages for `query`, with their arguments, for checking
-/// their plans with [`explain`]: the PostgreSQL twin of `dashboard_statements`.
+/// their plans with `explain`: the PostgreSQL twin of `dashboard_statements`.
 pub fn dashboard_statements(
     query: &JobFilter,
     cursor: Option<&JobCursor>,
