@@ -36,15 +36,12 @@ async fn listening(queue: &Queue, queues: &[&str]) -> WakeSource {
 
 /// Waits (up to 30 s) until the listener has received `n` notifications in all.
 async fn seen(listener: &Listening, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while listener.notifications_seen() < n {
-        assert!(
-            Instant::now() < deadline,
-            "{} of {n} notifications received",
-            listener.notifications_seen()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for(
+        &format!("{n} notifications"),
+        Duration::from_secs(30),
+        || async { (listener.notifications_seen() >= n).then_some(()) },
+    )
+    .await;
 }
 
 /// A ready row, as an SQL producer writes it (the schema's defaults for the rest).
@@ -240,14 +237,12 @@ async fn the_listener_holds_one_connection_of_the_pool_and_gives_it_back() {
     let source = listening(&queue, &["mail"]).await;
     assert_eq!(listeners().await, 1, "one session listens");
     drop(source);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while listeners().await != 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the listener's session UNLISTENs"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for(
+        "the listener's session to UNLISTEN",
+        Duration::from_secs(30),
+        || async { (listeners().await == 0).then_some(()) },
+    )
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------
