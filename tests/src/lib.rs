@@ -21,6 +21,7 @@ use jobqueue::admin::JobRecord;
 use jobqueue::testing::{TestDatabase, TestServer};
 use jobqueue::{JobContext, JobError, JobStatus, Queue, Worker, WorkerBuilder, WorkerHandle};
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions, MySqlRow};
+use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -223,51 +224,100 @@ pub async fn pool_with_session(url: &str, max: u32, statement: &'static str) -> 
         .expect("pool")
 }
 
-/// A queue on a new, migrated database (with [`init_tracing`] done), and a separate pool on
-/// the same database for the jobs' side effects, so that they do not compete with the
-/// workers for connections. The pool's database has an `effects` table:
+/// A queue on a new, migrated MySQL/MariaDB database with an `effects` table
+/// ([`fresh_queue_with_effects_on`] for MySQL).
+pub async fn fresh_queue_with_effects(prefix: &str) -> (Queue, Effects) {
+    fresh_queue_with_effects_on(Backend::MySql, prefix).await
+}
+
+/// A queue on a new, migrated database of `backend` (with [`init_tracing`] done), and a
+/// separate pool on the same database for the jobs' side effects, so that they do not compete
+/// with the workers for connections. The database has an `effects` table:
 ///
 /// - `seq`: an auto-increment sequence, the order the effects were recorded in;
 /// - `task_key`, `attempt`: the job and the attempt that did it;
 /// - `note`: what the job says about it;
-/// - `started_at`: when, by the database's clock (`UTC_TIMESTAMP(6)`), so that it compares
-///   with `run_at` by the same clock that set it.
+/// - `started_at`: when, by the database's clock (`UTC_TIMESTAMP(6)` on MySQL,
+///   `job_queue_now()` on PostgreSQL: the queue's own clocks), so that it compares with
+///   `run_at` by the same clock that set it.
 ///
 /// Jobs reach the pool as a `Data<Effects>` parameter, given to the worker with
-/// `.data(Effects(pool))` (see [`record_effect_in`]), as an application gives its jobs its
+/// `.data(effects.clone())` (see [`record_effect_in`]), as an application gives its jobs its
 /// pool, so that "exactly once" is counted where a user would count it. A worker refuses to
 /// build without it when a kind of its queues takes it, so in a test binary whose kinds
 /// share a queue every worker gets one.
-pub async fn fresh_queue_with_effects(prefix: &str) -> (Queue, MySqlPool) {
+pub async fn fresh_queue_with_effects_on(backend: Backend, prefix: &str) -> (Queue, Effects) {
     init_tracing();
-    let url = fresh_database(prefix).await;
-    let queue = migrated_queue(&url).await;
-    let effects = MySqlPoolOptions::new()
-        .max_connections(5)
-        .connect(&url)
+    let db = TestDatabase::new_on(backend, prefix)
         .await
-        .expect("connect the effects pool");
-    sqlx::query(
-        "CREATE TABLE effects (\
-           seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
-           task_key VARCHAR(255) NOT NULL, \
-           attempt INT NOT NULL, \
-           note VARCHAR(255) NOT NULL, \
-           started_at DATETIME(6) NOT NULL)",
-    )
-    .execute(&effects)
-    .await
-    .expect("create effects");
+        .unwrap_or_else(|e| panic!("cannot create a {backend} test database: {e}"));
+    let queue = db.queue().clone();
+    let url = db.keep();
+    let effects = match backend {
+        Backend::Postgres => {
+            let pool = PgPoolOptions::new()
+                .max_connections(5)
+                .connect(&url)
+                .await
+                .expect("connect the effects pool");
+            sqlx::query(
+                "CREATE TABLE effects (\
+                   seq BIGSERIAL PRIMARY KEY, \
+                   task_key VARCHAR(255) NOT NULL, \
+                   attempt INT NOT NULL, \
+                   note VARCHAR(255) NOT NULL, \
+                   started_at TIMESTAMP(6) NOT NULL)",
+            )
+            .execute(&pool)
+            .await
+            .expect("create effects");
+            Effects::Postgres(pool)
+        }
+        _ => {
+            let pool = MySqlPoolOptions::new()
+                .max_connections(5)
+                .connect(&url)
+                .await
+                .expect("connect the effects pool");
+            sqlx::query(
+                "CREATE TABLE effects (\
+                   seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
+                   task_key VARCHAR(255) NOT NULL, \
+                   attempt INT NOT NULL, \
+                   note VARCHAR(255) NOT NULL, \
+                   started_at DATETIME(6) NOT NULL)",
+            )
+            .execute(&pool)
+            .await
+            .expect("create effects");
+            Effects::MySql(pool)
+        }
+    };
     (queue, effects)
 }
 
-/// The pool of the `effects` table of [`fresh_queue_with_effects`], as a job takes it from
-/// its worker: a `Data<Effects>` parameter, given with `.data(Effects(pool))`. (A type of
-/// its own, so that it is not taken for the application's `MySqlPool`.)
+/// The pool of the `effects` table of [`fresh_queue_with_effects_on`], as a job takes it from
+/// its worker: a `Data<Effects>` parameter, given with `.data(effects.clone())`. (A type of
+/// its own, so that it is not taken for the application's pool.)
 #[derive(Clone, Debug)]
-pub struct Effects(pub MySqlPool);
+pub enum Effects {
+    /// On MySQL/MariaDB.
+    MySql(MySqlPool),
+    /// On PostgreSQL.
+    Postgres(PgPool),
+}
 
-/// Records one side effect of a job in the `effects` table of [`fresh_queue_with_effects`],
+impl Effects {
+    /// The MySQL pool, for a MySQL-only test's own reads; panics on PostgreSQL.
+    pub fn mysql(&self) -> &MySqlPool {
+        match self {
+            Effects::MySql(pool) => pool,
+            Effects::Postgres(_) => panic!("a MySQL-only test given a PostgreSQL effects pool"),
+        }
+    }
+}
+
+/// Records one side effect of a job in the `effects` table of [`fresh_queue_with_effects_on`],
 /// through the pool the job was given (a `Data<Effects>` parameter), stamped with the
 /// database's clock.
 pub async fn record_effect_in(
@@ -275,37 +325,66 @@ pub async fn record_effect_in(
     ctx: &JobContext,
     note: &str,
 ) -> Result<(), JobError> {
-    insert_effect(&effects.0, ctx, note).await
-}
-
-async fn insert_effect(pool: &MySqlPool, ctx: &JobContext, note: &str) -> Result<(), JobError> {
-    sqlx::query(
-        "INSERT INTO effects (task_key, attempt, note, started_at) \
-         VALUES (?, ?, ?, UTC_TIMESTAMP(6))",
-    )
-    .bind(ctx.task_key())
-    .bind(ctx.attempt())
-    .bind(note)
-    .execute(pool)
-    .await?;
+    match effects {
+        Effects::Postgres(pool) => {
+            sqlx::query(
+                "INSERT INTO effects (task_key, attempt, note, started_at) \
+                 VALUES ($1, $2, $3, job_queue_now())",
+            )
+            .bind(ctx.task_key())
+            .bind(ctx.attempt() as i32)
+            .bind(note)
+            .execute(pool)
+            .await?;
+        }
+        Effects::MySql(pool) => {
+            sqlx::query(
+                "INSERT INTO effects (task_key, attempt, note, started_at) \
+                 VALUES (?, ?, ?, UTC_TIMESTAMP(6))",
+            )
+            .bind(ctx.task_key())
+            .bind(ctx.attempt())
+            .bind(note)
+            .execute(pool)
+            .await?;
+        }
+    }
     Ok(())
 }
 
 /// Every side effect recorded, as (task_key, attempt), ordered by key and attempt.
-pub async fn effects(pool: &MySqlPool) -> Vec<(String, i32)> {
-    sqlx::query_as("SELECT task_key, attempt FROM effects ORDER BY task_key, attempt")
-        .fetch_all(pool)
-        .await
-        .expect("read effects")
+pub async fn effects(effects: &Effects) -> Vec<(String, i32)> {
+    let sql = "SELECT task_key, attempt FROM effects ORDER BY task_key, attempt";
+    match effects {
+        Effects::Postgres(pool) => sqlx::query_as(sql).fetch_all(pool).await,
+        Effects::MySql(pool) => sqlx::query_as(sql).fetch_all(pool).await,
+    }
+    .expect("read effects")
+}
+
+/// Every side effect recorded, as (task_key, attempt, note), in the order they were recorded.
+pub async fn all_effects(effects: &Effects) -> Vec<(String, i32, String)> {
+    let sql = "SELECT task_key, attempt, note FROM effects ORDER BY seq";
+    match effects {
+        Effects::Postgres(pool) => sqlx::query_as(sql).fetch_all(pool).await,
+        Effects::MySql(pool) => sqlx::query_as(sql).fetch_all(pool).await,
+    }
+    .expect("read effects")
 }
 
 /// The side effects of `task_key` as (attempt, note), in the order they were recorded.
-pub async fn effects_of(pool: &MySqlPool, task_key: &str) -> Vec<(i32, String)> {
-    sqlx::query_as("SELECT attempt, note FROM effects WHERE task_key = ? ORDER BY seq")
-        .bind(task_key)
-        .fetch_all(pool)
-        .await
-        .expect("read effects")
+pub async fn effects_of(effects: &Effects, task_key: &str) -> Vec<(i32, String)> {
+    let sql = "SELECT attempt, note FROM effects WHERE task_key = ? ORDER BY seq";
+    match effects {
+        Effects::Postgres(pool) => {
+            sqlx::query_as(&numbered(sql))
+                .bind(task_key)
+                .fetch_all(pool)
+                .await
+        }
+        Effects::MySql(pool) => sqlx::query_as(sql).bind(task_key).fetch_all(pool).await,
+    }
+    .expect("read effects")
 }
 
 // ---------------------------------------------------------------------------------------

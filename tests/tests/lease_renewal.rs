@@ -22,7 +22,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jobqueue::{job, Data, EnqueueOptions, JobContext, JobError, JobStatus, Queue, WorkerHandle};
-use sqlx::mysql::MySqlPool;
 use tests::{
     effects, effects_of, fresh_queue_with_effects, quick_worker, receive, record_effect_in, row,
     start, wait_status, Effects, LogCapture, Mailbox, WorkerTask,
@@ -192,9 +191,9 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 
 /// A migrated database with an `effects` table; the queue returned connects through a proxy
 /// with `rule`, the effects pool directly.
-async fn proxied(prefix: &str, rule: Rule) -> (Queue, Queue, MySqlPool, Proxy) {
+async fn proxied(prefix: &str, rule: Rule) -> (Queue, Queue, Effects, Proxy) {
     let (direct, effects) = fresh_queue_with_effects(prefix).await;
-    let url = tests::database_url(&effects).await;
+    let url = tests::database_url(effects.mysql()).await;
     let proxy = Proxy::start(host_port(&url), rule).await;
     let via_proxy = Queue::connect(&proxy.url(&url))
         .await
@@ -243,7 +242,7 @@ async fn a_frozen_outcome_write_is_retried_on_a_new_connection_and_shutdown_retu
     let id = direct.enqueue(FrozenWrite {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .build()
             .unwrap(),
     );
@@ -291,7 +290,7 @@ async fn a_frozen_renewal_is_abandoned_and_the_lease_kept() {
     let id = direct.enqueue(FrozenRenewal {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .build()
             .unwrap(),
     );
@@ -338,7 +337,7 @@ async fn a_row_locked_by_another_session_disturbs_only_its_own_job() {
     }
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .concurrency(4)
             .build()
             .unwrap(),
@@ -398,7 +397,7 @@ async fn a_job_that_blocks_its_thread_keeps_its_lease() {
     let id = queue.enqueue(Blocking {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .build()
             .unwrap(),
     );
@@ -435,7 +434,7 @@ async fn renewals_of_jobs_claimed_at_different_times_travel_together() {
     let began = Instant::now();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .concurrency(12)
             .build()
             .unwrap(),
@@ -490,7 +489,7 @@ async fn a_completion_with_a_late_reply_is_not_a_lost_lease() {
     let id = direct.enqueue(LateReply {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .build()
             .unwrap(),
     );
@@ -546,7 +545,7 @@ async fn a_database_clock_that_jumps_ahead_is_reported() {
     // No maintenance: nothing may take the job back while its lease looks short.
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .maintenance(false)
             .build()
             .unwrap(),
@@ -689,7 +688,7 @@ async fn a_job_with_a_pending_cancel_is_stopped_when_its_lease_is_lost() {
     let id = queue.enqueue(DeafToCancel {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .build()
             .unwrap(),
     );
@@ -734,7 +733,7 @@ static ROLLED_BACK: Mailbox<String> = Mailbox::new();
 
 #[job(name = "lease_cancel_after_rollback", lease = "3s")]
 async fn cancel_after_rollback(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
-    let mut tx = effects.0 .0.begin().await?;
+    let mut tx = effects.mysql().begin().await?;
     ctx.complete_in(&mut tx).await?;
     tx.rollback().await?;
     ROLLED_BACK.send("rolled back".into());
@@ -753,7 +752,7 @@ async fn a_cancel_reaches_a_job_whose_completion_was_rolled_back() {
     let id = queue.enqueue(CancelAfterRollback {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .build()
             .unwrap(),
     );
@@ -796,7 +795,7 @@ async fn a_renewal_cut_off_inside_its_transaction_does_not_keep_its_rows_locked(
     let id = direct.enqueue(CutRenewal {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .build()
             .unwrap(),
     );

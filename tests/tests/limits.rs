@@ -34,7 +34,7 @@ async fn record_run(
     note: &str,
     work: Duration,
 ) -> Result<(), JobError> {
-    let pool = &effects.0;
+    let pool = effects.mysql();
     sqlx::query(
         "INSERT INTO effects (task_key, attempt, note, started_at) \
          SELECT ?, ?, ?, updated_at FROM job_queue WHERE id = ?",
@@ -726,7 +726,7 @@ async fn limits_paths_timeout(
     effects: Data<Effects>,
 ) -> Result<(), JobError> {
     // Records its start only: the worker ends the run at the timeout.
-    let Effects(pool) = &*effects;
+    let pool = effects.mysql();
     sqlx::query(
         "INSERT INTO effects (task_key, attempt, note, started_at) \
          SELECT ?, ?, ?, updated_at FROM job_queue WHERE id = ?",
@@ -772,7 +772,7 @@ async fn three_workers_never_run_more_than_the_limit_of_a_key() {
         let own = Queue::connect(&url).await.unwrap();
         workers.push(start(
             quick_worker(&own)
-                .data(Effects(effects_pool.clone()))
+                .data(effects_pool.clone())
                 .owner(format!("limits-{i}"))
                 .concurrency(8)
                 .build()
@@ -796,7 +796,7 @@ async fn three_workers_never_run_more_than_the_limit_of_a_key() {
         stop(&handle, task).await;
         conflicts += handle.metrics().conflict_retries;
     }
-    let most = max_overlap(&effects_pool).await;
+    let most = max_overlap(effects_pool.mysql()).await;
     eprintln!("most runs at once per key: {most:?}; conflict retries: {conflicts}");
     assert_eq!(most.len(), 3);
     for (key, n) in &most {
@@ -833,7 +833,7 @@ async fn a_shutdown_hand_back_frees_the_slot() {
     let b = queue.enqueue(LimitsLong { n: 1 }).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .shutdown_grace(Duration::from_millis(50))
             .build()
             .unwrap(),
@@ -906,7 +906,7 @@ async fn a_long_backlog_of_one_key_does_not_starve_the_others() {
         let own = Queue::connect(&url).await.unwrap();
         workers.push(start(
             quick_worker(&own)
-                .data(Effects(effects_pool.clone()))
+                .data(effects_pool.clone())
                 .owner(format!("fair-{i}"))
                 .concurrency(8)
                 .build()
@@ -943,7 +943,7 @@ async fn a_long_backlog_of_one_key_does_not_starve_the_others() {
          FROM effects e JOIN job_queue j ON j.task_key = e.task_key \
          WHERE e.note LIKE 'start %' AND e.note <> 'start customer:0'",
     )
-    .fetch_all(&effects_pool)
+    .fetch_all(effects_pool.mysql())
     .await
     .unwrap();
     waits.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -957,7 +957,7 @@ async fn a_long_backlog_of_one_key_does_not_starve_the_others() {
         big_done_then < i64::from(big) / 2,
         "the small customers finished while most of the big one's backlog waited ({big_done_then} of {big} done)"
     );
-    let most = max_overlap(&effects_pool).await;
+    let most = max_overlap(effects_pool.mysql()).await;
     assert!(most.values().all(|n| *n <= 2), "{most:?}");
 }
 
@@ -1001,7 +1001,7 @@ async fn three_workers_sixteen_slots_a_hundred_keys() {
         let own = Queue::connect(&url).await.unwrap();
         workers.push(start(
             quick_worker(&own)
-                .data(Effects(effects_pool.clone()))
+                .data(effects_pool.clone())
                 .owner(format!("many-{i}"))
                 .concurrency(16)
                 .build()
@@ -1019,7 +1019,7 @@ async fn three_workers_sixteen_slots_a_hundred_keys() {
         conflicts += handle.metrics().conflict_retries;
         claimed += handle.metrics().claimed;
     }
-    let most = max_overlap(&effects_pool).await;
+    let most = max_overlap(effects_pool.mysql()).await;
     eprintln!("3 workers x 16 slots x 100 keys: {claimed} claims, {conflicts} conflict retries");
     assert_eq!(most.len(), 100);
     assert!(most.values().all(|n| *n <= 2), "{most:?}");
@@ -1049,7 +1049,7 @@ async fn a_queue_bound_holds_within_the_worker() {
         .unwrap();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .queues(["exports", "default"])
             .concurrency(10)
             .queue_concurrency("exports", 3)
@@ -1061,7 +1061,7 @@ async fn a_queue_bound_holds_within_the_worker() {
     })
     .await;
     stop(&handle, task).await;
-    let most = max_overlap(&effects_pool).await;
+    let most = max_overlap(effects_pool.mysql()).await;
     assert_eq!(most.get("queue:exports"), Some(&3), "{most:?}");
     let wrong = Worker::builder(queue.clone())
         .queues(["default"])

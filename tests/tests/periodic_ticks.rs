@@ -9,11 +9,10 @@ use std::time::Duration;
 
 use jobqueue::cron::tick_key;
 use jobqueue::{job, Backend, Data, Job, JobContext, JobError, JobStatus, Queue};
-use sqlx::mysql::MySqlPool;
 use sqlx::types::chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
 use tests::{
-    fresh_queue_on, fresh_queue_with_effects, quick_worker, record_effect_in, sql_exec, start,
-    stop, wait_for, Arg, Effects,
+    all_effects, effects_of, fresh_queue_with_effects, fresh_queue_with_effects_on, quick_worker,
+    record_effect_in, sql_exec, start, stop, wait_for, Arg, Effects,
 };
 
 /// How long a test waits for a tick of a schedule that fires every few seconds.
@@ -36,12 +35,14 @@ async fn a_tick_is_near(queue: &Queue, expr: &str) -> bool {
 }
 
 /// The effects of every job whose key starts with `kind@`, as (task_key, note), by order.
-async fn tick_effects(effects: &MySqlPool, kind: &str) -> Vec<(String, String)> {
-    sqlx::query_as("SELECT task_key, note FROM effects WHERE task_key LIKE ? ORDER BY seq")
-        .bind(format!("{kind}@%"))
-        .fetch_all(effects)
+async fn tick_effects(effects: &Effects, kind: &str) -> Vec<(String, String)> {
+    let prefix = format!("{kind}@");
+    all_effects(effects)
         .await
-        .expect("read effects")
+        .into_iter()
+        .filter(|e| e.0.starts_with(&prefix))
+        .map(|(key, _, note)| (key, note))
+        .collect()
 }
 
 /// The rows of `kind`: (task_key, run_at, status), by run_at.
@@ -65,33 +66,17 @@ async fn tick_rows(queue: &Queue, kind: &str) -> Vec<(String, NaiveDateTime, Str
     }
 }
 
-/// A queue on `backend` (a new database), and the pool of an `effects` table the test's
-/// jobs record their runs in. The effects stay on MySQL whatever the queue's backend: they
-/// are the test's witness, not the queue's.
-async fn queue_with_effects_on(backend: Backend, prefix: &str) -> (Queue, MySqlPool) {
-    let (mysql_queue, effects) = fresh_queue_with_effects(prefix).await;
-    match backend {
-        Backend::Postgres => (fresh_queue_on(backend, prefix).await, effects),
-        _ => (mysql_queue, effects),
-    }
-}
-
 /// Waits until the job of `key` has recorded a `done` effect.
-async fn wait_done(effects: &MySqlPool, key: &str) {
+async fn wait_done(effects: &Effects, key: &str) {
     wait_for(&format!("tick {key} to run"), PATIENCE, || async {
-        let n: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM effects WHERE task_key = ? AND note = 'done'")
-                .bind(key)
-                .fetch_one(effects)
-                .await
-                .unwrap();
-        (n > 0).then_some(())
+        let done = effects_of(effects, key).await;
+        done.iter().any(|e| e.1 == "done").then_some(())
     })
     .await
 }
 
 /// The first tick of `kind` that runs, as (key, tick).
-async fn first_tick(queue: &Queue, effects: &MySqlPool, kind: &str) -> (String, DateTime<Utc>) {
+async fn first_tick(queue: &Queue, effects: &Effects, kind: &str) -> (String, DateTime<Utc>) {
     let key = wait_for(&format!("a tick of {kind} to run"), PATIENCE, || async {
         tick_effects(effects, kind)
             .await
@@ -133,11 +118,11 @@ async fn pruned_every_10s(ctx: JobContext, effects: Data<Effects>) -> Result<(),
 }
 
 async fn a_pruned_tick_does_not_run_again_when_a_worker_restarts(backend: Backend) {
-    let (queue, effects) = queue_with_effects_on(backend, "hc_pruned").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "hc_pruned").await;
     let kind = PrunedEvery10s::KIND;
     let worker = || {
         quick_worker(&queue)
-            .data(Effects(effects.clone()))
+            .data(effects.clone())
             .queues(["hc_pruned"])
             .build()
             .expect("build")
@@ -186,11 +171,11 @@ async fn together_every_5s(ctx: JobContext, effects: Data<Effects>) -> Result<()
 }
 
 async fn workers_starting_at_once_after_a_purge_run_each_tick_once(backend: Backend) {
-    let (queue, effects) = queue_with_effects_on(backend, "hc_together").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "hc_together").await;
     let kind = TogetherEvery5s::KIND;
     let worker = || {
         quick_worker(&queue)
-            .data(Effects(effects.clone()))
+            .data(effects.clone())
             .queues(["hc_together"])
             .build()
             .expect("build")
@@ -249,7 +234,7 @@ async fn fresh_second(ctx: JobContext, effects: Data<Effects>) -> Result<(), Job
 
 /// Waits until `n` more ticks of the every-second kind ran: by then the scheduler has made
 /// at least `n - 1` full passes over every kind.
-async fn wait_passes(effects: &MySqlPool, n: usize) {
+async fn wait_passes(effects: &Effects, n: usize) {
     let before = tick_effects(effects, FreshSecond::KIND).await.len();
     wait_for("passes of the scheduler", PATIENCE, || async {
         (tick_effects(effects, FreshSecond::KIND).await.len() >= before + n).then_some(())
@@ -258,14 +243,14 @@ async fn wait_passes(effects: &MySqlPool, n: usize) {
 }
 
 async fn a_new_periodic_kind_gets_no_back_dated_tick(backend: Backend) {
-    let (queue, effects) = queue_with_effects_on(backend, "hc_fresh").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "hc_fresh").await;
     // The monthly kind's schedule.
     if a_tick_is_near(&queue, "0 0 0 1 * *").await {
         return;
     }
     let worker = || {
         quick_worker(&queue)
-            .data(Effects(effects.clone()))
+            .data(effects.clone())
             .queues(["hc_fresh"])
             .build()
             .expect("build")
@@ -313,7 +298,7 @@ async fn yearly_second(ctx: JobContext, effects: Data<Effects>) -> Result<(), Jo
 }
 
 async fn a_yearly_kind_idle_for_years_runs_its_latest_missed_tick_once(backend: Backend) {
-    let (queue, effects) = queue_with_effects_on(backend, "hc_yearly").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "hc_yearly").await;
     // The yearly kind's schedule: across New Year, "this year" would change under the test.
     if a_tick_is_near(&queue, "0 0 0 1 1 *").await {
         return;
@@ -349,7 +334,7 @@ async fn a_yearly_kind_idle_for_years_runs_its_latest_missed_tick_once(backend: 
     for _ in 0..2 {
         let (handle, task) = start(
             quick_worker(&queue)
-                .data(Effects(effects.clone()))
+                .data(effects.clone())
                 .queues(["hc_yearly"])
                 .build()
                 .expect("build"),
@@ -401,7 +386,7 @@ async fn a_paused_queue_runs_at_most_one_missed_tick_when_resumed() {
     let kinds = [PausedDefault::KIND, PausedOverlap::KIND];
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects.clone()))
+            .data(effects.clone())
             .queues(["hc_paused"])
             .build()
             .expect("build"),
@@ -470,7 +455,7 @@ async fn a_tick_is_skipped_while_the_previous_one_still_runs() {
     let (queue, effects) = fresh_queue_with_effects("hc_slow").await;
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects.clone()))
+            .data(effects.clone())
             .queues(["hc_slow"])
             .concurrency(4)
             .build()
@@ -526,14 +511,14 @@ async fn a_slow_maintenance_pass_does_not_collapse_dense_ticks() {
     let (queue, effects) = fresh_queue_with_effects("hc_dense").await;
     // On a pool of the test's own: the worker's maintenance waits on the lock with one of
     // the queue's two connections.
-    let mut holder = effects.begin().await.expect("begin");
+    let mut holder = effects.mysql().begin().await.expect("begin");
     sqlx::query("SELECT id FROM job_queue_gauge_refresh WHERE id = 1 FOR UPDATE")
         .fetch_one(&mut *holder)
         .await
         .expect("lock the gauges' refresh row");
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects.clone()))
+            .data(effects.clone())
             .queues(["hc_dense"])
             .build()
             .expect("build"),

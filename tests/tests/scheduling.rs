@@ -77,7 +77,7 @@ async fn a_delayed_job_starts_at_its_time_within_one_maintenance_interval() {
     // The worker is idle and polling before the jobs exist, as in production.
     let (handle, task) = start(
         Worker::builder(queue.clone())
-            .data(Effects(effects.clone()))
+            .data(effects.clone())
             .maintenance_interval(maintenance)
             .poll_interval(Duration::from_millis(50), poll_max)
             .build()
@@ -133,7 +133,7 @@ async fn a_delayed_job_starts_at_its_time_within_one_maintenance_interval() {
     stop(&handle, task).await;
 
     for (id, what) in [(by_delay, "delay(2s)"), (by_time, "run_at(now + 3s)")] {
-        let lag = start_lag_us(&effects, id).await;
+        let lag = start_lag_us(effects.mysql(), id).await;
         println!(
             "{what}: started {:.1} ms after run_at (bound {bound:?})",
             lag as f64 / 1e3
@@ -201,7 +201,7 @@ async fn one_slot_runs_jobs_by_priority_then_enqueue_order() {
 
     let (handle, task) = start(
         Worker::builder(queue.clone())
-            .data(Effects(effects.clone()))
+            .data(effects.clone())
             .concurrency(1)
             .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
             .build()
@@ -214,7 +214,7 @@ async fn one_slot_runs_jobs_by_priority_then_enqueue_order() {
     stop(&handle, task).await;
 
     let ran: Vec<u32> = sqlx::query_scalar::<_, String>("SELECT note FROM effects ORDER BY seq")
-        .fetch_all(&effects)
+        .fetch_all(effects.mysql())
         .await
         .unwrap()
         .iter()
@@ -316,12 +316,7 @@ async fn cancel_before_start_while_running_and_after_the_end_then_retry() {
 
     let running = queue.enqueue(CancelRunning {}).await.unwrap().id();
     let quick = queue.enqueue(CancelQuick {}).await.unwrap().id();
-    let (handle, task) = start(
-        quick_worker(&queue)
-            .data(Effects(effects.clone()))
-            .build()
-            .unwrap(),
-    );
+    let (handle, task) = start(quick_worker(&queue).data(effects.clone()).build().unwrap());
 
     // While running: the request reaches the job through its worker's next renewal (a
     // quarter of the 3 s lease); the job sees `Requested`, stops, and the row ends cancelled
@@ -432,12 +427,7 @@ async fn a_job_failing_after_a_cancel_request_is_cancelled_not_retried() {
     let (queue, effects) = fresh_queue_with_effects("sched_cancel_fail").await;
     let mut started = CANCEL_FAILS_STARTED.open();
     let id = queue.enqueue(CancelThenFail {}).await.unwrap().id();
-    let (handle, task) = start(
-        quick_worker(&queue)
-            .data(Effects(effects.clone()))
-            .build()
-            .unwrap(),
-    );
+    let (handle, task) = start(quick_worker(&queue).data(effects.clone()).build().unwrap());
     let started_id = receive(&mut started, "the job to start", Duration::from_secs(10)).await;
     assert_eq!(started_id, id);
     // The default 30 s lease: the worker would pass the request on only at its renewal,
@@ -493,7 +483,7 @@ async fn a_job_stopped_at_shutdown_after_a_cancel_request_is_cancelled_not_hande
     let id = queue.enqueue(CancelAtShutdown {}).await.unwrap().id();
     let (handle, task) = start(
         Worker::builder(queue.clone())
-            .data(Effects(effects.clone()))
+            .data(effects.clone())
             .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
             .shutdown_grace(Duration::from_millis(100))
             .build()
@@ -545,7 +535,7 @@ async fn a_paused_queue_keeps_its_jobs_ready_until_resumed() {
 
     let (handle, task) = start(
         Worker::builder(queue.clone())
-            .data(Effects(effects.clone()))
+            .data(effects.clone())
             .queues(["sched_paused"])
             .poll_interval(Duration::from_millis(20), Duration::from_millis(100))
             // Claims, not probes, are under test: every one of them must find nothing.
@@ -574,7 +564,7 @@ async fn a_paused_queue_keeps_its_jobs_ready_until_resumed() {
     let s = stats.iter().find(|s| s.queue == "sched_paused").unwrap();
     assert!(s.paused && s.counts.ready == 3, "{s:?}");
     let none: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM effects")
-        .fetch_one(&effects)
+        .fetch_one(effects.mysql())
         .await
         .unwrap();
     assert_eq!(none, 0, "nothing ran while paused");
@@ -611,7 +601,7 @@ async fn a_retry_waits_in_scheduled_for_its_backoff() {
     let maintenance = Duration::from_millis(100);
     let (handle, task) = start(
         Worker::builder(queue.clone())
-            .data(Effects(effects.clone()))
+            .data(effects.clone())
             .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
             .maintenance_interval(maintenance)
             .build()
@@ -643,7 +633,7 @@ async fn a_retry_waits_in_scheduled_for_its_backoff() {
         "SELECT TIMESTAMPDIFF(MICROSECOND, ?, started_at) FROM effects WHERE attempt = 2",
     )
     .bind(scheduled_run_at)
-    .fetch_one(&effects)
+    .fetch_one(effects.mysql())
     .await
     .unwrap();
     assert!(

@@ -16,7 +16,6 @@ use jobqueue::context::CancelReason;
 use jobqueue::{
     job, Data, Job, JobContext, JobError, JobOptions, JobStatus, Queue, Worker, WorkerHandle,
 };
-use sqlx::mysql::MySqlPool;
 use tests::{
     count_status, effects, fresh_queue_with_effects, quick_worker, receive, record_effect_in, row,
     start, stop, wait_for, wait_status, Effects, LogCapture, Mailbox, WorkerTask,
@@ -46,7 +45,7 @@ async fn three_workers_run_two_hundred_jobs_exactly_once() {
         .map(|i| {
             start(
                 Worker::builder(queue.clone())
-                    .data(Effects(effects_pool.clone()))
+                    .data(effects_pool.clone())
                     .owner(format!("fanout-{i}"))
                     .concurrency(4)
                     .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
@@ -132,7 +131,7 @@ async fn retries_until_success_exhaustion_and_permanent_errors() {
     let permanent = queue.enqueue(PermanentFailure {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .build()
             .unwrap(),
     );
@@ -228,7 +227,7 @@ async fn panics_fail_clearly_bad_payloads_wait_and_the_worker_goes_on() {
     // One slot: the job after the failures runs in the same slot they ran in.
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .concurrency(1)
             .build()
             .unwrap(),
@@ -327,7 +326,7 @@ async fn a_job_longer_than_its_lease_is_renewed_and_runs_once() {
     let id = queue.enqueue(LongRenewed {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .build()
             .unwrap(),
     );
@@ -369,7 +368,7 @@ async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back() {
     let mut started = BLOCKED_STARTED.open();
     let id = queue.enqueue(LongBlocked {}).await.unwrap().id();
     let first = quick_worker(&queue)
-        .data(Effects(effects_pool.clone()))
+        .data(effects_pool.clone())
         .owner("lease-a")
         .maintenance(false)
         .build()
@@ -438,7 +437,7 @@ async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back() {
     // Another worker takes the job back once the lease has expired, and runs it.
     let (handle_b, task_b) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .owner("lease-b")
             .build()
             .unwrap(),
@@ -505,7 +504,7 @@ async fn shutdown_cancels_a_running_job_and_hands_it_back() {
     let mut started = COOPERATIVE_STARTED.open();
     let id = queue.enqueue(ShutdownCooperative {}).await.unwrap().id();
     let worker = quick_worker(&queue)
-        .data(Effects(effects_pool.clone()))
+        .data(effects_pool.clone())
         .shutdown_grace(GRACE)
         .cancel_grace(CANCEL_GRACE)
         .build()
@@ -532,7 +531,7 @@ async fn shutdown_cancels_a_running_job_and_hands_it_back() {
 
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .build()
             .unwrap(),
     );
@@ -548,7 +547,7 @@ async fn shutdown_drops_a_job_that_ignores_cancellation_and_hands_it_back() {
     let mut started = STUBBORN_STARTED.open();
     let id = queue.enqueue(ShutdownStubborn {}).await.unwrap().id();
     let worker = quick_worker(&queue)
-        .data(Effects(effects_pool.clone()))
+        .data(effects_pool.clone())
         .shutdown_grace(GRACE)
         .cancel_grace(CANCEL_GRACE)
         .build()
@@ -577,7 +576,7 @@ async fn shutdown_drops_a_job_that_ignores_cancellation_and_hands_it_back() {
 
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .build()
             .unwrap(),
     );
@@ -596,10 +595,10 @@ async fn empty_probe(n: u32) {
     let _ = n;
 }
 
-fn polling_worker(queue: &Queue, effects: &MySqlPool) -> (WorkerHandle, WorkerTask) {
+fn polling_worker(queue: &Queue, effects: &Effects) -> (WorkerHandle, WorkerTask) {
     start(
         Worker::builder(queue.clone())
-            .data(Effects(effects.clone()))
+            .data(effects.clone())
             .poll_interval(Duration::from_millis(20), Duration::from_millis(100))
             // The empty claims themselves are under test: no probe stands in for them.
             .idle_probe(None)
@@ -728,7 +727,7 @@ async fn an_unknown_kind_waits_without_spending_attempts_then_fails_naming_the_k
     .last_insert_id();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .unrunnable_deadline(Duration::from_millis(1500))
             .build()
             .unwrap(),
@@ -816,7 +815,7 @@ async fn a_timeout_cancels_the_attempt_and_counts_as_a_failure() {
     let id = queue.enqueue(TooSlow {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .build()
             .unwrap(),
     );
@@ -860,7 +859,7 @@ async fn an_enqueue_wakes_an_idle_worker_before_its_next_poll() {
     let (queue, effects_pool) = fresh_queue_with_effects("worker_wake").await;
     let mut started = WAKE_STARTED.open();
     let worker = Worker::builder(queue.clone())
-        .data(Effects(effects_pool.clone()))
+        .data(effects_pool.clone())
         .poll_interval(Duration::from_secs(30), Duration::from_secs(60))
         // The wake-up must beat the polls, with no probe to help it.
         .idle_probe(None)

@@ -301,7 +301,7 @@ async fn a_shutdown_on_the_last_attempt_fails_the_job_instead_of_running_it_agai
 
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .shutdown_grace(Duration::from_millis(200))
             .cancel_grace(Duration::from_millis(200))
             .build()
@@ -329,7 +329,7 @@ async fn a_shutdown_on_the_last_attempt_fails_the_job_instead_of_running_it_agai
     // A second worker finds nothing to run.
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .build()
             .unwrap(),
     );
@@ -370,7 +370,7 @@ async fn a_claim_whose_commit_reply_is_lost_still_runs_its_job_once() {
         .store(true, Ordering::SeqCst);
     let (handle, task) = start(
         quick_worker(&proxied)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .maintenance(false)
             .build()
             .unwrap(),
@@ -501,7 +501,7 @@ async fn an_old_worker_leaves_jobs_it_cannot_run_to_a_newer_one_without_spending
     // take `Data<Effects>`, so it is given one; none of them runs here.
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(pool.clone()))
+            .data(Effects::MySql(pool.clone()))
             .build()
             .unwrap(),
     );
@@ -701,7 +701,7 @@ async fn a_job_whose_destructor_panics_after_a_timeout_is_recorded_and_released(
     let id = queue.enqueue(DropPanics { n: 1 }).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .build()
             .unwrap(),
     );
@@ -741,7 +741,7 @@ async fn a_row_with_a_key_that_is_not_utf8_fails_alone_and_the_queue_goes_on() {
         .id();
     let (handle, task) = start(
         quick_worker(&queue)
-            .data(Effects(effects_pool.clone()))
+            .data(effects_pool.clone())
             .build()
             .unwrap(),
     );
