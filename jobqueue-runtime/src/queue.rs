@@ -403,7 +403,10 @@ impl Queue {
                 pool: pool.clone(),
                 set_isolation: self.inner.set_isolation,
             },
-            DatabasePool::Postgres(pool) => Db::Postgres { pool: pool.clone() },
+            DatabasePool::Postgres(pool) => Db::Postgres {
+                pool: pool.clone(),
+                set_isolation: self.inner.set_isolation,
+            },
         }
     }
 

@@ -73,3 +73,45 @@ async fn the_print_sql_of_each_backend_is_its_own() {
     assert!(postgres.contains("INSERT INTO job_queue_migrations"));
     assert_eq!(Queue::migration_sql(), mysql);
 }
+
+/// A database whose sessions default to REPEATABLE READ (set with `ALTER DATABASE`, as a DBA
+/// might): the queue's own sessions still run at READ COMMITTED, set once per session with
+/// the connection rather than by a statement per transaction, and its claims work; a pool of
+/// the application's keeps the database's level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_queue_sessions_run_at_read_committed_whatever_the_database_default() {
+    let db = TestDatabase::empty_on(Backend::Postgres, "pg_isolation")
+        .await
+        .expect("a PostgreSQL database");
+    let admin = sqlx::PgPool::connect(db.url()).await.expect("connect");
+    sqlx::query(&format!(
+        "ALTER DATABASE \"{}\" SET default_transaction_isolation = 'repeatable read'",
+        db.name()
+    ))
+    .execute(&admin)
+    .await
+    .expect("set the database's default");
+    let app = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(db.url())
+        .await
+        .expect("connect");
+    let level = |pool: sqlx::PgPool| async move {
+        let level: String = sqlx::query_scalar("SHOW transaction_isolation")
+            .fetch_one(&pool)
+            .await
+            .expect("show");
+        level
+    };
+    assert_eq!(level(app.clone()).await, "repeatable read");
+
+    let queue = Queue::connect(db.url()).await.expect("connect the queue");
+    queue.migrate().await.expect("migrate");
+    let pool = queue.postgres_pool().expect("a PostgreSQL queue").clone();
+    assert_eq!(level(pool).await, "read committed");
+    assert_eq!(
+        level(app).await,
+        "repeatable read",
+        "the app's pool keeps its level"
+    );
+}

@@ -60,6 +60,17 @@ pub(crate) enum LeaseOptions {
     Postgres(sqlx::postgres::PgConnectOptions),
 }
 
+/// The startup parameter that makes a PostgreSQL session's transactions READ COMMITTED (the
+/// server's default, which `postgresql.conf` or the role may have changed), sent with the
+/// connection instead of one `SET TRANSACTION` per transaction. The space is escaped: the
+/// server splits its startup `options` at spaces.
+fn pg_read_committed() -> (&'static str, String) {
+    (
+        "default_transaction_isolation",
+        "read\\ committed".to_string(),
+    )
+}
+
 /// What a worker's lease store connects with (see [`Store::lease_store`]).
 #[derive(Debug, Clone)]
 pub(crate) struct LeaseConnect {
@@ -78,7 +89,9 @@ pub(crate) async fn connect_postgres_pool(
     max_lifetime: Duration,
     idle_ms: Option<u64>,
 ) -> crate::Result<sqlx::PgPool> {
-    let mut options = options.application_name("jobqueue");
+    let mut options = options
+        .application_name("jobqueue")
+        .options([pg_read_committed()]);
     if let Some(ms) = idle_ms {
         options = options.options([("idle_in_transaction_session_timeout", ms.to_string())]);
     }
@@ -212,6 +225,7 @@ impl Store {
             LeaseOptions::Postgres(options) => {
                 // Lock waits end after 1 s; a session idle inside a transaction ends after 5 s.
                 let options = options.options([
+                    pg_read_committed(),
                     ("lock_timeout", "1000".to_string()),
                     (
                         "idle_in_transaction_session_timeout",
@@ -224,7 +238,11 @@ impl Store {
                     .max_lifetime(connect.max_lifetime)
                     .idle_timeout(POOL_IDLE_TIMEOUT)
                     .connect_lazy_with(options);
-                return Store::new(super::Db::Postgres { pool }, metrics, None);
+                let db = super::Db::Postgres {
+                    pool,
+                    set_isolation: false,
+                };
+                return Store::new(db, metrics, None);
             }
         };
         let pool = MySqlPoolOptions::new()
@@ -290,7 +308,7 @@ impl Store {
                 pool.size(),
                 pool.options().get_max_connections(),
             ),
-            super::Db::Postgres { pool } => (
+            super::Db::Postgres { pool, .. } => (
                 pool.num_idle(),
                 pool.size(),
                 pool.options().get_max_connections(),
@@ -331,7 +349,7 @@ impl Store {
     pub(crate) async fn close(&self) {
         match &self.db {
             super::Db::MySql { pool, .. } => pool.close().await,
-            super::Db::Postgres { pool } => pool.close().await,
+            super::Db::Postgres { pool, .. } => pool.close().await,
         }
     }
 }

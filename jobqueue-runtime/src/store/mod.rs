@@ -201,6 +201,10 @@ pub(crate) enum Db {
     Postgres {
         /// The pool.
         pool: sqlx::PgPool,
+        /// True when the pool is the caller's: its sessions may not default to READ
+        /// COMMITTED, so every transaction of the store sets the level itself. The queue's
+        /// own pools set it once per session, as a startup parameter.
+        set_isolation: bool,
     },
 }
 
@@ -219,7 +223,7 @@ impl Db {
 /// limit))` returns `postgres::claim::claim(self, pool, queue, owner, limit).await`.
 macro_rules! on_postgres {
     ($store:expr, $($f:ident)::+ ($($arg:expr),* $(,)?)) => {
-        if let $crate::store::Db::Postgres { pool } = &$store.db {
+        if let $crate::store::Db::Postgres { pool, .. } = &$store.db {
             return $crate::store::postgres::$($f)::+($store, pool, $($arg),*).await;
         }
     };
@@ -328,13 +332,9 @@ impl Store {
 
     /// Whether each transaction sets READ COMMITTED itself (a MySQL pool of the caller's).
     pub(crate) fn set_isolation(&self) -> bool {
-        matches!(
-            self.db,
-            Db::MySql {
-                set_isolation: true,
-                ..
-            }
-        )
+        match self.db {
+            Db::MySql { set_isolation, .. } | Db::Postgres { set_isolation, .. } => set_isolation,
+        }
     }
 
     /// Which database the store is on.

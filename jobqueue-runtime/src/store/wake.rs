@@ -48,7 +48,7 @@ impl Store {
     pub fn wake_source(&self, queues: &[String], app_pool: bool) -> WakeSource {
         match &self.db {
             Db::MySql { .. } => WakeSource::Probe,
-            Db::Postgres { pool } => {
+            Db::Postgres { pool, .. } => {
                 let own = app_pool || pool.options().get_max_connections() < 2;
                 WakeSource::Listen(super::postgres::wake::listen(pool, queues, own))
             }

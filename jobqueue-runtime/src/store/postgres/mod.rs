@@ -35,8 +35,13 @@ macro_rules! pg_transaction {
             let mut pooled = $crate::store::postgres::acquire(store, pool).await?;
             let one_try = async {
                 let mut tx = sqlx::Connection::begin(&mut *pooled).await?;
-                sqlx::Executor::execute(&mut *tx, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                if store.set_isolation() {
+                    sqlx::Executor::execute(
+                        &mut *tx,
+                        "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                    )
                     .await?;
+                }
                 let result: sqlx::Result<_> = async {
                     let $conn: &mut sqlx::PgConnection = &mut tx;
                     $body
