@@ -4,7 +4,8 @@
 //!
 //! Run it with `scripts/quickstart` (or `cargo run -p examples --example quickstart`). With
 //! `DATABASE_URL` unset it starts a throwaway MariaDB/MySQL server from the binaries on PATH,
-//! as the tests do; set `DATABASE_URL=mysql://user:pass@host/db` to use your own.
+//! as the tests do (a PostgreSQL one with `scripts/quickstart --postgres`); set
+//! `DATABASE_URL=mysql://user:pass@host/db` or `postgres://user:pass@host/db` to use your own.
 
 use std::time::{Duration, Instant};
 

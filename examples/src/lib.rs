@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use jobqueue::admin::JobRecord;
+use jobqueue::admin::{JobFilter, JobRecord};
 use jobqueue::testing::TestDatabase;
-use jobqueue::{JobStatus, Queue};
+use jobqueue::{Backend, JobStatus, Queue};
 
 /// Logs to standard error at the level `RUST_LOG` asks for, else at `default_filter` (an
 /// `EnvFilter` directive such as `"warn"` or `"warn,jobqueue_runtime=info"`).
@@ -19,25 +19,39 @@ pub fn init_logging(default_filter: &str) {
         .init();
 }
 
+/// The database of the throwaway server an example starts when `DATABASE_URL` is unset:
+/// PostgreSQL when `JOBQUEUE_EXAMPLES_BACKEND` is `postgres` (`scripts/quickstart --postgres`
+/// sets it), else MariaDB/MySQL.
+pub fn throwaway_backend() -> Backend {
+    match std::env::var("JOBQUEUE_EXAMPLES_BACKEND").as_deref() {
+        Ok("postgres" | "postgresql") => Backend::Postgres,
+        _ => Backend::MySql,
+    }
+}
+
 /// `DATABASE_URL`, or, when it is unset, the URL of a new database on a throwaway server
-/// started from the MariaDB/MySQL binaries on PATH (it goes away with this process).
+/// started from the server binaries on PATH (see [`throwaway_backend`]; it goes away with
+/// this process).
 pub async fn database_url(name: &str) -> anyhow::Result<String> {
     if let Ok(url) = std::env::var("DATABASE_URL") {
         return Ok(url);
     }
-    eprintln!("DATABASE_URL is not set: starting a throwaway database server...");
-    Ok(TestDatabase::empty(name).await?.keep())
+    let backend = throwaway_backend();
+    eprintln!("DATABASE_URL is not set: starting a throwaway {backend} server...");
+    Ok(TestDatabase::empty_on(backend, name).await?.keep())
 }
 
-/// A migrated queue on `DATABASE_URL`, or on a new database of a throwaway server.
+/// A migrated queue on `DATABASE_URL` (a `mysql://` or `postgres://` URL), or on a new
+/// database of a throwaway server (see [`throwaway_backend`]).
 pub async fn connect(name: &str) -> anyhow::Result<Queue> {
     if let Ok(url) = std::env::var("DATABASE_URL") {
         let queue = Queue::connect(&url).await?;
         queue.migrate().await?;
         return Ok(queue);
     }
-    eprintln!("DATABASE_URL is not set: starting a throwaway database server...");
-    let db = TestDatabase::new(name).await?;
+    let backend = throwaway_backend();
+    eprintln!("DATABASE_URL is not set: starting a throwaway {backend} server...");
+    let db = TestDatabase::new_on(backend, name).await?;
     let queue = db.queue().clone();
     // The database stays for the life of the example's process (and its server).
     db.keep();
@@ -68,16 +82,10 @@ pub async fn wait_for_status(
 }
 
 /// Waits until `count` jobs are done (all queues; polling the table).
-pub async fn wait_until_done(queue: &Queue, count: i64) -> anyhow::Result<()> {
+pub async fn wait_until_done(queue: &Queue, count: u64) -> anyhow::Result<()> {
+    let done = JobFilter::default().status(JobStatus::Done);
     loop {
-        let done: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue WHERE status = 'done'")
-            .fetch_one(
-                queue
-                    .mysql_pool()
-                    .expect("the examples run on MySQL or MariaDB"),
-            )
-            .await?;
-        if done >= count {
+        if queue.count(&done).await? >= count {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::Output;
 
 use jobqueue::testing::TestServer;
+use jobqueue::Backend;
 
 /// The example binaries `cargo test` builds next to this test's own binary.
 fn example(name: &str) -> PathBuf {
@@ -23,7 +24,16 @@ fn example(name: &str) -> PathBuf {
 }
 
 async fn run(name: &str, args: &[&str]) -> (String, String) {
-    let server = TestServer::shared().unwrap_or_else(|e| panic!("{e}"));
+    run_on(Backend::MySql, name, args).await
+}
+
+/// Runs example `name` with `DATABASE_URL` on a new database of `backend`'s test server.
+async fn run_on(backend: Backend, name: &str, args: &[&str]) -> (String, String) {
+    let server = match backend {
+        Backend::Postgres => TestServer::shared_postgres(),
+        _ => TestServer::shared(),
+    }
+    .unwrap_or_else(|e| panic!("{e}"));
     let url = server.create_database(name).await.expect("database");
     let out: Output = tokio::process::Command::new(example(name))
         .args(args)
@@ -44,6 +54,15 @@ async fn run(name: &str, args: &[&str]) -> (String, String) {
 }
 
 async fn statuses(url: &str) -> Vec<(String, i64)> {
+    if url.starts_with("postgres") {
+        let pool = sqlx::PgPool::connect(url).await.expect("connect");
+        return sqlx::query_as(
+            "SELECT status::text, COUNT(*) FROM job_queue GROUP BY status ORDER BY 1",
+        )
+        .fetch_all(&pool)
+        .await
+        .expect("statuses");
+    }
     let pool = sqlx::MySqlPool::connect(url).await.expect("connect");
     sqlx::query_as(
         "SELECT CAST(status AS CHAR), COUNT(*) FROM job_queue GROUP BY status ORDER BY 1",
@@ -55,7 +74,16 @@ async fn statuses(url: &str) -> Vec<(String, i64)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn quickstart_runs_every_job_once() {
-    let (out, url) = run("quickstart", &[]).await;
+    quickstart_on(Backend::MySql).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn quickstart_runs_every_job_once_on_postgres() {
+    quickstart_on(Backend::Postgres).await
+}
+
+async fn quickstart_on(backend: Backend) {
+    let (out, url) = run_on(backend, "quickstart", &[]).await;
     assert!(
         out.contains("is a duplicate of job 1 (") && out.contains("): it will not run twice"),
         "{out}"
@@ -316,4 +344,31 @@ fn the_testing_guide_shows_the_testing_example_as_it_is() {
         "docs/guide/testing.md's \"A complete test\" block differs from \
          examples/tests/testing_your_jobs.rs; copy the file (after its header) into the block"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_service_enqueues_in_the_apps_transaction_and_the_listener_starts_the_job() {
+    let (out, url) = run_on(Backend::Postgres, "postgres_service", &["--demo"]).await;
+    assert!(
+        out.contains(r#"POST /signups -> 201 Created {"user":1,"welcome_job":1}"#),
+        "{out}"
+    );
+    assert!(
+        out.contains("[job] welcome e-mail sent to ada@example.com (user 1, attempt 1)"),
+        "{out}"
+    );
+    assert!(out.contains("job 1: done after 1 attempt(s)"), "{out}");
+    assert!(
+        out.ends_with(
+            "SIGTERM received: stopping the HTTP server and the worker\nstopped cleanly\n"
+        ),
+        "{out}"
+    );
+    assert_eq!(statuses(&url).await, vec![("done".to_owned(), 1)]);
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    let users: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
+        .fetch_one(&pool)
+        .await
+        .expect("users");
+    assert_eq!(users, 1, "the user committed with its job");
 }
