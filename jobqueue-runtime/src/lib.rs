@@ -55,7 +55,7 @@ pub use operator::{
     MAX_NAMES, MAX_SELECTION, RECOUNT_MAX_JOBS,
 };
 pub use progress::MAX_PROGRESS_BYTES;
-pub use queue::{pool_options, redact_url, Queue, QueueConfig};
+pub use queue::{pool_options, postgres_pool_options, redact_url, Queue, QueueConfig};
 pub use retry::Backoff;
 pub use store::DbErrorKind;
 pub use store::ServerInfo;

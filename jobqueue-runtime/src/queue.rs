@@ -184,6 +184,47 @@ pub fn pool_options() -> MySqlPoolOptions {
     crate::store::connect::app_pool_options(idle)
 }
 
+/// [`pool_options`] for PostgreSQL: pool options for an application `PgPool` that a
+/// [`Queue`] shares through [`Queue::from_pool`]. Each session bounds how long it may sit
+/// idle inside a transaction (`idle_in_transaction_session_timeout`, 30 s: the default of
+/// [`QueueConfig::idle_transaction_timeout`]), so that a client that dies between a claim's
+/// locking read and its commit does not keep those jobs locked; it binds the application's
+/// transactions too. The sessions keep their isolation level: the queue's transactions set
+/// READ COMMITTED each. sqlx's ping before each use stays (PostgreSQL's driver knows when a
+/// dropped future left a transaction open and rolls it back).
+///
+/// Set the pool's size and timeouts on the result as usual; replacing its `after_connect`
+/// hook drops the bound.
+///
+/// ```no_run
+/// # extern crate jobqueue_runtime as jobqueue;
+/// use jobqueue::Queue;
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let pool = jobqueue::postgres_pool_options()
+///     .max_connections(20)
+///     .connect("postgres://app:secret@127.0.0.1/shop")
+///     .await?;
+/// let queue = Queue::from_pool(pool.clone()).await?;
+/// # Ok(()) }
+/// ```
+pub fn postgres_pool_options() -> sqlx::postgres::PgPoolOptions {
+    let idle_ms = QueueConfig::default()
+        .idle_transaction_timeout
+        .map(|d| d.as_millis().clamp(1, i32::MAX as u128));
+    let options = sqlx::postgres::PgPoolOptions::new();
+    match idle_ms {
+        None => options,
+        Some(ms) => options.after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                let set = format!("SET idle_in_transaction_session_timeout = {ms}");
+                sqlx::Executor::execute(&mut *conn, set.as_str()).await?;
+                Ok(())
+            })
+        }),
+    }
+}
+
 /// The job table of one database, and everything done with it.
 ///
 /// Cheap to clone: clones share the pool, the metrics and the in-process wake-up that lets

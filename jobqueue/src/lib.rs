@@ -122,7 +122,7 @@ pub use jobqueue_runtime::{Backoff, Data, Job, JobContext, JobError, JobOptions}
 // Enqueueing.
 #[doc(inline)]
 pub use jobqueue_runtime::{
-    pool_options, EnqueueOptions, Enqueued, Queue, QueueConfig, Uniqueness,
+    pool_options, postgres_pool_options, EnqueueOptions, Enqueued, Queue, QueueConfig, Uniqueness,
 };
 // The databases a queue runs on, and the connections it takes from the application.
 #[doc(inline)]

@@ -115,3 +115,27 @@ async fn postgres_queue_sessions_run_at_read_committed_whatever_the_database_def
         "the app's pool keeps its level"
     );
 }
+
+/// `postgres_pool_options` gives an application's `PgPool` the bound on transactions left
+/// idle that the queue's own pool has (30 s), and a queue shares that pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_pool_options_bound_idle_transactions_and_serve_a_queue() {
+    let db = TestDatabase::new_on(Backend::Postgres, "pg_pool_options")
+        .await
+        .expect("a PostgreSQL database");
+    let pool = jobqueue::postgres_pool_options()
+        .max_connections(3)
+        .connect(db.url())
+        .await
+        .expect("connect");
+    let bound: String = sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")
+        .fetch_one(&pool)
+        .await
+        .expect("show");
+    assert_eq!(bound, "30s");
+    let queue = Queue::from_pool(pool)
+        .await
+        .expect("a queue on the app's pool");
+    let done = sql_i64(&queue, "SELECT COUNT(*) FROM job_queue", &[]).await;
+    assert_eq!(done, 0, "the queue reads its table through the app's pool");
+}
