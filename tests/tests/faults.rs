@@ -4,6 +4,10 @@
 //! the same message delivered many times, a worker paused past its lease, the database
 //! restarted under load, ten thousand jobs over four processes, and input that is wrong.
 //!
+//! The crash, duplicate, pause, restart, scale and periodic tests run on both databases
+//! (`mysql::` and `postgres::`); the locked-row, privilege and bad-input tests read MySQL's
+//! lock counters, grants or raw SQL and stay MySQL-only.
+//!
 //! Each test has a database of its own on the shared test server, except the restart test,
 //! which starts a private server so that stopping it disturbs no one. Jobs record their side
 //! effects in an `effects` table (see `test-worker/jobs.rs`), which has no unique index, so
@@ -22,13 +26,16 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use jobqueue::testing::TestServer;
-use jobqueue::{EnqueueOptions, Enqueued, Error, JobStatus, Queue};
+use jobqueue::admin::JobFilter;
+use jobqueue::testing::{TestDatabase, TestServer};
+use jobqueue::{Backend, EnqueueOptions, Enqueued, Error, JobStatus, Queue};
 use serde_json::Value;
 use sqlx::mysql::MySqlPool;
 use sqlx::types::chrono::NaiveDateTime;
 use sqlx::{Connection as _, MySqlConnection};
-use tests::{count_status, fresh_database, migrated_queue, row, wait_for, wait_status};
+use tests::{
+    count_status, migrated_queue, on_every_backend, row, sql_exec, sql_i64, wait_for, wait_status,
+};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::task::JoinHandle;
@@ -49,16 +56,20 @@ const WORKER_BIN: &str = env!("CARGO_BIN_EXE_test-worker");
 /// A migrated queue on `url`, with the `effects` table the jobs write to.
 async fn prepare(url: &str) -> Queue {
     let queue = migrated_queue(url).await;
-    sqlx::query(jobs::EFFECTS_TABLE)
-        .execute(queue.mysql_pool().unwrap())
-        .await
-        .expect("create effects");
+    let table = match queue.backend() {
+        Backend::Postgres => jobs::EFFECTS_TABLE_POSTGRES,
+        _ => jobs::EFFECTS_TABLE,
+    };
+    sql_exec(&queue, table, &[]).await;
     queue
 }
 
-/// A new database on the shared server, prepared; returns its URL and queue.
-async fn setup(prefix: &str) -> (String, Queue) {
-    let url = fresh_database(prefix).await;
+/// A new database on the shared server of `backend`, prepared; returns its URL and queue.
+async fn setup(backend: Backend, prefix: &str) -> (String, Queue) {
+    let url = TestDatabase::empty_on(backend, prefix)
+        .await
+        .unwrap_or_else(|e| panic!("cannot create a {backend} test database: {e}"))
+        .keep();
     let queue = prepare(&url).await;
     (url, queue)
 }
@@ -82,13 +93,29 @@ struct EffectRow {
     at: NaiveDateTime,
 }
 
-async fn effect_rows(pool: &MySqlPool) -> Vec<EffectRow> {
-    let rows: Vec<(Vec<u8>, u64, u32, u32, String, NaiveDateTime)> = sqlx::query_as(
-        "SELECT task_key, job_id, attempt, pid, phase, at FROM effects ORDER BY seq",
-    )
-    .fetch_all(pool)
-    .await
-    .expect("read effects");
+async fn effect_rows(queue: &Queue) -> Vec<EffectRow> {
+    const SQL: &str = "SELECT task_key, job_id, attempt, pid, phase, at FROM effects ORDER BY seq";
+    if let Some(pool) = queue.postgres_pool() {
+        let rows: Vec<(String, i64, i32, i32, String, NaiveDateTime)> = sqlx::query_as(SQL)
+            .fetch_all(pool)
+            .await
+            .expect("read effects");
+        return rows
+            .into_iter()
+            .map(|(task_key, job_id, attempt, pid, phase, at)| EffectRow {
+                task_key,
+                job_id: job_id as u64,
+                attempt: attempt as u32,
+                pid: pid as u32,
+                phase,
+                at,
+            })
+            .collect();
+    }
+    let rows: Vec<(Vec<u8>, u64, u32, u32, String, NaiveDateTime)> = sqlx::query_as(SQL)
+        .fetch_all(queue.mysql_pool().expect("a MySQL queue"))
+        .await
+        .expect("read effects");
     rows.into_iter()
         .map(|(key, job_id, attempt, pid, phase, at)| EffectRow {
             // A binary collation makes the driver see VARBINARY: decode the bytes.
@@ -103,18 +130,30 @@ async fn effect_rows(pool: &MySqlPool) -> Vec<EffectRow> {
 }
 
 /// How many `done` effects there are (each job records exactly one when it succeeds).
-async fn done_effects(pool: &MySqlPool) -> i64 {
-    sqlx::query_scalar("SELECT COUNT(*) FROM effects WHERE phase = 'done'")
-        .fetch_one(pool)
-        .await
-        .expect("count effects")
+async fn done_effects(queue: &Queue) -> i64 {
+    sql_i64(
+        queue,
+        "SELECT COUNT(*) FROM effects WHERE phase = 'done'",
+        &[],
+    )
+    .await
 }
 
-async fn db_now(pool: &MySqlPool) -> NaiveDateTime {
-    sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
-        .fetch_one(pool)
-        .await
-        .expect("read the database clock")
+/// The database's clock, the one the effects are stamped with.
+async fn db_now(queue: &Queue) -> NaiveDateTime {
+    match queue.backend() {
+        Backend::Postgres => {
+            sqlx::query_scalar("SELECT job_queue_now()")
+                .fetch_one(queue.postgres_pool().expect("a PostgreSQL queue"))
+                .await
+        }
+        _ => {
+            sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
+                .fetch_one(queue.mysql_pool().expect("a MySQL queue"))
+                .await
+        }
+    }
+    .expect("read the database clock")
 }
 
 /// `later - earlier`, in seconds.
@@ -410,7 +449,7 @@ async fn a_row_locked_by_another_transaction_is_skipped_not_waited_for() {
 
     // Every other job is done while the lock is held, and nothing waits for the lock.
     wait_for("nine jobs done", Duration::from_secs(30), || async {
-        (done_effects(queue.mysql_pool().unwrap()).await == 9).then_some(())
+        (done_effects(&queue).await == 9).then_some(())
     })
     .await;
     let nine_in = began.elapsed();
@@ -426,7 +465,7 @@ async fn a_row_locked_by_another_transaction_is_skipped_not_waited_for() {
     assert_eq!(waits, 0, "a worker waited for the locked row");
     let row = row(&queue, locked).await;
     assert_eq!((row.status, row.attempts), (JobStatus::Ready, 0));
-    let effects = effect_rows(queue.mysql_pool().unwrap()).await;
+    let effects = effect_rows(&queue).await;
     assert_eq!(effects.len(), 9, "{effects:?}");
     for (i, id) in ids.iter().enumerate() {
         let n = effects.iter().filter(|e| e.job_id == *id).count();
@@ -443,7 +482,7 @@ async fn a_row_locked_by_another_transaction_is_skipped_not_waited_for() {
         .await
         .unwrap();
     wait_status(&queue, locked, JobStatus::Done, Duration::from_secs(15)).await;
-    let effects = effect_rows(queue.mysql_pool().unwrap()).await;
+    let effects = effect_rows(&queue).await;
     assert_eq!(effects.len(), 10);
     let mut keys: Vec<&str> = effects.iter().map(|e| e.task_key.as_str()).collect();
     keys.sort_unstable();
@@ -487,7 +526,7 @@ async fn for_each_host(pool: &MySqlPool, user: &str, sql: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_worker_is_quiet_and_survives_a_revoked_privilege() {
-    let (url, queue) = setup("faults_idle").await;
+    let (url, queue) = setup(Backend::MySql, "faults_idle").await;
     let pool = queue.mysql_pool().unwrap();
     let db: String = sqlx::query_scalar("SELECT DATABASE()")
         .fetch_one(pool)
@@ -576,10 +615,9 @@ async fn an_idle_worker_is_quiet_and_survives_a_revoked_privilege() {
 // 3. A worker killed mid-job: its jobs come back after one lease, and run once more.
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_worker_s_jobs_come_back_after_one_lease() {
-    let (url, queue) = setup("faults_crash").await;
-    let pool = queue.mysql_pool().unwrap();
+async fn a_killed_worker_s_jobs_come_back_after_one_lease(backend: Backend) {
+    let (url, queue) = setup(backend, "faults_crash").await;
+    let pool = &queue;
     const LEASE: f64 = 2.0; // `slow`'s lease
     const MAINTENANCE: f64 = 0.5;
     let mut slow_ids = Vec::new();
@@ -687,10 +725,9 @@ async fn a_killed_worker_s_jobs_come_back_after_one_lease() {
 // 4. The same message many times: one job, one side effect, a log record per duplicate.
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn duplicate_enqueues_leave_one_job_and_one_side_effect() {
-    let (url, queue) = setup("faults_duplicates").await;
-    let pool = queue.mysql_pool().unwrap();
+async fn duplicate_enqueues_leave_one_job_and_one_side_effect(backend: Backend) {
+    let (url, queue) = setup(backend, "faults_duplicates").await;
+    let pool = &queue;
 
     // One after the other.
     let seq = queue.enqueue(effect("dup-seq", 0)).await.unwrap();
@@ -769,62 +806,71 @@ async fn duplicate_enqueues_leave_one_job_and_one_side_effect() {
     let race_id = race_id.unwrap();
 
     // Inside the application's transactions (its own pool, at its default isolation level).
-    let app = MySqlPool::connect(&url).await.unwrap();
-    let mut tx = app.begin().await.unwrap();
-    assert!(queue
-        .enqueue_in(&mut tx, effect("dup-tx", 0))
-        .await
-        .unwrap()
-        .is_new());
-    tx.rollback().await.unwrap();
-    assert!(queue.job_by_key("dup-tx").await.unwrap().is_none());
+    macro_rules! in_app_transactions {
+        ($app:expr) => {{
+            let app = $app;
+            let mut tx = app.begin().await.unwrap();
+            assert!(queue
+                .enqueue_in(&mut tx, effect("dup-tx", 0))
+                .await
+                .unwrap()
+                .is_new());
+            tx.rollback().await.unwrap();
+            assert!(queue.job_by_key("dup-tx").await.unwrap().is_none());
 
-    let mut tx = app.begin().await.unwrap();
-    let tx_id = queue
-        .enqueue_in(&mut tx, effect("dup-tx", 0))
-        .await
-        .unwrap();
-    assert!(tx_id.is_new());
-    let again = queue
-        .enqueue_in(&mut tx, effect("dup-tx", 0))
-        .await
-        .unwrap();
-    assert_eq!(again.duplicate_of(), Some(tx_id.id()));
-    let seq_again = queue
-        .enqueue_in(&mut tx, effect("dup-seq", 0))
-        .await
-        .unwrap();
-    assert_eq!(seq_again.duplicate_of(), Some(seq.id()));
-    // A duplicate does not spoil the transaction: what follows commits with it.
-    let other = queue
-        .enqueue_in(&mut tx, effect("dup-tx-other", 0))
-        .await
-        .unwrap();
-    assert!(other.is_new());
-    tx.commit().await.unwrap();
+            let mut tx = app.begin().await.unwrap();
+            let tx_id = queue
+                .enqueue_in(&mut tx, effect("dup-tx", 0))
+                .await
+                .unwrap();
+            assert!(tx_id.is_new());
+            let again = queue
+                .enqueue_in(&mut tx, effect("dup-tx", 0))
+                .await
+                .unwrap();
+            assert_eq!(again.duplicate_of(), Some(tx_id.id()));
+            let seq_again = queue
+                .enqueue_in(&mut tx, effect("dup-seq", 0))
+                .await
+                .unwrap();
+            assert_eq!(seq_again.duplicate_of(), Some(seq.id()));
+            // A duplicate does not spoil the transaction: what follows commits with it.
+            let other = queue
+                .enqueue_in(&mut tx, effect("dup-tx-other", 0))
+                .await
+                .unwrap();
+            assert!(other.is_new());
+            tx.commit().await.unwrap();
 
-    let mut tx = app.begin().await.unwrap();
-    let dup = queue
-        .enqueue_in(&mut tx, effect("dup-tx", 0))
-        .await
-        .unwrap();
-    assert_eq!(dup.duplicate_of(), Some(tx_id.id()));
-    tx.rollback().await.unwrap();
-    assert!(queue.job(tx_id.id()).await.unwrap().is_some());
+            let mut tx = app.begin().await.unwrap();
+            let dup = queue
+                .enqueue_in(&mut tx, effect("dup-tx", 0))
+                .await
+                .unwrap();
+            assert_eq!(dup.duplicate_of(), Some(tx_id.id()));
+            tx.rollback().await.unwrap();
+            assert!(queue.job(tx_id.id()).await.unwrap().is_some());
 
-    // A transaction whose snapshot predates the other job still finds it.
-    let mut tx = app.begin().await.unwrap();
-    let _: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
-    let late = queue.enqueue(effect("dup-snapshot", 0)).await.unwrap();
-    let seen = queue
-        .enqueue_in(&mut tx, effect("dup-snapshot", 0))
-        .await
-        .unwrap();
-    assert_eq!(seen.duplicate_of(), Some(late.id()));
-    tx.commit().await.unwrap();
+            // A transaction whose snapshot predates the other job still finds it.
+            let mut tx = app.begin().await.unwrap();
+            let _: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            let late = queue.enqueue(effect("dup-snapshot", 0)).await.unwrap();
+            let seen = queue
+                .enqueue_in(&mut tx, effect("dup-snapshot", 0))
+                .await
+                .unwrap();
+            assert_eq!(seen.duplicate_of(), Some(late.id()));
+            tx.commit().await.unwrap();
+            (tx_id, other, late)
+        }};
+    }
+    let (tx_id, other, late) = match backend {
+        Backend::Postgres => in_app_transactions!(sqlx::PgPool::connect(&url).await.unwrap()),
+        _ => in_app_transactions!(MySqlPool::connect(&url).await.unwrap()),
+    };
     assert_eq!(queue.metrics().duplicates, 5 + 2 + 1 + 1);
 
     // Run them all: one side effect per key.
@@ -833,10 +879,7 @@ async fn duplicate_enqueues_leave_one_job_and_one_side_effect() {
     for id in ids {
         wait_status(&queue, id, JobStatus::Done, Duration::from_secs(30)).await;
     }
-    let jobs: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue")
-        .fetch_one(pool)
-        .await
-        .unwrap();
+    let jobs = sql_i64(&queue, "SELECT COUNT(*) FROM job_queue", &[]).await;
     assert_eq!(jobs, 5);
     let effects = effect_rows(pool).await;
     let mut keys: Vec<&str> = effects.iter().map(|e| e.task_key.as_str()).collect();
@@ -859,10 +902,9 @@ async fn duplicate_enqueues_leave_one_job_and_one_side_effect() {
 // 5. A worker paused past its lease wakes up to find it lost, and writes nothing.
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_worker_that_wakes_after_its_lease_changes_nothing() {
-    let (url, queue) = setup("faults_zombie").await;
-    let pool = queue.mysql_pool().unwrap();
+async fn a_paused_worker_that_wakes_after_its_lease_changes_nothing(backend: Backend) {
+    let (url, queue) = setup(backend, "faults_zombie").await;
+    let pool = &queue;
     let id = queue
         .enqueue(Slow {
             name: "zombie".into(),
@@ -933,15 +975,18 @@ async fn a_paused_worker_that_wakes_after_its_lease_changes_nothing() {
 // 6. The database restarts under load: workers log it, reconnect, and finish every job.
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn workers_ride_out_a_database_restart() {
-    let db_server = tokio::task::spawn_blocking(TestServer::start)
+async fn workers_ride_out_a_database_restart(backend: Backend) {
+    let start = match backend {
+        Backend::Postgres => TestServer::start_postgres,
+        _ => TestServer::start,
+    };
+    let db_server = tokio::task::spawn_blocking(start)
         .await
         .unwrap()
         .unwrap_or_else(|e| panic!("{e}"));
     let url = db_server.create_database("faults_restart").await.unwrap();
     let queue = prepare(&url).await;
-    let pool = queue.mysql_pool().unwrap();
+    let pool = &queue;
     const JOBS: i64 = 300;
     queue
         .enqueue_many((0..JOBS).map(|i| effect(format!("restart-{i}"), 20)))
@@ -974,12 +1019,13 @@ async fn workers_ride_out_a_database_restart() {
     let outage = down.elapsed();
 
     let finished = wait_for("every job done", Duration::from_secs(120), || async {
-        let done =
-            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM job_queue WHERE status = 'done'")
-                .fetch_one(pool)
-                .await
-                .ok()?;
-        (done == JOBS).then(Instant::now)
+        // The queue's pool reconnects as the workers' do; a read that meets a connection
+        // the restart broke is tried again.
+        let done = queue
+            .count(&JobFilter::default().status(JobStatus::Done))
+            .await
+            .ok()?;
+        (done == JOBS as u64).then(Instant::now)
     })
     .await;
     println!(
@@ -994,10 +1040,12 @@ async fn workers_ride_out_a_database_restart() {
     keys.dedup();
     assert_eq!(keys.len() as i64, JOBS, "every job's side effect happened");
     let reruns = effects.len() as i64 - JOBS;
-    let reclaimed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_queue WHERE attempts > 1")
-        .fetch_one(pool)
-        .await
-        .unwrap();
+    let reclaimed = sql_i64(
+        &queue,
+        "SELECT COUNT(*) FROM job_queue WHERE attempts > 1",
+        &[],
+    )
+    .await;
     println!(
         "database restart: {reruns} side effect(s) repeated (an attempt interrupted after its \
          effect, before its outcome was recorded); {reclaimed} job(s) needed more than one attempt"
@@ -1044,10 +1092,8 @@ async fn workers_ride_out_a_database_restart() {
 // 7. Ten thousand jobs, four processes: each job done exactly once, none failed.
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ten_thousand_jobs_over_four_processes_run_exactly_once() {
-    let (url, queue) = setup("faults_scale").await;
-    let pool = queue.mysql_pool().unwrap();
+async fn ten_thousand_jobs_over_four_processes_run_exactly_once(backend: Backend) {
+    let (url, queue) = setup(backend, "faults_scale").await;
     const JOBS: i64 = 10_000;
     let args = ["--concurrency", "8"];
     let mut workers: Vec<Proc> = (0..4)
@@ -1068,22 +1114,21 @@ async fn ten_thousand_jobs_over_four_processes_run_exactly_once() {
     .await;
     let took = began.elapsed();
 
-    let (rows, distinct): (i64, i64) =
-        sqlx::query_as("SELECT COUNT(*), COUNT(DISTINCT task_key) FROM effects")
-            .fetch_one(pool)
-            .await
-            .unwrap();
+    let rows = sql_i64(&queue, "SELECT COUNT(*) FROM effects", &[]).await;
+    let distinct = sql_i64(&queue, "SELECT COUNT(DISTINCT task_key) FROM effects", &[]).await;
     assert_eq!(
         (rows, distinct),
         (JOBS, JOBS),
         "each side effect exactly once"
     );
     assert_eq!(count_status(&queue, JobStatus::Failed).await, 0);
-    let max_attempts: u32 = sqlx::query_scalar("SELECT MAX(attempts) FROM job_queue")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    assert_eq!(max_attempts, 1, "no job needed a second attempt");
+    let again = sql_i64(
+        &queue,
+        "SELECT COUNT(*) FROM job_queue WHERE attempts <> 1",
+        &[],
+    )
+    .await;
+    assert_eq!(again, 0, "every job took exactly one attempt");
 
     let mut metrics = Vec::new();
     for w in &mut workers {
@@ -1140,7 +1185,7 @@ async fn insert_raw(pool: &MySqlPool, kind: &str, key: &str, payload: &str, atte
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_a_clear_error_and_harms_nothing_else() {
-    let (url, queue) = setup("faults_bad_input").await;
+    let (url, queue) = setup(Backend::MySql, "faults_bad_input").await;
     let pool = queue.mysql_pool().unwrap();
 
     // Refused at enqueue, with the reason.
@@ -1282,7 +1327,7 @@ async fn bad_input_gets_a_clear_error_and_harms_nothing_else() {
         error.contains("flaky: failing attempt 2 of the first 2 on purpose"),
         "{error}"
     );
-    let effects = effect_rows(pool).await;
+    let effects = effect_rows(&queue).await;
     let mut keys: Vec<&str> = effects.iter().map(|e| e.task_key.as_str()).collect();
     keys.sort_unstable();
     let mut want: Vec<&str> = odd_keys
@@ -1322,10 +1367,9 @@ async fn bad_input_gets_a_clear_error_and_harms_nothing_else() {
 // 9. Periodic jobs: every process schedules the ticks; each tick runs once.
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn periodic_ticks_run_once_however_many_processes_schedule_them() {
-    let (url, queue) = setup("faults_periodic").await;
-    let pool = queue.mysql_pool().unwrap();
+async fn periodic_ticks_run_once_however_many_processes_schedule_them(backend: Backend) {
+    let (url, queue) = setup(backend, "faults_periodic").await;
+    let pool = &queue;
     let args = ["--periodic", "--maintenance-ms", "200"];
     let mut workers = [
         Proc::worker("worker-a", &url, &args),
@@ -1339,13 +1383,13 @@ async fn periodic_ticks_run_once_however_many_processes_schedule_them() {
         w.terminate().await;
     }
     let effects = effect_rows(pool).await;
-    let ticks: Vec<(Vec<u8>, String)> =
-        sqlx::query_as("SELECT task_key, CAST(status AS CHAR) FROM job_queue WHERE kind = 'tick'")
-            .fetch_all(pool)
-            .await
-            .unwrap();
-    for (key, _) in &ticks {
-        let key = String::from_utf8(key.clone()).unwrap();
+    let ticks = queue
+        .list(&JobFilter::default().kind("tick"), None, 1_000)
+        .await
+        .expect("list the ticks")
+        .jobs;
+    for tick in &ticks {
+        let key = tick.task_key.clone();
         assert!(key.starts_with("tick@"), "{key}");
         let runs = effects.iter().filter(|e| e.task_key == key).count();
         assert!(runs <= 1, "tick {key} ran {runs} times");
@@ -1374,3 +1418,12 @@ fn urls_take_another_user() {
     );
     assert_eq!(url_as("mysql://h:1/db", "w", "p"), "mysql://w:p@h:1/db");
 }
+
+on_every_backend!(
+    a_killed_worker_s_jobs_come_back_after_one_lease,
+    duplicate_enqueues_leave_one_job_and_one_side_effect,
+    a_paused_worker_that_wakes_after_its_lease_changes_nothing,
+    workers_ride_out_a_database_restart,
+    ten_thousand_jobs_over_four_processes_run_exactly_once,
+    periodic_ticks_run_once_however_many_processes_schedule_them,
+);

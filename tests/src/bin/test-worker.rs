@@ -25,8 +25,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use jobqueue::metrics::MetricsSnapshot;
-use jobqueue::{Enqueued, Queue, QueueConfig, Worker};
+use jobqueue::{Backend, DatabasePool, Enqueued, Queue, QueueConfig, Worker};
 use sqlx::mysql::MySqlPoolOptions;
+use sqlx::postgres::PgPoolOptions;
 
 #[path = "test-worker/jobs.rs"]
 mod jobs;
@@ -38,7 +39,7 @@ mod jobs;
     args_override_self = true
 )]
 struct Args {
-    /// `mysql://user:password@host:port/database`
+    /// `mysql://user:password@host:port/database` or `postgres://...`
     #[arg(long)]
     database_url: String,
     /// Queues to serve, comma-separated, in priority order.
@@ -113,11 +114,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
         return enqueue(&queue, key, args.enqueue_count, args.wait_for_go).await;
     }
 
-    let effects = MySqlPoolOptions::new()
-        .max_connections(args.concurrency.min(16) as u32 + 1)
-        .acquire_timeout(acquire_timeout)
-        .connect(&args.database_url)
-        .await?;
+    let connections = args.concurrency.min(16) as u32 + 1;
+    let effects = match queue.backend() {
+        Backend::Postgres => DatabasePool::Postgres(
+            PgPoolOptions::new()
+                .max_connections(connections)
+                .acquire_timeout(acquire_timeout)
+                .connect(&args.database_url)
+                .await?,
+        ),
+        _ => DatabasePool::MySql(
+            MySqlPoolOptions::new()
+                .max_connections(connections)
+                .acquire_timeout(acquire_timeout)
+                .connect(&args.database_url)
+                .await?,
+        ),
+    };
 
     let worker = Worker::builder(queue)
         .data(effects)

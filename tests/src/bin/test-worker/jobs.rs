@@ -11,8 +11,7 @@
 
 use std::time::Duration;
 
-use jobqueue::{job, JobContext, JobError};
-use sqlx::MySqlPool;
+use jobqueue::{job, DatabasePool, JobContext, JobError};
 
 /// The table the jobs write their side effects to; the suite creates it next to the queue.
 /// No unique index: a duplicate side effect must be visible, not refused.
@@ -28,23 +27,70 @@ pub(crate) const EFFECTS_TABLE: &str = "CREATE TABLE effects (
     KEY effects_key (task_key)
 ) ENGINE = InnoDB";
 
+/// [`EFFECTS_TABLE`] on PostgreSQL (keys compared byte by byte, as MySQL's `utf8mb4_bin`).
+#[allow(dead_code)] // used by the suite, not by the worker
+pub(crate) const EFFECTS_TABLE_POSTGRES: &str = "CREATE TABLE effects (
+    seq      BIGSERIAL PRIMARY KEY,
+    task_key VARCHAR(255) COLLATE \"C\" NOT NULL,
+    job_id   BIGINT NOT NULL,
+    attempt  INT NOT NULL,
+    pid      INT NOT NULL,
+    phase    VARCHAR(8) NOT NULL,
+    at       TIMESTAMP(6) NOT NULL
+)";
+
+/// The MySQL statement that records an effect.
+const INSERT_EFFECT: &str = "INSERT INTO effects (task_key, job_id, attempt, pid, phase, at) \
+                             VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))";
+
+/// [`INSERT_EFFECT`] for PostgreSQL: numbered placeholders, the queue's clock.
+const INSERT_EFFECT_POSTGRES: &str =
+    "INSERT INTO effects (task_key, job_id, attempt, pid, phase, at) \
+     VALUES ($1, $2, $3, $4, $5, job_queue_now())";
+
+/// The effects pool `main` gives the worker (`.data(pool)`).
+fn effects_pool(ctx: &JobContext) -> Result<&DatabasePool, JobError> {
+    ctx.data::<DatabasePool>()
+        .ok_or_else(|| "the effects pool is not set; jobs run only in test-worker".into())
+}
+
+/// Records one row of `phase` for this attempt through `conn` (a pool or a transaction of
+/// either database), with the database's clock.
+macro_rules! insert_effect {
+    (postgres, $conn:expr, $ctx:expr, $phase:expr) => {{
+        let ctx: &JobContext = $ctx;
+        sqlx::query(INSERT_EFFECT_POSTGRES)
+            .bind(ctx.task_key())
+            .bind(ctx.id() as i64)
+            .bind(ctx.attempt() as i32)
+            .bind(std::process::id() as i32)
+            .bind($phase)
+            .execute($conn)
+            .await?;
+    }};
+    (mysql, $conn:expr, $ctx:expr, $phase:expr) => {{
+        let ctx: &JobContext = $ctx;
+        sqlx::query(INSERT_EFFECT)
+            .bind(ctx.task_key())
+            .bind(ctx.id())
+            .bind(ctx.attempt())
+            .bind(std::process::id())
+            .bind($phase)
+            .execute($conn)
+            .await?;
+    }};
+}
+
 /// Records one row of `phase` for this attempt, with the database's clock, through the
 /// effects pool `main` gives the worker (`.data(pool)`).
 async fn record(ctx: &JobContext, phase: &str) -> Result<(), JobError> {
-    let pool = ctx
-        .data::<MySqlPool>()
-        .ok_or("the effects pool is not set; jobs run only in test-worker")?;
-    sqlx::query(
-        "INSERT INTO effects (task_key, job_id, attempt, pid, phase, at) \
-         VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",
-    )
-    .bind(ctx.task_key())
-    .bind(ctx.id())
-    .bind(ctx.attempt())
-    .bind(std::process::id())
-    .bind(phase)
-    .execute(pool)
-    .await?;
+    match effects_pool(ctx)? {
+        DatabasePool::Postgres(pool) => {
+            insert_effect!(postgres, pool, ctx, phase)
+        }
+        DatabasePool::MySql(pool) => insert_effect!(mysql, pool, ctx, phase),
+        _ => return Err("an effects pool of an unknown database".into()),
+    }
     Ok(())
 }
 
@@ -142,22 +188,22 @@ pub(crate) async fn crash(ctx: JobContext, name: String) -> Result<(), JobError>
 pub(crate) async fn ledger(ctx: JobContext, name: String, ms: u64) -> Result<(), JobError> {
     let _ = name;
     record(&ctx, "start").await?;
-    let pool = ctx
-        .data::<MySqlPool>()
-        .ok_or("the effects pool is not set; jobs run only in test-worker")?;
-    let mut tx = pool.begin().await?;
-    ctx.complete_in(&mut tx).await?;
-    sqlx::query(
-        "INSERT INTO effects (task_key, job_id, attempt, pid, phase, at) \
-         VALUES (?, ?, ?, ?, 'done', UTC_TIMESTAMP(6))",
-    )
-    .bind(ctx.task_key())
-    .bind(ctx.id())
-    .bind(ctx.attempt())
-    .bind(std::process::id())
-    .execute(&mut *tx)
-    .await?;
-    tokio::time::sleep(Duration::from_millis(ms)).await;
-    tx.commit().await?;
+    match effects_pool(&ctx)? {
+        DatabasePool::Postgres(pool) => {
+            let mut tx = pool.begin().await?;
+            ctx.complete_in(&mut tx).await?;
+            insert_effect!(postgres, &mut *tx, &ctx, "done");
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            tx.commit().await?;
+        }
+        DatabasePool::MySql(pool) => {
+            let mut tx = pool.begin().await?;
+            ctx.complete_in(&mut tx).await?;
+            insert_effect!(mysql, &mut *tx, &ctx, "done");
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            tx.commit().await?;
+        }
+        _ => return Err("an effects pool of an unknown database".into()),
+    }
     Ok(())
 }
