@@ -8,7 +8,7 @@
 //! them for PostgreSQL; the SQL itself must be what both accept (`COUNT(*)`, `CAST(x AS
 //! CHAR)` is not: use the store's functions, or a column that is text on both).
 
-use jobqueue::testing::TestDatabase;
+use jobqueue::testing::{TestDatabase, TestServer};
 use jobqueue::{Backend, Queue};
 
 /// Runs each listed test body, an `async fn name(backend: Backend)` of the calling file, on
@@ -44,6 +44,23 @@ pub async fn fresh_queue_on(backend: Backend, prefix: &str) -> Queue {
     let queue = db.queue().clone();
     db.keep();
     queue
+}
+
+/// The URL of the queue's database on its test server, for a second `Queue` on it, as
+/// another process would have (see [`database_url`](crate::database_url) for MySQL).
+pub async fn queue_url(queue: &Queue) -> String {
+    match queue.backend() {
+        Backend::Postgres => {
+            let pool = queue.postgres_pool().expect("a PostgreSQL queue");
+            let name: String = sqlx::query_scalar("SELECT current_database()::text")
+                .fetch_one(pool)
+                .await
+                .expect("the database name");
+            let server = TestServer::shared_postgres().unwrap_or_else(|e| panic!("{e}"));
+            crate::with_database(server.url(), &name)
+        }
+        _ => crate::database_url(queue.mysql_pool().expect("a MySQL queue")).await,
+    }
 }
 
 /// A value bound to a placeholder of [`sql_i64`], [`sql_text`] or [`sql_exec`].

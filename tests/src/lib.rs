@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 mod backends;
-pub use backends::{fresh_queue_on, numbered, sql_exec, sql_i64, sql_text, Arg};
+pub use backends::{fresh_queue_on, numbered, queue_url, sql_exec, sql_i64, sql_text, Arg};
 pub use jobqueue::Backend;
 
 /// The test server of this process (started on first use).
@@ -53,7 +53,12 @@ pub async fn database_url(pool: &MySqlPool) -> String {
         .fetch_one(pool)
         .await
         .expect("the database name");
-    let (scheme, rest) = server().url().split_once("://").expect("a URL");
+    with_database(server().url(), &name)
+}
+
+/// `url` with its database part replaced by `name`, and without options.
+pub(crate) fn with_database(url: &str, name: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL");
     let authority = rest.split(['/', '?']).next().expect("an authority");
     format!("{scheme}://{authority}/{name}")
 }

@@ -4,15 +4,18 @@
 //! often as one; at most 4 connections held by a worker at full drain; and a job enqueued
 //! through another `Queue` (no in-process wake-up) started promptly while several idle.
 //!
-//! Every worker here has a `Queue` of its own, as a worker in another process would.
+//! Every worker here has a `Queue` of its own, as a worker in another process would. The
+//! turn and prompt-start tests run on both databases; the probe and connection-count tests
+//! are MySQL's (PostgreSQL's idle workers wait on `LISTEN`: see `postgres_wake.rs`, which
+//! also counts a PostgreSQL worker's sessions).
 
 use std::time::{Duration, Instant};
 
 use jobqueue::{job, EnqueueOptions, JobError, JobStatus, Queue, Worker, WorkerHandle};
 use sqlx::{Connection as _, MySqlConnection, Row as _};
 use tests::{
-    count_status, database_url, fresh_queue, receive, start, stop, text_col, wait_for, Mailbox,
-    WorkerTask,
+    count_status, database_url, fresh_queue, fresh_queue_on, on_every_backend, queue_url, receive,
+    sql_exec, sql_text, start, stop, text_col, wait_for, Arg, Backend, Mailbox, WorkerTask,
 };
 
 /// The maintenance interval of these tests' workers. The turn stays with its holder for 5
@@ -67,8 +70,19 @@ async fn own_worker(
     )
 }
 
-/// The holder of the maintenance turn, whether it is still unexpired, and when it was taken.
+/// The holder of the maintenance turn, whether it is still unexpired, and when it was taken
+/// (as text: compared, not parsed).
 async fn turn(queue: &Queue) -> (Option<String>, bool, String) {
+    if let Some(pool) = queue.postgres_pool() {
+        let (holder, live, taken): (Option<String>, bool, Option<String>) = sqlx::query_as(
+            "SELECT holder, expires_at > job_queue_now(), taken_at::text \
+             FROM job_queue_turn WHERE name = 'maintenance'",
+        )
+        .fetch_one(pool)
+        .await
+        .expect("the turn's row");
+        return (holder, live, taken.unwrap_or_default());
+    }
     let row = sqlx::query(
         "SELECT holder, expires_at > UTC_TIMESTAMP(6) AS live, CAST(taken_at AS CHAR) AS taken \
          FROM job_queue_turn WHERE name = 'maintenance'",
@@ -84,10 +98,11 @@ async fn turn(queue: &Queue) -> (Option<String>, bool, String) {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_worker_holds_the_maintenance_turn_and_another_takes_it_when_it_stops() {
-    let queue = fresh_queue("fleet_turn").await;
-    let url = database_url(queue.mysql_pool().unwrap()).await;
+async fn one_worker_holds_the_maintenance_turn_and_another_takes_it_when_it_stops(
+    backend: Backend,
+) {
+    let queue = fresh_queue_on(backend, "fleet_turn").await;
+    let url = queue_url(&queue).await;
     let a = own_worker(&url, "turn-a", "fleet_turn", |b| b).await;
     let b = own_worker(&url, "turn-b", "fleet_turn", |b| b).await;
 
@@ -169,18 +184,22 @@ async fn one_worker_holds_the_maintenance_turn_and_another_takes_it_when_it_stop
     assert_eq!(h, None, "a worker that stops gives the turn up");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_holder_that_stops_renewing_loses_the_turn_once_it_expires() {
-    let queue = fresh_queue("fleet_frozen").await;
-    let url = database_url(queue.mysql_pool().unwrap()).await;
+async fn a_holder_that_stops_renewing_loses_the_turn_once_it_expires(backend: Backend) {
+    let queue = fresh_queue_on(backend, "fleet_frozen").await;
+    let url = queue_url(&queue).await;
     // A holder that froze: it took the turn, and will not renew it.
-    sqlx::query(
-        "UPDATE job_queue_turn SET holder = 'frozen:1:x', taken_at = UTC_TIMESTAMP(6), \
-         expires_at = UTC_TIMESTAMP(6) + INTERVAL 1500000 MICROSECOND WHERE name = 'maintenance'",
-    )
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .expect("freeze a holder");
+    let freeze = match backend {
+        Backend::Postgres => {
+            "UPDATE job_queue_turn SET holder = 'frozen:1:x', taken_at = job_queue_now(), \
+             expires_at = job_queue_now() + INTERVAL '1.5 seconds' WHERE name = 'maintenance'"
+        }
+        _ => {
+            "UPDATE job_queue_turn SET holder = 'frozen:1:x', taken_at = UTC_TIMESTAMP(6), \
+             expires_at = UTC_TIMESTAMP(6) + INTERVAL 1500000 MICROSECOND \
+             WHERE name = 'maintenance'"
+        }
+    };
+    assert_eq!(sql_exec(&queue, freeze, &[]).await, 1, "freeze a holder");
     let due = queue
         .enqueue_with(TurnNoop { n: 2 }, EnqueueOptions::default().delay(INTERVAL))
         .await
@@ -197,24 +216,25 @@ async fn a_holder_that_stops_renewing_loses_the_turn_once_it_expires() {
             let queue = queue.clone();
             checks += 1;
             async move {
-                let row = sqlx::query(
-                    "SELECT t.holder, CAST(j.status AS CHAR) AS status \
-                 FROM job_queue_turn t JOIN job_queue j ON j.id = ? WHERE t.name = 'maintenance'",
+                // Both in one read: "holder|status".
+                let both = sql_text(
+                    &queue,
+                    "SELECT CONCAT(COALESCE(t.holder, ''), '|', j.status) \
+                     FROM job_queue_turn t JOIN job_queue j ON j.id = ? \
+                     WHERE t.name = 'maintenance'",
+                    &[Arg::Int(due as i64)],
                 )
-                .bind(due)
-                .fetch_one(queue.mysql_pool().unwrap())
                 .await
                 .expect("read the turn and the job");
-                let holder = text_col(&row, "holder");
-                if holder.as_deref() == Some("frozen:1:x") {
+                let (holder, status) = both.split_once('|').expect("holder|status");
+                if holder == "frozen:1:x" {
                     assert_eq!(
-                        text_col(&row, "status").as_deref(),
-                        Some("scheduled"),
+                        status, "scheduled",
                         "a pass ran while another worker held the turn"
                     );
                     return None;
                 }
-                (holder.as_deref() == Some("thaw")).then_some(())
+                (holder == "thaw").then_some(())
             }
         },
     )
@@ -334,10 +354,11 @@ async fn a_worker_at_full_drain_holds_at_most_four_connections() {
     stop(&w.0, w.1).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_enqueued_by_another_queue_starts_promptly_while_several_workers_idle() {
-    let producer = fresh_queue("fleet_latency").await;
-    let url = database_url(producer.mysql_pool().unwrap()).await;
+async fn a_job_enqueued_by_another_queue_starts_promptly_while_several_workers_idle(
+    backend: Backend,
+) {
+    let producer = fresh_queue_on(backend, "fleet_latency").await;
+    let url = queue_url(&producer).await;
     let mut started = STARTED.open();
     let mut workers = Vec::new();
     for i in 0..3 {
@@ -356,8 +377,9 @@ async fn a_job_enqueued_by_another_queue_starts_promptly_while_several_workers_i
         assert_eq!(got, n);
         slowest = slowest.max(at - sent);
     }
-    // The group probes every 60 ms; a second leaves room for a loaded machine, and is half
-    // of what polling with backed-off claims (up to 2 s) would take.
+    // On MySQL the group probes every 60 ms; on PostgreSQL the commit notifies the workers'
+    // listeners. A second leaves room for a loaded machine, and is half of what polling
+    // with backed-off claims (up to 2 s) would take.
     assert!(
         slowest < Duration::from_secs(1),
         "slowest start {slowest:?}"
@@ -366,3 +388,9 @@ async fn a_job_enqueued_by_another_queue_starts_promptly_while_several_workers_i
         stop(&h, t).await;
     }
 }
+
+on_every_backend!(
+    one_worker_holds_the_maintenance_turn_and_another_takes_it_when_it_stops,
+    a_holder_that_stops_renewing_loses_the_turn_once_it_expires,
+    a_job_enqueued_by_another_queue_starts_promptly_while_several_workers_idle,
+);
