@@ -322,6 +322,81 @@ impl Effects {
     }
 }
 
+impl Effects {
+    /// A transaction of the effects pool, as a job opens one of its application's pool.
+    pub async fn begin(&self) -> Result<EffectsTx<'static>, JobError> {
+        Ok(match self {
+            Effects::MySql(pool) => EffectsTx::MySql(pool.begin().await?),
+            Effects::Postgres(pool) => EffectsTx::Postgres(pool.begin().await?),
+        })
+    }
+}
+
+/// A transaction of an [`Effects`] pool: where a job completes itself (`complete_in`) and
+/// records its effect, both committed or rolled back together.
+#[derive(Debug)]
+pub enum EffectsTx<'c> {
+    /// On MySQL/MariaDB.
+    MySql(sqlx::Transaction<'c, sqlx::MySql>),
+    /// On PostgreSQL.
+    Postgres(sqlx::Transaction<'c, sqlx::Postgres>),
+}
+
+impl EffectsTx<'_> {
+    /// `ctx.complete_in` on this transaction.
+    pub async fn complete(&mut self, ctx: &JobContext) -> jobqueue::Result<()> {
+        match self {
+            EffectsTx::MySql(tx) => ctx.complete_in(tx).await,
+            EffectsTx::Postgres(tx) => ctx.complete_in(tx).await,
+        }
+    }
+
+    /// Records `note` in `effects`, inside this transaction.
+    pub async fn effect(&mut self, ctx: &JobContext, note: &str) -> Result<(), JobError> {
+        match self {
+            EffectsTx::MySql(tx) => {
+                sqlx::query(
+                    "INSERT INTO effects (task_key, attempt, note, started_at) \
+                     VALUES (?, ?, ?, UTC_TIMESTAMP(6))",
+                )
+                .bind(ctx.task_key())
+                .bind(ctx.attempt())
+                .bind(note)
+                .execute(&mut **tx)
+                .await?;
+            }
+            EffectsTx::Postgres(tx) => {
+                sqlx::query(
+                    "INSERT INTO effects (task_key, attempt, note, started_at) \
+                     VALUES ($1, $2, $3, job_queue_now())",
+                )
+                .bind(ctx.task_key())
+                .bind(ctx.attempt() as i32)
+                .bind(note)
+                .execute(&mut **tx)
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits.
+    pub async fn commit(self) -> sqlx::Result<()> {
+        match self {
+            EffectsTx::MySql(tx) => tx.commit().await,
+            EffectsTx::Postgres(tx) => tx.commit().await,
+        }
+    }
+
+    /// Rolls back.
+    pub async fn rollback(self) -> sqlx::Result<()> {
+        match self {
+            EffectsTx::MySql(tx) => tx.rollback().await,
+            EffectsTx::Postgres(tx) => tx.rollback().await,
+        }
+    }
+}
+
 /// Records one side effect of a job in the `effects` table of [`fresh_queue_with_effects_on`],
 /// through the pool the job was given (a `Data<Effects>` parameter), stamped with the
 /// database's clock.

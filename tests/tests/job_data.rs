@@ -6,81 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jobqueue::{job, Backend, Data, Error, JobContext, JobError, JobStatus, Queue};
-use sqlx::{MySqlPool, PgPool};
-use tests::{on_every_backend, quick_worker, start, stop, wait_status};
 
-/// The application's own pool, of the database its queue is on: what its jobs take as a
-/// `Data<AppDb>` parameter.
-#[derive(Clone, Debug)]
-enum AppDb {
-    MySql(MySqlPool),
-    Postgres(PgPool),
-}
-
-/// A queue on a new database of `backend`, and the application's pool to it with an
-/// `effects` table where jobs record what they did.
-async fn fresh_queue_with_effects(backend: Backend, prefix: &str) -> (Queue, AppDb) {
-    // The application's pool is its own, as in an application: sessions set by its jobs
-    // (isolation levels) never reach the queue's connections.
-    let test_db = jobqueue::testing::TestDatabase::new_on(backend, prefix)
-        .await
-        .expect("a test database");
-    let queue = test_db.queue().clone();
-    let url = test_db.keep();
-    let db = match backend {
-        Backend::Postgres => {
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(5)
-                .connect(&url)
-                .await
-                .expect("connect the application's pool");
-            sqlx::query(
-                "CREATE TABLE effects (seq BIGSERIAL PRIMARY KEY, task_key VARCHAR(255) NOT NULL, \
-                 attempt INT NOT NULL, note VARCHAR(255) NOT NULL, started_at TIMESTAMP(6) NOT NULL)",
-            )
-            .execute(&pool)
-            .await
-            .expect("create effects");
-            AppDb::Postgres(pool)
-        }
-        _ => {
-            let pool = sqlx::mysql::MySqlPoolOptions::new()
-                .max_connections(5)
-                .connect(&url)
-                .await
-                .expect("connect the application's pool");
-            sqlx::query(
-                "CREATE TABLE effects (seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
-                 task_key VARCHAR(255) NOT NULL, attempt INT NOT NULL, note VARCHAR(255) NOT NULL, \
-                 started_at DATETIME(6) NOT NULL)",
-            )
-            .execute(&pool)
-            .await
-            .expect("create effects");
-            AppDb::MySql(pool)
-        }
-    };
-    (queue, db)
-}
-
-/// The side effects of `task_key` as (attempt, note), in the order they were recorded.
-async fn effects_of(db: &AppDb, task_key: &str) -> Vec<(i32, String)> {
-    match db {
-        AppDb::Postgres(pool) => {
-            sqlx::query_as("SELECT attempt, note FROM effects WHERE task_key = $1 ORDER BY seq")
-                .bind(task_key)
-                .fetch_all(pool)
-                .await
-        }
-        AppDb::MySql(pool) => {
-            sqlx::query_as("SELECT attempt, note FROM effects WHERE task_key = ? ORDER BY seq")
-                .bind(task_key)
-                .fetch_all(pool)
-                .await
-        }
-    }
-    .expect("read effects")
-}
+use tests::{
+    effects_of, fresh_queue_with_effects_on, on_every_backend, quick_worker, start, stop,
+    wait_status, Effects,
+};
 
 /// Records an effect of `task_key` on `conn` (a connection or transaction of the database).
 macro_rules! record {
@@ -114,14 +44,14 @@ struct Greeting {
 #[job(queue = "job_data")]
 async fn note_greeting(
     ctx: JobContext,
-    db: Data<AppDb>,
+    db: Data<Effects>,
     user: String,
     greeting: Data<Arc<Greeting>>,
 ) -> Result<(), JobError> {
     let note = format!("{} {user}", greeting.salutation);
     match &*db {
-        AppDb::Postgres(pool) => record!(Postgres, pool, ctx.task_key(), ctx.attempt(), note)?,
-        AppDb::MySql(pool) => record!(MySql, pool, ctx.task_key(), ctx.attempt(), note)?,
+        Effects::Postgres(pool) => record!(Postgres, pool, ctx.task_key(), ctx.attempt(), note)?,
+        Effects::MySql(pool) => record!(MySql, pool, ctx.task_key(), ctx.attempt(), note)?,
     };
     Ok(())
 }
@@ -129,19 +59,19 @@ async fn note_greeting(
 /// Enqueues a follow-up job in the same transaction as its own side effect: both commit, or
 /// neither does.
 #[job(queue = "job_data", key = "order:{order_id}")]
-async fn place_order(queue: Data<Queue>, db: Data<AppDb>, order_id: u64) -> Result<(), JobError> {
+async fn place_order(queue: Data<Queue>, db: Data<Effects>, order_id: u64) -> Result<(), JobError> {
     let key = format!("order:{order_id}");
     let follow_up = NoteGreeting {
         user: format!("buyer of order {order_id}"),
     };
     match &*db {
-        AppDb::Postgres(pool) => {
+        Effects::Postgres(pool) => {
             let mut tx = pool.begin().await?;
             record!(Postgres, &mut *tx, &key, 1, "placed")?;
             queue.enqueue_in(&mut tx, follow_up).await?;
             tx.commit().await?;
         }
-        AppDb::MySql(pool) => {
+        Effects::MySql(pool) => {
             let mut tx = pool.begin().await?;
             record!(MySql, &mut *tx, &key, 1, "placed")?;
             queue.enqueue_in(&mut tx, follow_up).await?;
@@ -153,7 +83,7 @@ async fn place_order(queue: Data<Queue>, db: Data<AppDb>, order_id: u64) -> Resu
 }
 
 async fn jobs_take_the_state_their_worker_was_given(backend: Backend) {
-    let (queue, effects) = fresh_queue_with_effects(backend, "job_data").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "job_data").await;
     let greeting = Arc::new(Greeting {
         salutation: "Welcome,".into(),
     });
@@ -181,7 +111,7 @@ async fn jobs_take_the_state_their_worker_was_given(backend: Backend) {
 }
 
 async fn a_job_enqueues_a_follow_up_in_its_own_transaction(backend: Backend) {
-    let (queue, effects) = fresh_queue_with_effects(backend, "job_data_follow_up").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "job_data_follow_up").await;
     let id = queue
         .enqueue(PlaceOrder { order_id: 7 })
         .await
@@ -222,7 +152,7 @@ async fn a_job_enqueues_a_follow_up_in_its_own_transaction(backend: Backend) {
 }
 
 async fn a_worker_without_the_state_its_kinds_need_is_refused_at_build(backend: Backend) {
-    let (queue, effects) = fresh_queue_with_effects(backend, "job_data_missing").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "job_data_missing").await;
     let e = quick_worker(&queue)
         .queues(["job_data"])
         .data(effects)
@@ -241,7 +171,7 @@ async fn a_worker_without_the_state_its_kinds_need_is_refused_at_build(backend: 
 }
 
 async fn a_job_function_with_state_is_callable_outside_a_worker(backend: Backend) {
-    let (queue, effects) = fresh_queue_with_effects(backend, "job_data_detached").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "job_data_detached").await;
     let ctx = JobContext::detached(1, "by-hand").with_data(queue.clone());
     assert!(ctx.data::<Queue>().is_some());
     note_greeting(

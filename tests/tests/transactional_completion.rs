@@ -20,10 +20,10 @@ use jobqueue::admin::{AttemptOutcome, CancelOutcome};
 use jobqueue::{job, Backend, Data, JobContext, JobError, JobStatus, Queue};
 use serde_json::Value;
 use sqlx::mysql::MySqlPool;
-use sqlx::PgPool;
 use tests::{
-    count_status, fresh_database, migrated_queue, on_every_backend, quick_worker, receive, row,
-    sql_i64, start, stop, wait_for, wait_status, Mailbox,
+    count_status, effects_of, fresh_database, fresh_queue_with_effects_on, migrated_queue,
+    on_every_backend, quick_worker, receive, row, sql_i64, start, stop, wait_for, wait_status,
+    Effects, EffectsTx, Mailbox,
 };
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
@@ -94,147 +94,6 @@ fn gate_of(n: u32) -> &'static Gate {
     &GATES[(n / 10) as usize][(n % 10) as usize]
 }
 
-/// The application's own pool, of the database its queue is on: what its jobs take as a
-/// `Data<AppDb>` parameter.
-#[derive(Clone, Debug)]
-enum AppDb {
-    MySql(MySqlPool),
-    Postgres(PgPool),
-}
-
-/// A transaction of the application's pool.
-enum AppTx<'c> {
-    MySql(sqlx::Transaction<'c, sqlx::MySql>),
-    Postgres(sqlx::Transaction<'c, sqlx::Postgres>),
-}
-
-impl AppDb {
-    async fn begin(&self) -> Result<AppTx<'static>, JobError> {
-        Ok(match self {
-            AppDb::MySql(pool) => AppTx::MySql(pool.begin().await?),
-            AppDb::Postgres(pool) => AppTx::Postgres(pool.begin().await?),
-        })
-    }
-}
-
-impl AppTx<'_> {
-    /// `ctx.complete_in` on this transaction.
-    async fn complete(&mut self, ctx: &JobContext) -> jobqueue::Result<()> {
-        match self {
-            AppTx::MySql(tx) => ctx.complete_in(tx).await,
-            AppTx::Postgres(tx) => ctx.complete_in(tx).await,
-        }
-    }
-
-    /// Records `note` in `effects` (the test's table of [`fresh_queue_with_effects`]).
-    async fn effect(&mut self, ctx: &JobContext, note: &str) -> Result<(), JobError> {
-        match self {
-            AppTx::MySql(tx) => {
-                sqlx::query(
-                    "INSERT INTO effects (task_key, attempt, note, started_at) \
-                     VALUES (?, ?, ?, UTC_TIMESTAMP(6))",
-                )
-                .bind(ctx.task_key())
-                .bind(ctx.attempt())
-                .bind(note)
-                .execute(&mut **tx)
-                .await?;
-            }
-            AppTx::Postgres(tx) => {
-                sqlx::query(
-                    "INSERT INTO effects (task_key, attempt, note, started_at) \
-                     VALUES ($1, $2, $3, job_queue_now())",
-                )
-                .bind(ctx.task_key())
-                .bind(ctx.attempt() as i32)
-                .bind(note)
-                .execute(&mut **tx)
-                .await?;
-            }
-        }
-        Ok(())
-    }
-
-    async fn commit(self) -> sqlx::Result<()> {
-        match self {
-            AppTx::MySql(tx) => tx.commit().await,
-            AppTx::Postgres(tx) => tx.commit().await,
-        }
-    }
-
-    async fn rollback(self) -> sqlx::Result<()> {
-        match self {
-            AppTx::MySql(tx) => tx.rollback().await,
-            AppTx::Postgres(tx) => tx.rollback().await,
-        }
-    }
-}
-
-/// A queue on a new database of `backend`, and the application's pool to it with an
-/// `effects` table where jobs record what they did.
-async fn fresh_queue_with_effects(backend: Backend, prefix: &str) -> (Queue, AppDb) {
-    // The application's pool is its own, as in an application: sessions set by its jobs
-    // (isolation levels) never reach the queue's connections.
-    let test_db = jobqueue::testing::TestDatabase::new_on(backend, prefix)
-        .await
-        .expect("a test database");
-    let queue = test_db.queue().clone();
-    let url = test_db.keep();
-    let db = match backend {
-        Backend::Postgres => {
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(5)
-                .connect(&url)
-                .await
-                .expect("connect the application's pool");
-            sqlx::query(
-                "CREATE TABLE effects (seq BIGSERIAL PRIMARY KEY, task_key VARCHAR(255) NOT NULL, \
-                 attempt INT NOT NULL, note VARCHAR(255) NOT NULL, started_at TIMESTAMP(6) NOT NULL)",
-            )
-            .execute(&pool)
-            .await
-            .expect("create effects");
-            AppDb::Postgres(pool)
-        }
-        _ => {
-            let pool = sqlx::mysql::MySqlPoolOptions::new()
-                .max_connections(5)
-                .connect(&url)
-                .await
-                .expect("connect the application's pool");
-            sqlx::query(
-                "CREATE TABLE effects (seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
-                 task_key VARCHAR(255) NOT NULL, attempt INT NOT NULL, note VARCHAR(255) NOT NULL, \
-                 started_at DATETIME(6) NOT NULL)",
-            )
-            .execute(&pool)
-            .await
-            .expect("create effects");
-            AppDb::MySql(pool)
-        }
-    };
-    (queue, db)
-}
-
-/// The side effects of `task_key` as (attempt, note), in the order they were recorded.
-async fn effects_of(db: &AppDb, task_key: &str) -> Vec<(i32, String)> {
-    match db {
-        AppDb::Postgres(pool) => {
-            sqlx::query_as("SELECT attempt, note FROM effects WHERE task_key = $1 ORDER BY seq")
-                .bind(task_key)
-                .fetch_all(pool)
-                .await
-        }
-        AppDb::MySql(pool) => {
-            sqlx::query_as("SELECT attempt, note FROM effects WHERE task_key = ? ORDER BY seq")
-                .bind(task_key)
-                .fetch_all(pool)
-                .await
-        }
-    }
-    .expect("read effects")
-}
-
 /// The database's clock in SQL.
 fn now_sql(queue: &Queue) -> &'static str {
     match queue.backend() {
@@ -246,7 +105,7 @@ fn now_sql(queue: &Queue) -> &'static str {
 /// Completes itself first in its transaction, writes its effect, tells the test, and
 /// commits when the test says go.
 #[job(queue = "held_commit", key = "held:{n}")]
-async fn held_commit(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<(), JobError> {
+async fn held_commit(ctx: JobContext, pool: Data<Effects>, n: u32) -> Result<(), JobError> {
     let mut tx = pool.begin().await?;
     tx.complete(&ctx).await?;
     tx.effect(&ctx, "transfer").await?;
@@ -260,7 +119,7 @@ async fn held_commit(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<(), J
 /// Writes its effect, waits for the test's go, then completes itself last: the test makes
 /// the attempt stale (or cancels the job) meanwhile.
 #[job(queue = "held_late", key = "late:{n}")]
-async fn held_late(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<(), JobError> {
+async fn held_late(ctx: JobContext, pool: Data<Effects>, n: u32) -> Result<(), JobError> {
     let mut tx = pool.begin().await?;
     tx.effect(&ctx, "transfer").await?;
     let gate = gate_of(n);
@@ -283,7 +142,7 @@ async fn held_late(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<(), Job
     key = "rollback:{n}",
     backoff = "constant(100ms)"
 )]
-async fn rolls_back(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<(), JobError> {
+async fn rolls_back(ctx: JobContext, pool: Data<Effects>, n: u32) -> Result<(), JobError> {
     let _ = n;
     let mut tx = pool.begin().await?;
     tx.complete(&ctx).await?;
@@ -298,7 +157,7 @@ async fn rolls_back(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<(), Jo
 
 /// Commits its completion with its effect, then fails anyway.
 #[job(queue = "fails_after", key = "after:{n}")]
-async fn fails_after(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<(), JobError> {
+async fn fails_after(ctx: JobContext, pool: Data<Effects>, n: u32) -> Result<(), JobError> {
     let _ = n;
     let mut tx = pool.begin().await?;
     tx.complete(&ctx).await?;
@@ -308,7 +167,7 @@ async fn fails_after(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<(), J
 }
 
 /// A worker on `queue` with the effects pool as its data.
-fn worker(queue: &Queue, name: &str, effects: &AppDb) -> jobqueue::Worker {
+fn worker(queue: &Queue, name: &str, effects: &Effects) -> jobqueue::Worker {
     quick_worker(queue)
         .queues([name])
         .concurrency(1)
@@ -322,7 +181,7 @@ fn worker(queue: &Queue, name: &str, effects: &AppDb) -> jobqueue::Worker {
 // ---------------------------------------------------------------------------------------
 
 async fn the_effect_and_done_commit_together(backend: Backend) {
-    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_together").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "txdone_together").await;
     let n = n_on(backend, 0);
     let gate = gate_of(n);
     let mut inside = gate.inside.open();
@@ -379,7 +238,7 @@ async fn the_effect_and_done_commit_together(backend: Backend) {
 // ---------------------------------------------------------------------------------------
 
 async fn a_stale_attempt_gets_an_error_and_commits_nothing(backend: Backend) {
-    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_stale").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "txdone_stale").await;
     let n = n_on(backend, 1);
     let gate = gate_of(n);
     let (mut inside, mut completed) = (gate.inside.open(), gate.completed.open());
@@ -446,7 +305,7 @@ async fn a_stale_attempt_gets_an_error_and_commits_nothing(backend: Backend) {
 // ---------------------------------------------------------------------------------------
 
 async fn a_cancel_requested_before_the_completion_commits_nothing(backend: Backend) {
-    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_cancel").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "txdone_cancel").await;
     let n = n_on(backend, 2);
     let gate = gate_of(n);
     let (mut inside, mut completed) = (gate.inside.open(), gate.completed.open());
@@ -475,7 +334,7 @@ async fn a_cancel_requested_before_the_completion_commits_nothing(backend: Backe
 // ---------------------------------------------------------------------------------------
 
 async fn a_rollback_after_complete_in_retries_the_job(backend: Backend) {
-    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_rollback").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "txdone_rollback").await;
     let id = queue.enqueue(RollsBack { n: 1 }).await.unwrap().id();
     let (handle, task) = start(worker(&queue, "rolls_back", &effects));
 
@@ -504,7 +363,7 @@ async fn a_rollback_after_complete_in_retries_the_job(backend: Backend) {
 // ---------------------------------------------------------------------------------------
 
 async fn an_error_after_the_commit_leaves_the_job_done(backend: Backend) {
-    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_after").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "txdone_after").await;
     let id = queue.enqueue(FailsAfter { n: 1 }).await.unwrap().id();
     let (handle, task) = start(worker(&queue, "fails_after", &effects));
     wait_for("the success to be counted", WAIT, || async {
@@ -703,7 +562,7 @@ async fn workers_killed_inside_their_transactions_leave_each_effect_exactly_once
 #[job(queue = "tx_output", key = "txout:{n}")]
 async fn returns_after_commit(
     ctx: JobContext,
-    pool: Data<AppDb>,
+    pool: Data<Effects>,
     n: u32,
     len: usize,
 ) -> Result<String, JobError> {
@@ -715,7 +574,7 @@ async fn returns_after_commit(
 }
 
 async fn the_output_of_a_job_that_completed_itself_is_stored(backend: Backend) {
-    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_output").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "txdone_output").await;
     let id = queue
         .enqueue(ReturnsAfterCommit { n: 1, len: 0 })
         .await
@@ -760,7 +619,11 @@ async fn the_output_of_a_job_that_completed_itself_is_stored(backend: Backend) {
 /// Reports progress 1, waits for the test's go (once the test has seen 1 in the row), then
 /// reports 2 and completes itself.
 #[job(queue = "tx_progress", key = "txprogress:{n}")]
-async fn progress_then_commit(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<(), JobError> {
+async fn progress_then_commit(
+    ctx: JobContext,
+    pool: Data<Effects>,
+    n: u32,
+) -> Result<(), JobError> {
     let gate = gate_of(n);
     ctx.set_progress(&1)?;
     gate.inside.send((ctx.id(), ctx.attempt()));
@@ -774,7 +637,7 @@ async fn progress_then_commit(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Res
 }
 
 async fn the_last_progress_of_a_job_that_completed_itself_is_stored(backend: Backend) {
-    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_progress").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "txdone_progress").await;
     let n = n_on(backend, 3);
     let gate = gate_of(n);
     let mut inside = gate.inside.open();
@@ -821,7 +684,7 @@ async fn the_last_progress_of_a_job_that_completed_itself_is_stored(backend: Bac
 )]
 async fn limited_in_tx(
     ctx: JobContext,
-    pool: Data<AppDb>,
+    pool: Data<Effects>,
     account: u32,
     hold: u32,
 ) -> Result<(), JobError> {
@@ -829,19 +692,19 @@ async fn limited_in_tx(
     // of the connection, on PostgreSQL as the transaction's first statement.
     let mut mysql_conn = None;
     let mut tx = match &*pool {
-        AppDb::MySql(pool) => {
+        Effects::MySql(pool) => {
             let conn = mysql_conn.insert(pool.acquire().await?);
             sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 .execute(&mut **conn)
                 .await?;
-            AppTx::MySql(sqlx::Connection::begin(&mut **conn).await?)
+            EffectsTx::MySql(sqlx::Connection::begin(&mut **conn).await?)
         }
-        AppDb::Postgres(pool) => {
+        Effects::Postgres(pool) => {
             let mut tx = pool.begin().await?;
             sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 .execute(&mut *tx)
                 .await?;
-            AppTx::Postgres(tx)
+            EffectsTx::Postgres(tx)
         }
     };
     tx.complete(&ctx).await?;
@@ -857,7 +720,7 @@ async fn limited_in_tx(
 }
 
 async fn a_limited_job_completing_in_its_transaction_holds_up_no_other_key(backend: Backend) {
-    let (queue, effects) = fresh_queue_with_effects(backend, "txdone_limited").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "txdone_limited").await;
     let n = n_on(backend, 4);
     let gate = gate_of(n);
     let mut inside = gate.inside.open();
@@ -947,7 +810,7 @@ static COMMIT_GO: [Notify; 2] = [Notify::const_new(), Notify::const_new()];
     concurrency = 1,
     concurrency_key = "commit-then-stall"
 )]
-async fn commit_then_stall(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result<u32, JobError> {
+async fn commit_then_stall(ctx: JobContext, pool: Data<Effects>, n: u32) -> Result<u32, JobError> {
     let b = (n / 10) as usize;
     if n % 10 == 1 {
         COMMITTED_THEN_STALLED[b].send(0);
@@ -968,7 +831,7 @@ async fn commit_then_stall(ctx: JobContext, pool: Data<AppDb>, n: u32) -> Result
 /// wake the key's next job, which its transaction left blocked; here no maintenance runs,
 /// so nothing else would.
 async fn a_job_dropped_after_its_own_commit_is_counted_and_wakes_its_key(backend: Backend) {
-    let (queue, effects) = fresh_queue_with_effects(backend, "tx_commit_stall").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "tx_commit_stall").await;
     let b = (n_on(backend, 0) / 10) as usize;
     let mut said = COMMITTED_THEN_STALLED[b].open();
     let first = queue
@@ -1017,9 +880,9 @@ static SNAPSHOT: Mailbox<String> = Mailbox::new();
 /// Reads in its transaction (taking its snapshot), waits until its lease has been renewed,
 /// then calls `complete_in` last, on a session with `innodb_snapshot_isolation` on.
 #[job(name = "tx_snapshot_late", lease = "3s")]
-async fn snapshot_late(ctx: JobContext, pool: Data<AppDb>) -> Result<(), JobError> {
+async fn snapshot_late(ctx: JobContext, pool: Data<Effects>) -> Result<(), JobError> {
     // MariaDB's setting: the test runs on MySQL/MariaDB only.
-    let AppDb::MySql(pool) = &*pool else {
+    let Effects::MySql(pool) = &*pool else {
         return Err(JobError::permanent("a MySQL/MariaDB test"));
     };
     let mut conn = pool.acquire().await?;
@@ -1062,7 +925,7 @@ async fn snapshot_late(ctx: JobContext, pool: Data<AppDb>) -> Result<(), JobErro
 /// server's "record has changed since last read".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_completion_under_snapshot_isolation_says_what_to_do() {
-    let (queue, effects) = fresh_queue_with_effects(Backend::MySql, "tx_snapshot").await;
+    let (queue, effects) = fresh_queue_with_effects_on(Backend::MySql, "tx_snapshot").await;
     let mut said = SNAPSHOT.open();
     let id = queue.enqueue(SnapshotLate {}).await.unwrap().id();
     let (handle, task) = start(quick_worker(&queue).data(effects.clone()).build().unwrap());
