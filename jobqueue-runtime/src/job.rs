@@ -451,7 +451,8 @@ impl JobContext {
     /// # Errors
     ///
     /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) (setting `progress`) when
-    /// the value does not serialise or is larger than the limit; the previous value stays.
+    /// the value does not serialise, is larger than the limit, or holds the character U+0000
+    /// (on every database: PostgreSQL cannot store it); the previous value stays.
     pub fn set_progress<T: serde::Serialize + ?Sized>(&self, value: &T) -> Result<()> {
         let invalid = |reason: String| crate::Error::InvalidSetting {
             setting: "progress",
@@ -462,6 +463,13 @@ impl JobContext {
                 "the progress value does not serialise to JSON: {e}"
             ))
         })?;
+        if crate::model::holds_nul_escape(&json) {
+            return Err(invalid(
+                "the progress value holds the character U+0000 (`\\u0000` in JSON), which \
+                 PostgreSQL's JSONB cannot store; remove it or encode it otherwise"
+                    .to_string(),
+            ));
+        }
         let limit = crate::progress::MAX_PROGRESS_BYTES;
         if json.len() > limit {
             return Err(invalid(format!(

@@ -928,6 +928,14 @@ async fn a_detached_context_keeps_progress_in_memory_and_refuses_oversized_value
         Some(serde_json::json!(42)),
         "the previous value stays"
     );
+    // U+0000, which PostgreSQL's JSONB cannot store, is refused on every database alike;
+    // the text `\u0000` (an escaped backslash) is not that character.
+    let err = ctx
+        .set_progress(&serde_json::json!({"step": "a\u{0}b"}))
+        .unwrap_err();
+    assert!(err.to_string().contains("U+0000"), "{err}");
+    ctx.set_progress(&"\\u0000").unwrap();
+    assert_eq!(ctx.progress(), Some(serde_json::json!("\\u0000")));
 }
 
 // ---------------------------------------------------------------------------------------

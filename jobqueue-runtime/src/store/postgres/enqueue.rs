@@ -160,7 +160,7 @@ async fn insert_chunk(conn: &mut PgConnection, jobs: &[NewJob]) -> Result<Vec<En
             ("payload", Some(&j.payload)),
             ("metadata", j.metadata.as_ref()),
         ] {
-            if json.is_some_and(|t| holds_nul_escape(t)) {
+            if json.is_some_and(|t| crate::model::holds_nul_escape(t)) {
                 return Err(Error::InvalidSetting {
                     setting,
                     reason: format!(
@@ -307,24 +307,6 @@ async fn settle_taken<'k>(
     Ok(())
 }
 
-/// Whether JSON text `json` holds the escape `\u0000` (in a string; a `\\` before `u0000`
-/// is an escaped backslash, not that escape).
-fn holds_nul_escape(json: &str) -> bool {
-    let b = json.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' {
-            if b.get(i + 1) == Some(&b'u') && b.get(i + 2..i + 6) == Some(b"0000".as_slice()) {
-                return true;
-            }
-            i += 2;
-        } else {
-            i += 1;
-        }
-    }
-    false
-}
-
 /// Binds the arrays of [`INSERT_CHUNK`]: one element per job.
 fn bind_chunk<'q>(
     q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
@@ -424,14 +406,5 @@ mod tests {
         assert_eq!(released_prefix("short"), "short");
         let (low, high) = released_range("short");
         assert_eq!((low.as_str(), high.as_str()), ("short\u{1}", "short\u{2}"));
-    }
-
-    #[test]
-    fn a_nul_escape_is_found_and_an_escaped_backslash_is_not_one() {
-        let with_nul = serde_json::to_string(&serde_json::json!({"s": "a\u{0}b"})).unwrap();
-        assert!(holds_nul_escape(&with_nul), "{with_nul}");
-        let backslash = serde_json::to_string(&serde_json::json!({"s": "\\u0000"})).unwrap();
-        assert!(!holds_nul_escape(&backslash), "{backslash}");
-        assert!(!holds_nul_escape(r#"{"s": "\u0001", "t": "\\"}"#));
     }
 }
