@@ -80,6 +80,22 @@ impl Env {
         Ok(env)
     }
 
+    /// No MySQL/MariaDB server: for a run of PostgreSQL's scenario alone, which brings its
+    /// own. Its settings say so in the report's server line.
+    pub(crate) fn without_server() -> Env {
+        let mut settings = BTreeMap::new();
+        settings.insert(
+            "version".to_owned(),
+            "none: the PostgreSQL scenario alone".to_owned(),
+        );
+        Env {
+            server: None,
+            external: None,
+            made: Vec::new(),
+            settings,
+        }
+    }
+
     /// True when the server is shared with others (`DATABASE_URL`): server-wide counters
     /// then include their traffic too.
     pub(crate) fn is_external(&self) -> bool {
@@ -90,7 +106,7 @@ impl Env {
         match (&self.server, &self.external) {
             (Some(s), _) => s.url(),
             (None, Some(u)) => u,
-            (None, None) => unreachable!("one of the two is set"),
+            (None, None) => panic!("a MySQL scenario run without a MySQL server"),
         }
     }
 

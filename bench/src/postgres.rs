@@ -62,6 +62,28 @@ impl Server {
     }
 }
 
+/// The server's version and the settings that decide its write speed, in one line.
+async fn settings(server: &Server) -> anyhow::Result<String> {
+    let url = server.database("settings").await?;
+    let pool = pool(&url, 1).await?;
+    let mut parts = Vec::new();
+    for name in [
+        "server_version",
+        "fsync",
+        "synchronous_commit",
+        "full_page_writes",
+        "shared_buffers",
+        "max_connections",
+    ] {
+        let value: String = sqlx::query_scalar(&format!("SHOW {name}"))
+            .fetch_one(&pool)
+            .await?;
+        parts.push(format!("{name}={value}"));
+    }
+    pool.close().await;
+    Ok(parts.join(", "))
+}
+
 /// A pool of `max` connections on `url`.
 async fn pool(url: &str, max: u32) -> anyhow::Result<PgPool> {
     Ok(PgPoolOptions::new()
@@ -267,6 +289,7 @@ pub(crate) async fn run(quick: bool, runs: u32) -> anyhow::Result<Vec<Row>> {
     } else {
         eprintln!("   PostgreSQL: a throwaway server (fsync=off: compare ratios only)");
     }
+    eprintln!("   PostgreSQL: {}", settings(&server).await?);
     let jobs: u64 = if quick { 5_000 } else { 20_000 };
     let mut rows = Vec::new();
     for slots in [16usize, 64, 100, 256] {

@@ -106,7 +106,12 @@ struct Ctx {
 pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let runs = args.runs.unwrap_or(if args.quick { 1 } else { 3 });
-    let env = Env::open().await?;
+    // PostgreSQL's scenario brings its own server: a run of it alone starts no MySQL one.
+    let env = if args.only == [Scenario::Postgres] {
+        Env::without_server()
+    } else {
+        Env::open().await?
+    };
     let mut cx = Ctx {
         env,
         sizes: Sizes::new(args.quick),
@@ -210,6 +215,9 @@ pub(crate) async fn run_all(args: RunArgs) -> anyhow::Result<()> {
 
 fn settings_line(s: &BTreeMap<String, String>) -> String {
     let get = |k: &str| s.get(k).map_or("?", String::as_str);
+    if s.len() == 1 {
+        return format!("MySQL/MariaDB: {}", get("version"));
+    }
     let mib = |k: &str| {
         s.get(k)
             .and_then(|v| v.parse::<u64>().ok())
