@@ -1,8 +1,8 @@
 //! The dashboard in a real browser: headless Chromium driven over WebDriver (`chromedriver`),
 //! against a dashboard served on a loopback port over a throwaway database. It loads the
 //! overview and watches it refresh by itself, filters failed jobs, opens one, retries it,
-//! pauses a queue, and checks that hostile values show as text. A screenshot of each page
-//! is written to `target/screenshots/`.
+//! pauses a queue, and checks that hostile values show as text; a shorter run does the same
+//! on PostgreSQL. A screenshot of each page is written to `target/screenshots/`.
 //!
 //! Needs `chromium` and `chromedriver` (Debian: `apt-get install chromium chromium-driver`;
 //! `scripts/test` installs them when missing).
@@ -317,5 +317,118 @@ async fn the_dashboard_works_in_a_real_browser() {
     );
     shot(&b, "periodic").await;
 
+    b.close().await.unwrap();
+}
+
+/// The same dashboard on PostgreSQL: the overview lists the queues, the jobs page filters,
+/// a job's page shows its error and retries it, a queue pauses, hostile values stay text.
+#[tokio::test]
+async fn the_dashboard_works_in_a_real_browser_on_postgres() {
+    let queue = tests::fresh_queue_on(jobqueue::Backend::Postgres, "web_browser_pg").await;
+    for n in 0..30 {
+        let (status, error) = if n % 10 == 0 {
+            ("failed", Some("upstream returned 503 Service Unavailable"))
+        } else {
+            ("done", None)
+        };
+        let payload = json!({ "n": n }).to_string();
+        let key = format!("export:{n}");
+        insert_job(
+            &queue,
+            "exports",
+            "export_order",
+            &key,
+            &payload,
+            status,
+            error,
+        )
+        .await;
+    }
+    let hostile = insert_job(
+        &queue,
+        "mail",
+        "send_welcome",
+        HOSTILE_KEY,
+        &json!({ "name": "<script>window.__xss=5</script>" }).to_string(),
+        "failed",
+        Some(HOSTILE_ERROR),
+    )
+    .await;
+    let base = serve(&queue).await;
+    let driver = Driver::start().await;
+    let b = driver.browser().await;
+
+    b.goto(&base).await.unwrap();
+    let queues = text(&b, "table.queues").await;
+    assert!(
+        queues.contains("exports") && queues.contains("mail"),
+        "{queues}"
+    );
+    shot(&b, "postgres-overview").await;
+
+    b.goto(&format!("{base}/jobs?queue=exports&status=failed"))
+        .await
+        .unwrap();
+    let statuses = js(
+        &b,
+        "return [...document.querySelectorAll('table.jobs tbody .badge')].map(e => e.textContent)",
+    )
+    .await;
+    let statuses: Vec<String> = serde_json::from_value(statuses).unwrap();
+    assert_eq!(
+        statuses,
+        ["failed", "failed", "failed"],
+        "three failed exports"
+    );
+    shot(&b, "postgres-jobs").await;
+
+    let links = js(
+        &b,
+        "return [...document.querySelectorAll('table.jobs tbody a')].map(a => a.href)",
+    )
+    .await;
+    let links: Vec<String> = serde_json::from_value(links).unwrap();
+    let target = links.first().expect("a failed job").clone();
+    let id: u64 = target.rsplit('/').next().unwrap().parse().unwrap();
+    b.goto(&target).await.unwrap();
+    assert_eq!(text(&b, "dd .badge").await, "failed");
+    let error = text(&b, "pre.error").await;
+    assert!(error.contains("503 Service Unavailable"), "{error}");
+    shot(&b, "postgres-job").await;
+    b.find(Locator::Css("button.primary"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let notice = b
+        .wait()
+        .for_element(Locator::Css(".notice"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(notice.contains("1 job changed"), "{notice}");
+    assert_eq!(row(&queue, id).await.status, JobStatus::Ready);
+
+    b.goto(&base).await.unwrap();
+    b.find(Locator::Css("form[action$='/queues/exports/pause'] button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait()
+        .for_element(Locator::Css("form[action$='/queues/exports/resume']"))
+        .await
+        .unwrap();
+    assert_eq!(queue.paused_queues().await.unwrap(), ["exports"]);
+
+    b.goto(&format!("{base}/jobs/{hostile}")).await.unwrap();
+    assert_eq!(text(&b, "dd code").await, HOSTILE_KEY);
+    let dom = js(&b, "return [document.querySelectorAll('main img').length, document.querySelectorAll('script').length, window.__xss === undefined]").await;
+    assert_eq!(dom, json!([0, 1, true]), "no injected element or script");
+    shot(&b, "postgres-escaping").await;
     b.close().await.unwrap();
 }
