@@ -1,15 +1,20 @@
 //! jobqueue's migrations in a database whose schema an application manages too: a history
 //! table of its own beside sqlx's `_sqlx_migrations`, adoption of a database migrated by
 //! 0.1, concurrent `migrate` calls, the SQL for other migration tools, and the version check
-//! at worker start.
+//! at worker start. Concurrent migrations, the version check and the printed SQL are tested
+//! on both databases.
 
 use std::path::Path;
 use std::time::Duration;
 
-use jobqueue::{job, Error, JobContext, JobStatus, Queue};
+use jobqueue::testing::TestDatabase;
+use jobqueue::{job, Backend, Error, JobContext, JobStatus, Queue};
 use sqlx::migrate::Migrator;
 use sqlx::{Connection as _, Executor as _, MySqlConnection};
-use tests::{fresh_database, quick_worker, start, stop, wait_for, wait_status};
+use tests::{
+    fresh_database, on_every_backend, quick_worker, sql_exec, start, stop, wait_for, wait_status,
+    Arg,
+};
 
 /// An application's own migration folder, with one migration of its own.
 fn app_migrations() -> tempfile::TempDir {
@@ -33,9 +38,35 @@ async fn versions(conn: &mut MySqlConnection, table: &str) -> Vec<i64> {
         .unwrap_or_else(|e| panic!("read {table}: {e}"))
 }
 
-/// Every version this library embeds, in order: what a new database has pending.
-async fn embedded_versions(_url: &str) -> Vec<i64> {
-    let fresh = fresh_database("schema_versions").await;
+/// The versions recorded in `job_queue_migrations` of the database at `url` (either
+/// database), in order.
+async fn recorded_versions(url: &str) -> Vec<i64> {
+    let sql = "SELECT version FROM job_queue_migrations ORDER BY version";
+    if url.starts_with("postgres") {
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+        return sqlx::query_scalar(sql).fetch_all(&mut conn).await.unwrap();
+    }
+    let mut conn = MySqlConnection::connect(url).await.unwrap();
+    versions(&mut conn, "job_queue_migrations").await
+}
+
+/// A new, empty database of `backend`: its URL.
+async fn empty_database(backend: Backend, prefix: &str) -> String {
+    TestDatabase::empty_on(backend, prefix)
+        .await
+        .unwrap_or_else(|e| panic!("cannot create a {backend} test database: {e}"))
+        .keep()
+}
+
+/// Every version this library embeds for the database at `url`, in order: what a new
+/// database has pending.
+async fn embedded_versions(url: &str) -> Vec<i64> {
+    let backend = if url.starts_with("postgres") {
+        Backend::Postgres
+    } else {
+        Backend::MySql
+    };
+    let fresh = empty_database(backend, "schema_versions").await;
     let probe = Queue::connect(&fresh).await.unwrap();
     probe
         .pending_migrations()
@@ -76,6 +107,39 @@ async fn app_migrator_then_jobqueue_then_app_migrator_again() {
     );
     assert!(queue.pending_migrations().await.unwrap().is_empty());
     queue.check_schema().await.expect("the schema is current");
+}
+
+/// On PostgreSQL, in both orders: the application's sqlx migrator and jobqueue's keep their
+/// own histories, and each runs again after the other.
+#[tokio::test]
+async fn postgres_app_migrator_and_jobqueue_keep_separate_histories_in_either_order() {
+    for app_first in [true, false] {
+        let url = empty_database(Backend::Postgres, "pg_app_history").await;
+        let dir = app_migrations();
+        let pool = sqlx::PgPool::connect(&url).await.unwrap();
+        let queue = Queue::connect(&url).await.unwrap();
+        if app_first {
+            app_migrator(dir.path()).await.run(&pool).await.unwrap();
+        }
+        queue.migrate().await.expect("jobqueue migrates");
+        app_migrator(dir.path())
+            .await
+            .run(&pool)
+            .await
+            .expect("the app's migrator runs after jobqueue's");
+        queue.migrate().await.expect("and jobqueue's again");
+        let app: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        assert_eq!(app, [20250101000000], "app first: {app_first}");
+        assert_eq!(
+            recorded_versions(&url).await,
+            embedded_versions(&url).await,
+            "app first: {app_first}"
+        );
+        queue.check_schema().await.expect("the schema is current");
+    }
 }
 
 #[tokio::test]
@@ -184,9 +248,8 @@ async fn a_database_migrated_by_0_1_is_adopted_without_running_its_ddl_again() {
     queue.check_schema().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn four_concurrent_migrate_calls_apply_each_migration_once() {
-    let url = fresh_database("concurrent_migrate").await;
+async fn four_concurrent_migrate_calls_apply_each_migration_once(backend: Backend) {
+    let url = empty_database(backend, "concurrent_migrate").await;
     let mut queues = Vec::new();
     for _ in 0..4 {
         queues.push(Queue::connect(&url).await.unwrap());
@@ -207,11 +270,7 @@ async fn four_concurrent_migrate_calls_apply_each_migration_once() {
             .unwrap()
             .unwrap_or_else(|e| panic!("migrate call {i} failed: {e}"));
     }
-    let mut conn = MySqlConnection::connect(&url).await.unwrap();
-    assert_eq!(
-        versions(&mut conn, "job_queue_migrations").await,
-        embedded_versions(&url).await
-    );
+    assert_eq!(recorded_versions(&url).await, embedded_versions(&url).await);
 }
 
 #[job(queue = "schema_history")]
@@ -219,9 +278,8 @@ async fn schema_probe(ctx: JobContext) {
     let _ = ctx;
 }
 
-#[tokio::test]
-async fn a_worker_refuses_a_missing_or_older_schema_and_says_how_to_fix_it() {
-    let url = fresh_database("schema_missing").await;
+async fn a_worker_refuses_a_missing_or_older_schema_and_says_how_to_fix_it(backend: Backend) {
+    let url = empty_database(backend, "schema_missing").await;
     let queue = Queue::connect(&url).await.expect("connect needs no schema");
     let e = queue.check_schema().await.unwrap_err();
     assert!(matches!(e, Error::SchemaMissing), "{e:?}");
@@ -238,11 +296,12 @@ async fn a_worker_refuses_a_missing_or_older_schema_and_says_how_to_fix_it() {
 
     queue.migrate().await.unwrap();
     let latest = *embedded_versions(&url).await.last().unwrap();
-    sqlx::query("DELETE FROM job_queue_migrations WHERE version = ?")
-        .bind(latest)
-        .execute(queue.mysql_pool().unwrap())
-        .await
-        .unwrap();
+    sql_exec(
+        &queue,
+        "DELETE FROM job_queue_migrations WHERE version = ?",
+        &[Arg::Int(latest)],
+    )
+    .await;
     let e = queue.check_schema().await.unwrap_err();
     assert!(
         matches!(e, Error::SchemaTooOld { version, needed } if needed == latest && version < latest),
@@ -256,14 +315,21 @@ async fn a_worker_refuses_a_missing_or_older_schema_and_says_how_to_fix_it() {
     assert!(message.contains("jobqueue migrate"), "{message}");
 }
 
-#[tokio::test]
-async fn sql_printed_for_other_tools_gives_a_schema_workers_accept() {
-    let url = fresh_database("print_sql").await;
-    let sql = Queue::migration_sql();
+async fn sql_printed_for_other_tools_gives_a_schema_workers_accept(backend: Backend) {
+    let url = empty_database(backend, "print_sql").await;
+    let sql = Queue::migration_sql_for(backend);
     assert!(sql.contains("CREATE TABLE job_queue ("), "{sql}");
     // As Flyway or Liquibase would: the script, run by a tool that is not jobqueue.
-    let mut conn = MySqlConnection::connect(&url).await.unwrap();
-    conn.execute(sql.as_str()).await.expect("the script runs");
+    if backend == Backend::Postgres {
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        sqlx::raw_sql(&sql)
+            .execute(&mut conn)
+            .await
+            .expect("the script runs");
+    } else {
+        let mut conn = MySqlConnection::connect(&url).await.unwrap();
+        conn.execute(sql.as_str()).await.expect("the script runs");
+    }
 
     let queue = Queue::connect(&url).await.unwrap();
     assert!(queue.pending_migrations().await.unwrap().is_empty());
@@ -325,3 +391,9 @@ async fn a_worker_that_starts_during_a_migration_waits_for_it() {
     wait_status(&queue, id, JobStatus::Done, Duration::from_secs(20)).await;
     stop(&handle, task).await;
 }
+
+on_every_backend!(
+    four_concurrent_migrate_calls_apply_each_migration_once,
+    a_worker_refuses_a_missing_or_older_schema_and_says_how_to_fix_it,
+    sql_printed_for_other_tools_gives_a_schema_workers_accept,
+);
