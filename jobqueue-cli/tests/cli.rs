@@ -172,12 +172,37 @@ async fn prepare(queue: &Queue) -> Prepared {
         ),
     ];
     for sql in statements {
-        sqlx::query(&sql)
-            .execute(queue.mysql_pool().unwrap())
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let r = match queue.postgres_pool() {
+            Some(pool) => sqlx::query(&postgres_sql(&sql))
+                .execute(pool)
+                .await
+                .map(|r| r.rows_affected()),
+            None => sqlx::query(&sql)
+                .execute(queue.mysql_pool().unwrap())
+                .await
+                .map(|r| r.rows_affected()),
+        };
+        r.unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
     p
+}
+
+/// The statements of [`prepare`] in PostgreSQL's words: its clock, and `INTERVAL '10
+/// MINUTE'` for MySQL's `INTERVAL 10 MINUTE`.
+fn postgres_sql(mysql: &str) -> String {
+    let sql = mysql.replace("UTC_TIMESTAMP(6)", "job_queue_now()");
+    let mut out = String::with_capacity(sql.len());
+    let mut rest = sql.as_str();
+    while let Some(at) = rest.find("INTERVAL ") {
+        out.push_str(&rest[..at + "INTERVAL ".len()]);
+        rest = &rest[at + "INTERVAL ".len()..];
+        let words: Vec<&str> = rest.splitn(3, ' ').collect();
+        let (n, unit) = (words[0], words[1].trim_end_matches(','));
+        out.push_str(&format!("'{n} {unit}'"));
+        rest = &rest[n.len() + 1 + unit.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1022,6 +1047,81 @@ async fn migrate_on_a_postgres_url() {
     );
 }
 
+/// The operator's commands on PostgreSQL: status, list, show, retry, cancel, pause and
+/// purge read and change the same jobs as on MySQL.
+#[tokio::test]
+async fn the_operators_commands_on_postgres() {
+    let url = empty_postgres_database("cli_pg_ops").await;
+    let queue = Queue::connect(&url).await.expect("connect");
+    queue.migrate().await.expect("migrate");
+    let p = prepare(&queue).await;
+
+    let status = jobqueue(Some(&url), &["status", "--json"]).await.json();
+    let queues = status["queues"].as_array().expect("queues");
+    let exports = queues.iter().find(|e| e["queue"] == "exports").unwrap();
+    let default = queues.iter().find(|e| e["queue"] == "default").unwrap();
+    assert_eq!(
+        [&exports["ready"], &exports["running"], &exports["failed"]],
+        [2, 2, 2],
+        "{status:#}"
+    );
+    assert_eq!(exports["expired_leases"], 1, "{status:#}");
+    assert_eq!(
+        [
+            &default["done"],
+            &default["scheduled"],
+            &default["cancelled"]
+        ],
+        [3, 1, 1],
+        "{status:#}"
+    );
+    assert_eq!(ids(&status["running"]), {
+        let mut v = vec![p.running, p.expired];
+        v.sort_unstable();
+        v
+    });
+
+    let failed = jobqueue(Some(&url), &["list", "--status", "failed", "--json"])
+        .await
+        .json();
+    assert_eq!(ids(&failed["jobs"]), {
+        let mut v = vec![
+            p.failed_out_of_attempts,
+            p.failed_permanently,
+            p.failed_email,
+        ];
+        v.sort_unstable();
+        v
+    });
+    let show = jobqueue(Some(&url), &["show", &p.failed_permanently.to_string()]).await;
+    assert!(show.ok().contains("order 7414 does not exist"), "{show:#?}");
+
+    let retried = jobqueue(Some(&url), &["retry", "--failed", "--yes"]).await;
+    assert!(retried.ok().contains('3'), "{retried:#?}");
+    for id in [
+        p.failed_out_of_attempts,
+        p.failed_permanently,
+        p.failed_email,
+    ] {
+        assert_eq!(status_of(&queue, id).await, JobStatus::Ready, "job {id}");
+    }
+    let cancel = jobqueue(Some(&url), &["cancel", &p.ready[0].to_string()]).await;
+    cancel.ok();
+    assert_eq!(status_of(&queue, p.ready[0]).await, JobStatus::Cancelled);
+
+    jobqueue(Some(&url), &["pause", "exports"]).await.ok();
+    assert_eq!(queue.paused_queues().await.unwrap(), ["exports"]);
+    jobqueue(Some(&url), &["resume", "exports"]).await.ok();
+    assert!(queue.paused_queues().await.unwrap().is_empty());
+
+    let purge = jobqueue(Some(&url), &["purge", "--older-than", "7d", "--yes"]).await;
+    purge.ok();
+    for id in p.done_long_ago {
+        assert!(queue.job(id).await.unwrap().is_none(), "job {id} purged");
+    }
+    assert_eq!(status_of(&queue, p.done_recently).await, JobStatus::Done);
+}
+
 /// Errors on PostgreSQL are explained by their class, with a fix in PostgreSQL's terms.
 #[tokio::test]
 async fn postgres_errors_are_one_line_with_the_fix() {
@@ -1790,4 +1890,16 @@ async fn on_a_terminal_a_purge_asks_first() {
     for id in p.done_long_ago {
         assert!(row_of(&after, id).is_none(), "job {id} is left");
     }
+}
+
+#[test]
+fn mysql_intervals_become_postgres_ones() {
+    assert_eq!(
+        postgres_sql("SET a = UTC_TIMESTAMP(6) - INTERVAL 10 MINUTE, b = 1 WHERE x"),
+        "SET a = job_queue_now() - INTERVAL '10 MINUTE', b = 1 WHERE x"
+    );
+    assert_eq!(
+        postgres_sql("x - INTERVAL 10 DAY WHERE id = 3"),
+        "x - INTERVAL '10 DAY' WHERE id = 3"
+    );
 }
