@@ -10,12 +10,13 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::Router;
+use jobqueue::admin::JobFilter;
 use jobqueue::{job, JobContext, JobError, JobStatus, Queue};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{SpanId, TraceId, TracerProvider as _};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
-use tests::{fresh_queue, quick_worker, start, stop, wait_for, wait_status};
+use tests::{fresh_queue_on, quick_worker, sql_text, start, stop, wait_for, wait_status, Backend};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -65,7 +66,17 @@ async fn a_job_continues_the_trace_of_the_request_that_enqueued_it() {
         .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("trace_context")));
     tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
 
-    let queue = fresh_queue("trace_context").await;
+    // One subscriber per process: both databases in turn, each with a clean exporter.
+    for backend in [Backend::MySql, Backend::Postgres] {
+        exporter.reset();
+        trace_round(backend, &exporter).await;
+    }
+}
+
+/// A request enqueues a job on `backend`; its first attempt continues the request's trace,
+/// its retry links to it.
+async fn trace_round(backend: Backend, exporter: &InMemorySpanExporter) {
+    let queue = fresh_queue_on(backend, "trace_context").await;
     let app = Router::new()
         .route("/exports", post(create_export))
         .with_state(queue.clone());
@@ -90,11 +101,12 @@ async fn a_job_continues_the_trace_of_the_request_that_enqueued_it() {
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains("New("), "{response}");
 
-    let stored: Option<String> =
-        sqlx::query_scalar("SELECT traceparent FROM job_queue WHERE kind = 'trace_export'")
-            .fetch_one(queue.mysql_pool().unwrap())
-            .await
-            .expect("the job's row");
+    let stored = sql_text(
+        &queue,
+        "SELECT traceparent FROM job_queue WHERE kind = 'trace_export'",
+        &[],
+    )
+    .await;
     let stored = stored.expect("the enqueue stored a traceparent");
     assert!(
         stored.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
@@ -102,10 +114,11 @@ async fn a_job_continues_the_trace_of_the_request_that_enqueued_it() {
     );
 
     let (handle, task) = start(quick_worker(&queue).queues(["traced"]).build().unwrap());
-    let id: u64 = sqlx::query_scalar("SELECT id FROM job_queue WHERE kind = 'trace_export'")
-        .fetch_one(queue.mysql_pool().unwrap())
+    let listed = queue
+        .list(&JobFilter::default().kind("trace_export"), None, 1)
         .await
-        .expect("the job's id");
+        .expect("list");
+    let id = listed.jobs.first().expect("the job").id;
     wait_status(&queue, id, JobStatus::Done, Duration::from_secs(30)).await;
     // A job's span closes when its task ends, just after its outcome is handed to the writer.
     let spans = wait_for("both attempts' spans", Duration::from_secs(10), || {
