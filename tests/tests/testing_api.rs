@@ -787,6 +787,109 @@ async fn a_drain_stops_at_a_job_it_cannot_run_and_keeps_it(backend: Backend) {
     assert_eq!(row.status, JobStatus::Scheduled, "nothing is lost");
 }
 
+/// A reminder due later, of a queue of its own.
+#[job(queue = "testing_bulk")]
+async fn remind(n: u32) {
+    let _ = n;
+}
+
+/// Moving time forward brings every scheduled job of the drained queue forward, however
+/// many there are: the store moves them in rounds of 500, each after the last one the
+/// previous round read (they stay `scheduled` until promoted, so a round that started over
+/// would read the same jobs again, without end). Scheduled jobs of other queues keep their
+/// time.
+async fn drain_with_scheduled_brings_forward_every_scheduled_job(backend: Backend) {
+    const N: u32 = 1_200;
+    let db = TestDatabase::new_on(backend, "api_drain_many")
+        .await
+        .unwrap();
+    let queue = db.queue();
+    // Three priorities of 400 jobs each, so that a round of 500 spans two priorities and
+    // ends inside one.
+    for n in 0..N {
+        let options = EnqueueOptions::default()
+            .delay(Duration::from_secs(3600))
+            .priority((n % 3) as i16 - 1);
+        assert!(queue
+            .enqueue_with(Remind { n }, options)
+            .await
+            .unwrap()
+            .is_new());
+    }
+    let other = queue
+        .enqueue_with(
+            AskForReview { order_id: 1 },
+            EnqueueOptions::default().delay(Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap()
+        .id();
+    let other_run_at = queue.job(other).await.unwrap().unwrap().run_at;
+
+    let later = match backend {
+        Backend::Postgres => {
+            "SELECT COUNT(*) FROM job_queue \
+             WHERE queue = ? AND status = 'scheduled' AND run_at > job_queue_now()"
+        }
+        _ => {
+            "SELECT COUNT(*) FROM job_queue \
+             WHERE queue = ? AND status = 'scheduled' AND run_at > UTC_TIMESTAMP(6)"
+        }
+    };
+    assert_eq!(
+        sql_i64(queue, later, &[Arg::Text("testing_bulk")]).await,
+        i64::from(N)
+    );
+    let moved = tokio::time::timeout(
+        Duration::from_secs(60),
+        queue.store().bring_forward("testing_bulk"),
+    )
+    .await
+    .expect("bringing the jobs forward ends")
+    .unwrap();
+    assert_eq!(moved, u64::from(N), "each job moved once");
+    assert_eq!(
+        sql_i64(queue, later, &[Arg::Text("testing_bulk")]).await,
+        0,
+        "none left in the future"
+    );
+
+    // What a test does: drain, moving time forward. The drain brings them forward again
+    // (they are still `scheduled`: all 1,200 go through its rounds once more) and promotes
+    // them; with a bound of no runs, it stops and says how many are ready, which is all of
+    // them. (Running them is the other drain tests' subject: here it would only take time.)
+    let err = tokio::time::timeout(
+        Duration::from_secs(60),
+        drain(queue)
+            .queues(["testing_bulk"])
+            .with_scheduled()
+            .max_runs(0)
+            .into_future(),
+    )
+    .await
+    .expect("the drain ends")
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "testing: drain stopped after 0 runs (its bound) with {N} jobs of queue \
+             `testing_bulk` still ready: a job that enqueues another without end? If the work \
+             is finite, raise the bound with `.max_runs(n)`"
+        )
+    );
+    let ready = sql_i64(
+        queue,
+        "SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'ready' AND attempts = 0",
+        &[Arg::Text("testing_bulk")],
+    )
+    .await;
+    assert_eq!(ready, i64::from(N));
+
+    // The other queue's job was not drained, and kept its time.
+    let r = queue.job(other).await.unwrap().unwrap();
+    assert_eq!((r.status, r.run_at), (JobStatus::Scheduled, other_run_at));
+}
+
 #[tokio::test]
 async fn perform_reports_a_snooze_and_an_output() {
     assert_eq!(
@@ -926,6 +1029,7 @@ on_every_backend!(
     a_drain_names_the_jobs_a_rate_limit_left_blocked_and_with_scheduled_runs_them,
     a_drain_that_never_ends_stops_at_its_bound,
     a_drain_stops_at_a_job_it_cannot_run_and_keeps_it,
+    drain_with_scheduled_brings_forward_every_scheduled_job,
     drain_counts_snoozes_apart_and_keeps_outputs,
 );
 
