@@ -25,8 +25,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use jobqueue::metrics::MetricsSnapshot;
-use jobqueue::{Enqueued, Queue, QueueConfig, Worker};
+use jobqueue::{Backend, Enqueued, Queue, QueueConfig, Worker};
 use sqlx::mysql::MySqlPoolOptions;
+use sqlx::postgres::PgPoolOptions;
 
 #[path = "test-worker/jobs.rs"]
 mod jobs;
@@ -38,7 +39,7 @@ mod jobs;
     args_override_self = true
 )]
 struct Args {
-    /// `mysql://user:password@host:port/database`
+    /// `mysql://user:password@host:port/database`, or a `postgres://` URL.
     #[arg(long)]
     database_url: String,
     /// Queues to serve, comma-separated, in priority order.
@@ -113,14 +114,27 @@ async fn run(args: Args) -> anyhow::Result<()> {
         return enqueue(&queue, key, args.enqueue_count, args.wait_for_go).await;
     }
 
-    let effects = MySqlPoolOptions::new()
-        .max_connections(args.concurrency.min(16) as u32 + 1)
-        .acquire_timeout(acquire_timeout)
-        .connect(&args.database_url)
-        .await?;
+    // The jobs' effects pool, on the queue's database.
+    let effects_connections = args.concurrency.min(16) as u32 + 1;
+    let builder = Worker::builder(queue.clone());
+    let builder = match queue.backend() {
+        Backend::Postgres => builder.data(
+            PgPoolOptions::new()
+                .max_connections(effects_connections)
+                .acquire_timeout(acquire_timeout)
+                .connect(&args.database_url)
+                .await?,
+        ),
+        _ => builder.data(
+            MySqlPoolOptions::new()
+                .max_connections(effects_connections)
+                .acquire_timeout(acquire_timeout)
+                .connect(&args.database_url)
+                .await?,
+        ),
+    };
 
-    let worker = Worker::builder(queue)
-        .data(effects)
+    let worker = builder
         .queues(args.queues)
         .concurrency(args.concurrency)
         .maintenance_interval(Duration::from_millis(args.maintenance_ms))
