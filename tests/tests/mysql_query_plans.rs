@@ -315,9 +315,9 @@ async fn maintenance_queries_use_their_indexes() {
         pool,
         "bring forward",
         BRING_FORWARD_SELECT,
-        &["emails", "500"],
+        &["emails", "-32768", "-32768", "0", "500"],
         "job_queue_claim",
-        Access::Ref(2),
+        Access::Range,
     )
     .await;
     // The jobs a drain left blocked in a queue.

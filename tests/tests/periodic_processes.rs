@@ -1,6 +1,7 @@
 //! Periodic (cron) jobs across processes: three `test-worker` processes, each enqueuing the
 //! ticks of the every-second `tick` kind, run for about five seconds; every tick in that
-//! window becomes exactly one job and one side effect, with none missing.
+//! window becomes exactly one job and one side effect, with none missing. On every backend
+//! (`mysql::...`, `postgres::...`): the processes connect to the URL of the test's database.
 //!
 //! The periodic kind lives in the `test-worker` binary only. This test binary includes its
 //! job file for the `effects` table and the kind's name, and builds no `Worker` of its own,
@@ -10,16 +11,17 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use jobqueue::cron::tick_key;
+use jobqueue::testing::TestDatabase;
 use jobqueue::{Job, Queue};
 use sqlx::types::chrono::NaiveDateTime;
-use tests::{fresh_database, init_tracing, migrated_queue, wait_for};
+use tests::{init_tracing, on_every_backend, sql_i64, wait_for, Arg, Backend};
 use tokio::process::{Child, Command};
 
 #[allow(dead_code)]
 #[path = "../src/bin/test-worker/jobs.rs"]
 mod worker_jobs;
 
-use worker_jobs::{Tick, EFFECTS_TABLE};
+use worker_jobs::{Tick, EFFECTS_TABLE, EFFECTS_TABLE_POSTGRES};
 
 /// Starts a `test-worker` process serving the `default` queue, with periodic kinds on.
 fn spawn_worker(url: &str) -> Child {
@@ -63,27 +65,88 @@ async fn stop_worker(child: Child) -> serde_json::Value {
 }
 
 /// The tick jobs' rows: (task_key, run_at, status, attempts), by run_at.
-async fn tick_rows(queue: &Queue) -> Vec<(String, NaiveDateTime, String, u32)> {
-    sqlx::query_as(
-        "SELECT CAST(task_key AS CHAR), run_at, CAST(status AS CHAR), attempts FROM job_queue \
-         WHERE kind = ? ORDER BY run_at",
-    )
-    .bind(Tick::KIND)
-    .fetch_all(queue.mysql_pool().unwrap())
-    .await
-    .expect("read tick rows")
+async fn tick_rows(queue: &Queue) -> Vec<(String, NaiveDateTime, String, i64)> {
+    match queue.backend() {
+        Backend::Postgres => sqlx::query_as(
+            "SELECT task_key::text, run_at, status::text, attempts FROM job_queue \
+             WHERE kind = $1 ORDER BY run_at",
+        )
+        .bind(Tick::KIND)
+        .fetch_all(queue.postgres_pool().unwrap())
+        .await
+        .expect("read tick rows"),
+        _ => sqlx::query_as(
+            "SELECT CAST(task_key AS CHAR), run_at, CAST(status AS CHAR), \
+             CAST(attempts AS SIGNED) FROM job_queue WHERE kind = ? ORDER BY run_at",
+        )
+        .bind(Tick::KIND)
+        .fetch_all(queue.mysql_pool().unwrap())
+        .await
+        .expect("read tick rows"),
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_processes_run_each_tick_of_an_every_second_job_exactly_once() {
+/// The effects: (task_key, count) per key, by key.
+async fn effects_per_key(queue: &Queue) -> Vec<(String, i64)> {
+    let mut effects: Vec<(String, i64)> = match queue.backend() {
+        Backend::Postgres => {
+            sqlx::query_as("SELECT task_key::text, COUNT(*) FROM effects GROUP BY task_key")
+                .fetch_all(queue.postgres_pool().unwrap())
+                .await
+        }
+        _ => {
+            sqlx::query_as("SELECT CAST(task_key AS CHAR), COUNT(*) FROM effects GROUP BY task_key")
+                .fetch_all(queue.mysql_pool().unwrap())
+                .await
+        }
+    }
+    .expect("read effects");
+    effects.sort_unstable();
+    effects
+}
+
+/// The effects per worker process: (pid, count), by pid.
+async fn effects_per_process(queue: &Queue) -> Vec<(i64, i64)> {
+    match queue.backend() {
+        Backend::Postgres => {
+            sqlx::query_as("SELECT pid, COUNT(*) FROM effects GROUP BY pid ORDER BY pid")
+                .fetch_all(queue.postgres_pool().unwrap())
+                .await
+        }
+        _ => {
+            sqlx::query_as(
+                "SELECT CAST(pid AS SIGNED), COUNT(*) FROM effects GROUP BY pid ORDER BY pid",
+            )
+            .fetch_all(queue.mysql_pool().unwrap())
+            .await
+        }
+    }
+    .expect("read effects per process")
+}
+
+async fn three_processes_run_each_tick_of_an_every_second_job_exactly_once(backend: Backend) {
     init_tracing();
     assert_eq!(Tick::OPTIONS.cron, Some("* * * * * *"));
-    let url = fresh_database("cron_ticks").await;
-    let queue = migrated_queue(&url).await;
-    sqlx::query(EFFECTS_TABLE)
-        .execute(queue.mysql_pool().unwrap())
+    let db = TestDatabase::new_on(backend, "cron_ticks")
         .await
-        .expect("create effects");
+        .unwrap_or_else(|e| panic!("cannot create a {backend} test database: {e}"));
+    let queue = db.queue().clone();
+    let url = db.keep();
+    let effects_table = match backend {
+        Backend::Postgres => EFFECTS_TABLE_POSTGRES,
+        _ => EFFECTS_TABLE,
+    };
+    match backend {
+        Backend::Postgres => sqlx::raw_sql(effects_table)
+            .execute(queue.postgres_pool().unwrap())
+            .await
+            .map(drop),
+        _ => sqlx::raw_sql(effects_table)
+            .execute(queue.mysql_pool().unwrap())
+            .await
+            .map(drop),
+    }
+    .expect("create effects");
 
     let workers: Vec<Child> = (0..3).map(|_| spawn_worker(&url)).collect();
 
@@ -93,15 +156,18 @@ async fn three_processes_run_each_tick_of_an_every_second_job_exactly_once() {
         "ticks spanning five seconds",
         Duration::from_secs(30),
         || async {
-            let span: Option<i64> = sqlx::query_scalar(
-                "SELECT TIMESTAMPDIFF(SECOND, MIN(run_at), MAX(run_at)) FROM job_queue \
-             WHERE kind = ? AND status = 'done'",
-            )
-            .bind(Tick::KIND)
-            .fetch_one(queue.mysql_pool().unwrap())
-            .await
-            .unwrap();
-            (span >= Some(5)).then_some(())
+            let sql = match backend {
+                Backend::Postgres => {
+                    "SELECT COALESCE(CAST(EXTRACT(EPOCH FROM MAX(run_at) - MIN(run_at)) \
+                     AS BIGINT), -1) FROM job_queue WHERE kind = ? AND status = 'done'"
+                }
+                _ => {
+                    "SELECT COALESCE(TIMESTAMPDIFF(SECOND, MIN(run_at), MAX(run_at)), -1) \
+                     FROM job_queue WHERE kind = ? AND status = 'done'"
+                }
+            };
+            let span = sql_i64(&queue, sql, &[Arg::Text(Tick::KIND)]).await;
+            (span >= 5).then_some(())
         },
     )
     .await;
@@ -143,12 +209,7 @@ async fn three_processes_run_each_tick_of_an_every_second_job_exactly_once() {
     }
 
     // One effect per done tick, and no tick's effect twice.
-    let effects: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT CAST(task_key AS CHAR), COUNT(*) FROM effects GROUP BY task_key ORDER BY task_key",
-    )
-    .fetch_all(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    let effects = effects_per_key(&queue).await;
     let mut done_keys: Vec<&str> = done.iter().map(|r| r.0.as_str()).collect();
     done_keys.sort_unstable();
     let effect_keys: Vec<&str> = effects.iter().map(|e| e.0.as_str()).collect();
@@ -164,18 +225,18 @@ async fn three_processes_run_each_tick_of_an_every_second_job_exactly_once() {
     let sum = |field: &str| -> u64 { counters.iter().map(|c| c[field].as_u64().unwrap()).sum() };
     assert_eq!(sum("succeeded"), done.len() as u64, "{counters:?}");
     assert_eq!(sum("claimed"), done.len() as u64, "{counters:?}");
-    let per_process: Vec<(u32, i64)> =
-        sqlx::query_as("SELECT pid, COUNT(*) FROM effects GROUP BY pid ORDER BY pid")
-            .fetch_all(queue.mysql_pool().unwrap())
-            .await
-            .unwrap();
-    let max_lag_ms: f64 = sqlx::query_scalar(
-        "SELECT CAST(MAX(TIMESTAMPDIFF(MICROSECOND, j.run_at, e.at)) / 1000 AS DOUBLE) \
-         FROM effects e JOIN job_queue j ON j.task_key = e.task_key",
-    )
-    .fetch_one(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    let per_process = effects_per_process(&queue).await;
+    let max_lag_us = match backend {
+        Backend::Postgres => {
+            "SELECT CAST(MAX(EXTRACT(EPOCH FROM (e.at - j.run_at)) * 1000000) AS BIGINT) \
+             FROM effects e JOIN job_queue j ON j.task_key = e.task_key"
+        }
+        _ => {
+            "SELECT MAX(TIMESTAMPDIFF(MICROSECOND, j.run_at, e.at)) \
+             FROM effects e JOIN job_queue j ON j.task_key = e.task_key"
+        }
+    };
+    let max_lag_ms = sql_i64(&queue, max_lag_us, &[]).await as f64 / 1e3;
     println!(
         "{} ticks from {} to {}; effects per process {per_process:?}; \
          latest start {max_lag_ms:.0} ms after its tick",
@@ -184,3 +245,5 @@ async fn three_processes_run_each_tick_of_an_every_second_job_exactly_once() {
         rows[rows.len() - 1].0
     );
 }
+
+on_every_backend!(three_processes_run_each_tick_of_an_every_second_job_exactly_once);

@@ -11,8 +11,8 @@ use jobqueue::cron::tick_key;
 use jobqueue::{job, Backend, Data, Job, JobContext, JobError, JobStatus, Queue};
 use sqlx::types::chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
 use tests::{
-    all_effects, effects_of, fresh_queue_with_effects, fresh_queue_with_effects_on, quick_worker,
-    record_effect_in, sql_exec, start, stop, wait_for, Arg, Effects,
+    all_effects, effects_of, fresh_queue_with_effects_on, quick_worker, record_effect_in, sql_exec,
+    sql_i64, start, stop, wait_for, Arg, Effects,
 };
 
 /// How long a test waits for a tick of a schedule that fires every few seconds.
@@ -354,13 +354,6 @@ async fn a_yearly_kind_idle_for_years_runs_its_latest_missed_tick_once(backend: 
     assert_eq!(tick_effects(&effects, Yearly::KIND).await.len(), 1);
 }
 
-tests::on_every_backend!(
-    a_pruned_tick_does_not_run_again_when_a_worker_restarts,
-    workers_starting_at_once_after_a_purge_run_each_tick_once,
-    a_new_periodic_kind_gets_no_back_dated_tick,
-    a_yearly_kind_idle_for_years_runs_its_latest_missed_tick_once,
-);
-
 // ---------------------------------------------------------------------------------------
 // Pausing a queue across many ticks: at most one of them runs after `resume`
 // ---------------------------------------------------------------------------------------
@@ -380,9 +373,8 @@ async fn paused_overlap(ctx: JobContext, effects: Data<Effects>) -> Result<(), J
     record_effect_in(&effects, &ctx, "done").await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_queue_runs_at_most_one_missed_tick_when_resumed() {
-    let (queue, effects) = fresh_queue_with_effects("hc_paused").await;
+async fn a_paused_queue_runs_at_most_one_missed_tick_when_resumed(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "hc_paused").await;
     let kinds = [PausedDefault::KIND, PausedOverlap::KIND];
     let (handle, task) = start(
         quick_worker(&queue)
@@ -450,9 +442,8 @@ async fn slow_tick(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobErr
     record_effect_in(&effects, &ctx, "done").await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tick_is_skipped_while_the_previous_one_still_runs() {
-    let (queue, effects) = fresh_queue_with_effects("hc_slow").await;
+async fn a_tick_is_skipped_while_the_previous_one_still_runs(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "hc_slow").await;
     let (handle, task) = start(
         quick_worker(&queue)
             .data(effects.clone())
@@ -502,20 +493,39 @@ async fn dense_tick(ctx: JobContext) -> Result<(), JobError> {
     Ok(())
 }
 
+/// The test's open transaction, on either database.
+enum Holder {
+    MySql(sqlx::Transaction<'static, sqlx::MySql>),
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+}
+
 /// Another session holds the gauges' refresh row, so the maintenance pass that refreshes
 /// them waits, for as long as the test holds it: longer than the 5 s catch-up window. The
 /// per-second kind's ticks must keep coming meanwhile, each second once; a scheduler that
 /// ran inside that pass would find them past the window and keep only the latest.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_maintenance_pass_does_not_collapse_dense_ticks() {
-    let (queue, effects) = fresh_queue_with_effects("hc_dense").await;
+async fn a_slow_maintenance_pass_does_not_collapse_dense_ticks(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "hc_dense").await;
     // On a pool of the test's own: the worker's maintenance waits on the lock with one of
     // the queue's two connections.
-    let mut holder = effects.mysql().begin().await.expect("begin");
-    sqlx::query("SELECT id FROM job_queue_gauge_refresh WHERE id = 1 FOR UPDATE")
-        .fetch_one(&mut *holder)
-        .await
-        .expect("lock the gauges' refresh row");
+    let lock = "SELECT id FROM job_queue_gauge_refresh WHERE id = 1 FOR UPDATE";
+    let holder = match &effects {
+        Effects::Postgres(pool) => {
+            let mut tx = pool.begin().await.expect("begin");
+            sqlx::query(lock)
+                .fetch_one(&mut *tx)
+                .await
+                .expect("lock the gauges' refresh row");
+            Holder::Postgres(tx)
+        }
+        Effects::MySql(pool) => {
+            let mut tx = pool.begin().await.expect("begin");
+            sqlx::query(lock)
+                .fetch_one(&mut *tx)
+                .await
+                .expect("lock the gauges' refresh row");
+            Holder::MySql(tx)
+        }
+    };
     let (handle, task) = start(
         quick_worker(&queue)
             .data(effects.clone())
@@ -523,15 +533,20 @@ async fn a_slow_maintenance_pass_does_not_collapse_dense_ticks() {
             .build()
             .expect("build"),
     );
+    // The session of the pass, waiting on its UPDATE (PostgreSQL: for the row lock).
     let waiting = |queue: Queue| async move {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-             WHERE DB = DATABASE() AND INFO LIKE 'UPDATE job_queue_gauge_refresh%'",
-        )
-        .fetch_one(queue.mysql_pool().unwrap())
-        .await
-        .expect("read the process list");
-        (n == 1).then_some(())
+        let sql = match queue.backend() {
+            Backend::Postgres => {
+                "SELECT COUNT(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                 AND query LIKE 'UPDATE job_queue_gauge_refresh%'"
+            }
+            _ => {
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+                 WHERE DB = DATABASE() AND INFO LIKE 'UPDATE job_queue_gauge_refresh%'"
+            }
+        };
+        (sql_i64(&queue, sql, &[]).await == 1).then_some(())
     };
     wait_for("the gauges' refresh to wait", PATIENCE, || {
         waiting(queue.clone())
@@ -550,7 +565,11 @@ async fn a_slow_maintenance_pass_does_not_collapse_dense_ticks() {
         || waiting(queue.clone()),
     )
     .await;
-    holder.rollback().await.expect("rollback");
+    match holder {
+        Holder::MySql(tx) => tx.rollback().await,
+        Holder::Postgres(tx) => tx.rollback().await,
+    }
+    .expect("rollback");
     stop(&handle, task).await;
     let rows = tick_rows(&queue, DenseTick::KIND).await;
     for pair in rows.windows(2) {
@@ -561,3 +580,13 @@ async fn a_slow_maintenance_pass_does_not_collapse_dense_ticks() {
         );
     }
 }
+
+tests::on_every_backend!(
+    a_pruned_tick_does_not_run_again_when_a_worker_restarts,
+    workers_starting_at_once_after_a_purge_run_each_tick_once,
+    a_new_periodic_kind_gets_no_back_dated_tick,
+    a_yearly_kind_idle_for_years_runs_its_latest_missed_tick_once,
+    a_paused_queue_runs_at_most_one_missed_tick_when_resumed,
+    a_tick_is_skipped_while_the_previous_one_still_runs,
+    a_slow_maintenance_pass_does_not_collapse_dense_ticks,
+);

@@ -2,11 +2,12 @@
 //! cancellation before and during a run, operator retry, paused queues, and retries that
 //! wait in `scheduled`.
 //!
-//! Every test has its own database and its own job kinds. Jobs record each start in an
-//! `effects` table of their test's database (`tests::fresh_queue_with_effects`) with the
-//! database's clock (`UTC_TIMESTAMP(6)`) and an auto-increment sequence, so that start times
-//! are compared with `run_at` by the same clock that set it, and run order is read from the
-//! sequence.
+//! Every test runs on every backend (`mysql::...`, `postgres::...`), with its own database
+//! and its own job kinds. Jobs record each start in an `effects` table of their test's
+//! database (`tests::fresh_queue_with_effects_on`) with the database's clock (MySQL's
+//! `UTC_TIMESTAMP(6)`, PostgreSQL's `job_queue_now()`) and an auto-increment sequence, so
+//! that start times are compared with `run_at` by the same clock that set it, and run order
+//! is read from the sequence.
 //!
 //! This binary registers no periodic kind: periodic jobs are tested in `periodic_ticks.rs`
 //! and `periodic_processes.rs`.
@@ -15,11 +16,12 @@ use std::time::Duration;
 
 use jobqueue::admin::CancelOutcome;
 use jobqueue::context::CancelReason;
-use jobqueue::{job, Data, EnqueueOptions, Job, JobContext, JobError, JobStatus, Worker};
-use sqlx::mysql::MySqlPool;
+use jobqueue::{job, Data, EnqueueOptions, Job, JobContext, JobError, JobStatus, Queue, Worker};
+use sqlx::types::chrono::{DateTime, NaiveDateTime, Utc};
 use tests::{
-    count_status, effects_of, fresh_queue_with_effects, quick_worker, receive, record_effect_in,
-    row, start, stop, wait_for, wait_status, Effects, Mailbox,
+    all_effects, count_status, effects_of, fresh_queue_with_effects_on, on_every_backend,
+    quick_worker, receive, record_effect_in, row, sql_i64, start, stop, wait_for, wait_status, Arg,
+    Backend, Effects, Mailbox,
 };
 use tokio::sync::Notify;
 
@@ -27,25 +29,63 @@ use tokio::sync::Notify;
 // Start times (the rest of the plumbing is in `tests/src/lib.rs`)
 // ---------------------------------------------------------------------------------------
 
-/// How long after its row's `run_at` the job's first effect was recorded, in microseconds
-/// (negative: before). Both times come from the database's clock.
-async fn start_lag_us(pool: &MySqlPool, id: u64) -> i64 {
-    sqlx::query_scalar(
-        "SELECT TIMESTAMPDIFF(MICROSECOND, j.run_at, e.started_at) \
-         FROM job_queue j JOIN effects e ON e.task_key = j.task_key \
-         WHERE j.id = ? ORDER BY e.seq LIMIT 1",
-    )
-    .bind(id)
-    .fetch_one(pool)
-    .await
-    .expect("read the start lag")
+/// How long after its row's `run_at` the first effect of job `id`'s attempt `attempt` was
+/// recorded, in microseconds (negative: before). Both times come from the database's clock.
+async fn start_lag_us(queue: &Queue, id: u64, attempt: i64) -> i64 {
+    let sql = match queue.backend() {
+        Backend::Postgres => {
+            "SELECT CAST(EXTRACT(EPOCH FROM (e.started_at - j.run_at)) * 1000000 AS BIGINT) \
+             FROM job_queue j JOIN effects e ON e.task_key = j.task_key \
+             WHERE j.id = ? AND e.attempt = ? ORDER BY e.seq LIMIT 1"
+        }
+        _ => {
+            "SELECT TIMESTAMPDIFF(MICROSECOND, j.run_at, e.started_at) \
+             FROM job_queue j JOIN effects e ON e.task_key = j.task_key \
+             WHERE j.id = ? AND e.attempt = ? ORDER BY e.seq LIMIT 1"
+        }
+    };
+    sql_i64(queue, sql, &[Arg::Int(id as i64), Arg::Int(attempt)]).await
+}
+
+/// The database's now plus `seconds`, by its clock (the queue's own: `UTC_TIMESTAMP(6)`,
+/// `job_queue_now()`).
+async fn database_now_plus(queue: &Queue, seconds: u32) -> DateTime<Utc> {
+    let at: NaiveDateTime = match queue.backend() {
+        Backend::Postgres => {
+            sqlx::query_scalar("SELECT job_queue_now() + make_interval(secs => $1)")
+                .bind(f64::from(seconds))
+                .fetch_one(queue.postgres_pool().unwrap())
+                .await
+                .unwrap()
+        }
+        _ => sqlx::query_scalar("SELECT UTC_TIMESTAMP(6) + INTERVAL ? SECOND")
+            .bind(seconds)
+            .fetch_one(queue.mysql_pool().unwrap())
+            .await
+            .unwrap(),
+    };
+    at.and_utc()
+}
+
+/// The slot of a backend's run of a test in a pair of mailboxes (`static X: [Mailbox<T>; 2]`):
+/// the two runs of a test go on at once in this process, and each hears from its own jobs.
+fn slot(backend: Backend) -> usize {
+    match backend {
+        Backend::Postgres => 1,
+        _ => 0,
+    }
+}
+
+/// The slot of the test whose worker gave a job `effects`.
+fn on(effects: &Effects) -> usize {
+    match effects {
+        Effects::Postgres(_) => 1,
+        Effects::MySql(_) => 0,
+    }
 }
 
 /// Microseconds from `a` to `b`.
-fn micros_between(
-    a: sqlx::types::chrono::DateTime<sqlx::types::chrono::Utc>,
-    b: sqlx::types::chrono::DateTime<sqlx::types::chrono::Utc>,
-) -> i64 {
+fn micros_between(a: DateTime<Utc>, b: DateTime<Utc>) -> i64 {
     (b - a).num_microseconds().expect("a small interval")
 }
 
@@ -58,9 +98,8 @@ async fn delayed(ctx: JobContext, label: String, effects: Data<Effects>) -> Resu
     record_effect_in(&effects, &ctx, &label).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delayed_job_starts_at_its_time_within_one_maintenance_interval() {
-    let (queue, effects) = fresh_queue_with_effects("sched_delay").await;
+async fn a_delayed_job_starts_at_its_time_within_one_maintenance_interval(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "sched_delay").await;
 
     // The worker docs: "a due job starts within about one maintenance interval of its
     // time". Maintenance promotes due jobs every `maintenance` (±20 % jitter) and wakes the
@@ -95,12 +134,7 @@ async fn a_delayed_job_starts_at_its_time_within_one_maintenance_interval() {
         .unwrap()
         .id();
     // Three seconds from the database's now, by the database's clock.
-    let at: sqlx::types::chrono::NaiveDateTime =
-        sqlx::query_scalar("SELECT UTC_TIMESTAMP(6) + INTERVAL 3 SECOND")
-            .fetch_one(queue.mysql_pool().unwrap())
-            .await
-            .unwrap();
-    let at = at.and_utc();
+    let at = database_now_plus(&queue, 3).await;
     let by_time = queue
         .enqueue_with(
             Delayed {
@@ -133,7 +167,7 @@ async fn a_delayed_job_starts_at_its_time_within_one_maintenance_interval() {
     stop(&handle, task).await;
 
     for (id, what) in [(by_delay, "delay(2s)"), (by_time, "run_at(now + 3s)")] {
-        let lag = start_lag_us(effects.mysql(), id).await;
+        let lag = start_lag_us(&queue, id, 1).await;
         println!(
             "{what}: started {:.1} ms after run_at (bound {bound:?})",
             lag as f64 / 1e3
@@ -175,10 +209,9 @@ fn priority_of(n: u32) -> Option<i16> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_slot_runs_jobs_by_priority_then_enqueue_order() {
+async fn one_slot_runs_jobs_by_priority_then_enqueue_order(backend: Backend) {
     assert_eq!(Ordered::OPTIONS.priority, ORDERED_DEFAULT_PRIORITY);
-    let (queue, effects) = fresh_queue_with_effects("sched_priority").await;
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "sched_priority").await;
 
     let mut ids = Vec::new();
     for n in 0..100u32 {
@@ -213,12 +246,10 @@ async fn one_slot_runs_jobs_by_priority_then_enqueue_order() {
     .await;
     stop(&handle, task).await;
 
-    let ran: Vec<u32> = sqlx::query_scalar::<_, String>("SELECT note FROM effects ORDER BY seq")
-        .fetch_all(effects.mysql())
+    let ran: Vec<u32> = all_effects(&effects)
         .await
-        .unwrap()
         .iter()
-        .map(|s| s.parse().unwrap())
+        .map(|(_, _, note)| note.parse().unwrap())
         .collect();
     let mut expected: Vec<u32> = (0..100).collect();
     // A stable sort keeps enqueue order among equal priorities.
@@ -232,7 +263,7 @@ async fn one_slot_runs_jobs_by_priority_then_enqueue_order() {
 // 3. Cancellation: before the start, while running, after the end; operator retry.
 // ---------------------------------------------------------------------------------------
 
-static CANCEL_STARTED: Mailbox<JobContext> = Mailbox::new();
+static CANCEL_STARTED: [Mailbox<JobContext>; 2] = [Mailbox::new(), Mailbox::new()];
 
 #[job(name = "sched_cancel_delayed")]
 async fn cancel_delayed(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
@@ -256,7 +287,7 @@ async fn cancel_running(ctx: JobContext, effects: Data<Effects>) -> Result<(), J
     if ctx.attempt() > 1 {
         return Ok(());
     }
-    CANCEL_STARTED.send(ctx.clone());
+    CANCEL_STARTED[on(&effects)].send(ctx.clone());
     tokio::select! {
         _ = ctx.cancelled() => {}
         _ = tokio::time::sleep(Duration::from_secs(30)) => {
@@ -273,10 +304,9 @@ async fn cancel_quick(ctx: JobContext, effects: Data<Effects>) -> Result<(), Job
     record_effect_in(&effects, &ctx, "ran").await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_before_start_while_running_and_after_the_end_then_retry() {
-    let (queue, effects) = fresh_queue_with_effects("sched_cancel").await;
-    let mut started = CANCEL_STARTED.open();
+async fn cancel_before_start_while_running_and_after_the_end_then_retry(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "sched_cancel").await;
+    let mut started = CANCEL_STARTED[slot(backend)].open();
 
     // Before the start: a delayed job is cancelled at once and never runs.
     let delayed = queue
@@ -404,8 +434,8 @@ async fn cancel_before_start_while_running_and_after_the_end_then_retry() {
 
 /// A running job whose cancel is requested, but which fails (retryably) before its worker
 /// passes the request on, is not retried: the request stands.
-static CANCEL_FAILS_STARTED: Mailbox<u64> = Mailbox::new();
-static CANCEL_FAILS_GO: Notify = Notify::const_new();
+static CANCEL_FAILS_STARTED: [Mailbox<u64>; 2] = [Mailbox::new(), Mailbox::new()];
+static CANCEL_FAILS_GO: [Notify; 2] = [Notify::const_new(), Notify::const_new()];
 
 #[job(
     name = "sched_cancel_then_fail",
@@ -415,17 +445,16 @@ static CANCEL_FAILS_GO: Notify = Notify::const_new();
 async fn cancel_then_fail(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
     record_effect_in(&effects, &ctx, "started").await?;
     if ctx.attempt() == 1 {
-        CANCEL_FAILS_STARTED.send(ctx.id());
-        CANCEL_FAILS_GO.notified().await;
+        CANCEL_FAILS_STARTED[on(&effects)].send(ctx.id());
+        CANCEL_FAILS_GO[on(&effects)].notified().await;
         return Err("failed after the cancel request".into());
     }
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_failing_after_a_cancel_request_is_cancelled_not_retried() {
-    let (queue, effects) = fresh_queue_with_effects("sched_cancel_fail").await;
-    let mut started = CANCEL_FAILS_STARTED.open();
+async fn a_job_failing_after_a_cancel_request_is_cancelled_not_retried(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "sched_cancel_fail").await;
+    let mut started = CANCEL_FAILS_STARTED[slot(backend)].open();
     let id = queue.enqueue(CancelThenFail {}).await.unwrap().id();
     let (handle, task) = start(quick_worker(&queue).data(effects.clone()).build().unwrap());
     let started_id = receive(&mut started, "the job to start", Duration::from_secs(10)).await;
@@ -433,7 +462,7 @@ async fn a_job_failing_after_a_cancel_request_is_cancelled_not_retried() {
     // The default 30 s lease: the worker would pass the request on only at its renewal,
     // 10 s from now; the job fails long before.
     assert_eq!(queue.cancel(id).await.unwrap(), CancelOutcome::Requested);
-    CANCEL_FAILS_GO.notify_one();
+    CANCEL_FAILS_GO[slot(backend)].notify_one();
 
     let r = wait_for("the job to end", Duration::from_secs(10), || async {
         let r = row(&queue, id).await;
@@ -466,20 +495,21 @@ async fn a_job_failing_after_a_cancel_request_is_cancelled_not_retried() {
 
 /// The same at shutdown: a job whose cancel is requested, stopped by its worker's shutdown
 /// before the worker passed the request on, is cancelled instead of handed back.
-static CANCEL_SHUTDOWN_STARTED: Mailbox<JobContext> = Mailbox::new();
+static CANCEL_SHUTDOWN_STARTED: [Mailbox<JobContext>; 2] = [Mailbox::new(), Mailbox::new()];
 
 #[job(name = "sched_cancel_at_shutdown")]
 async fn cancel_at_shutdown(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
     record_effect_in(&effects, &ctx, "started").await?;
-    CANCEL_SHUTDOWN_STARTED.send(ctx.clone());
+    CANCEL_SHUTDOWN_STARTED[on(&effects)].send(ctx.clone());
     ctx.cancelled().await;
     Err(format!("stopped on {:?}", ctx.cancel_reason()).into())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_stopped_at_shutdown_after_a_cancel_request_is_cancelled_not_handed_back() {
-    let (queue, effects) = fresh_queue_with_effects("sched_cancel_shutdown").await;
-    let mut started = CANCEL_SHUTDOWN_STARTED.open();
+async fn a_job_stopped_at_shutdown_after_a_cancel_request_is_cancelled_not_handed_back(
+    backend: Backend,
+) {
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "sched_cancel_shutdown").await;
+    let mut started = CANCEL_SHUTDOWN_STARTED[slot(backend)].open();
     let id = queue.enqueue(CancelAtShutdown {}).await.unwrap().id();
     let (handle, task) = start(
         Worker::builder(queue.clone())
@@ -519,9 +549,8 @@ async fn paused_job(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(
     record_effect_in(&effects, &ctx, &n.to_string()).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_queue_keeps_its_jobs_ready_until_resumed() {
-    let (queue, effects) = fresh_queue_with_effects("sched_pause").await;
+async fn a_paused_queue_keeps_its_jobs_ready_until_resumed(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "sched_pause").await;
     queue.pause("sched_paused").await.unwrap();
     assert_eq!(queue.paused_queues().await.unwrap(), ["sched_paused"]);
     let ids: Vec<u64> = queue
@@ -563,11 +592,8 @@ async fn a_paused_queue_keeps_its_jobs_ready_until_resumed() {
     let stats = queue.stats().await.unwrap();
     let s = stats.iter().find(|s| s.queue == "sched_paused").unwrap();
     assert!(s.paused && s.counts.ready == 3, "{s:?}");
-    let none: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM effects")
-        .fetch_one(effects.mysql())
-        .await
-        .unwrap();
-    assert_eq!(none, 0, "nothing ran while paused");
+    let ran = all_effects(&effects).await;
+    assert!(ran.is_empty(), "nothing ran while paused: {ran:?}");
 
     queue.resume("sched_paused").await.unwrap();
     assert!(queue.paused_queues().await.unwrap().is_empty());
@@ -595,9 +621,8 @@ async fn retry_once(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobEr
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retry_waits_in_scheduled_for_its_backoff() {
-    let (queue, effects) = fresh_queue_with_effects("sched_retry").await;
+async fn a_retry_waits_in_scheduled_for_its_backoff(backend: Backend) {
+    let (queue, effects) = fresh_queue_with_effects_on(backend, "sched_retry").await;
     let maintenance = Duration::from_millis(100);
     let (handle, task) = start(
         Worker::builder(queue.clone())
@@ -629,13 +654,8 @@ async fn a_retry_waits_in_scheduled_for_its_backoff() {
         effects_of(&effects, &r.task_key).await,
         [(1, "started".into()), (2, "started".into())]
     );
-    let second_start_lag: i64 = sqlx::query_scalar(
-        "SELECT TIMESTAMPDIFF(MICROSECOND, ?, started_at) FROM effects WHERE attempt = 2",
-    )
-    .bind(scheduled_run_at)
-    .fetch_one(effects.mysql())
-    .await
-    .unwrap();
+    // The row's run_at, which promotion kept: the time the retry was scheduled for.
+    let second_start_lag = start_lag_us(&queue, id, 2).await;
     assert!(
         second_start_lag >= 0,
         "the retry started {second_start_lag} µs early"
@@ -657,3 +677,13 @@ async fn a_retry_waits_in_scheduled_for_its_backoff() {
         "{m:?}"
     );
 }
+
+on_every_backend!(
+    a_delayed_job_starts_at_its_time_within_one_maintenance_interval,
+    one_slot_runs_jobs_by_priority_then_enqueue_order,
+    cancel_before_start_while_running_and_after_the_end_then_retry,
+    a_job_failing_after_a_cancel_request_is_cancelled_not_retried,
+    a_job_stopped_at_shutdown_after_a_cancel_request_is_cancelled_not_handed_back,
+    a_paused_queue_keeps_its_jobs_ready_until_resumed,
+    a_retry_waits_in_scheduled_for_its_backoff,
+);

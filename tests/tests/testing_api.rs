@@ -1,6 +1,7 @@
 //! The testing API applications use (`jobqueue::testing`): a database per test, running one
 //! job with `perform`, typed assertions on enqueued jobs with their exact failure messages,
-//! and `drain`.
+//! and `drain`. The tests that use a database run on every backend (`mysql::...`,
+//! `postgres::...`); `perform` and the job context need none.
 
 use std::future::IntoFuture;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use jobqueue::testing::{
     assert_enqueued, drain, enqueued, perform, refute_enqueued, Performed, TestDatabase,
 };
 use jobqueue::{job, Data, EnqueueOptions, Error, JobContext, JobError, JobStatus, Queue};
+use tests::{on_every_backend, sql_exec, sql_i64, Arg, Backend};
 use tokio::sync::{mpsc, oneshot};
 
 /// What a job saw of its context: id, task key, queue, attempt, max attempts, cancelled.
@@ -132,25 +134,25 @@ async fn panic_of<T: Send + 'static>(
         .expect("a text panic")
 }
 
+/// Whether the server of `db` has a database `name`, read over a connection of its own.
 async fn schema_exists(db: &TestDatabase, name: &str) -> bool {
     let other = Queue::connect(db.url()).await.expect("connect");
-    sqlx::query_scalar::<_, i64>(
-        "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
-    )
-    .bind(name)
-    .fetch_one(other.mysql_pool().unwrap())
-    .await
-    .expect("read schemata")
-        == 1
+    let sql = match other.backend() {
+        Backend::Postgres => "SELECT COUNT(*) FROM pg_database WHERE datname = ?",
+        _ => "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+    };
+    sql_i64(&other, sql, &[Arg::Text(name)]).await == 1
 }
 
 // ---------------------------------------------------------------------------------------
 // A database per test
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_test_database_is_migrated_and_empty_and_dropped_with_its_guard() {
-    let (a, b) = tokio::join!(TestDatabase::new("api_db"), TestDatabase::new("api_db"));
+async fn a_test_database_is_migrated_and_empty_and_dropped_with_its_guard(backend: Backend) {
+    let (a, b) = tokio::join!(
+        TestDatabase::new_on(backend, "api_db"),
+        TestDatabase::new_on(backend, "api_db")
+    );
     let (a, b) = (a.expect("first"), b.expect("second"));
     assert_ne!(a.name(), b.name());
     assert!(a.name().starts_with("jqtest_api_db_"), "{}", a.name());
@@ -172,18 +174,23 @@ async fn a_test_database_is_migrated_and_empty_and_dropped_with_its_guard() {
     assert!(!schema_exists(&b, &name).await, "dropped with its guard");
 
     // `keep` leaves it, for a look after the test.
-    let kept = TestDatabase::new("api_db_kept").await.unwrap();
+    let kept = TestDatabase::new_on(backend, "api_db_kept").await.unwrap();
     let kept_name = kept.name().to_owned();
     let url = kept.keep();
     assert!(url.ends_with(&kept_name), "{url}");
     assert!(schema_exists(&b, &kept_name).await);
-    sqlx::query(&format!("DROP DATABASE `{kept_name}`"))
-        .execute(b.queue().mysql_pool().unwrap())
-        .await
-        .unwrap();
+    let drop_kept = match backend {
+        // The kept queue's pool may not have closed its sessions yet.
+        Backend::Postgres => format!("DROP DATABASE \"{kept_name}\" WITH (FORCE)"),
+        _ => format!("DROP DATABASE `{kept_name}`"),
+    };
+    sql_exec(b.queue(), &drop_kept, &[]).await;
+    assert!(!schema_exists(&b, &kept_name).await);
 
     // An empty one is not migrated, and says how to get a queue.
-    let empty = TestDatabase::empty("api_db_empty").await.unwrap();
+    let empty = TestDatabase::empty_on(backend, "api_db_empty")
+        .await
+        .unwrap();
     let unmigrated = Queue::connect(empty.url()).await.unwrap();
     assert!(matches!(
         unmigrated.check_schema().await,
@@ -205,10 +212,13 @@ async fn a_test_database_is_migrated_and_empty_and_dropped_with_its_guard() {
 
 /// `Drop` cannot await: the guard drops its database on a runtime of its own, which works
 /// from a single-threaded test runtime too, without blocking it for good.
-#[tokio::test(flavor = "current_thread")]
-async fn a_test_database_is_dropped_from_a_single_threaded_runtime() {
-    let witness = TestDatabase::new("api_db_witness").await.unwrap();
-    let db = TestDatabase::new("api_db_current").await.unwrap();
+async fn a_test_database_is_dropped_from_a_single_threaded_runtime(backend: Backend) {
+    let witness = TestDatabase::new_on(backend, "api_db_witness")
+        .await
+        .unwrap();
+    let db = TestDatabase::new_on(backend, "api_db_current")
+        .await
+        .unwrap();
     db.queue()
         .enqueue(AskForReview { order_id: 1 })
         .await
@@ -218,9 +228,11 @@ async fn a_test_database_is_dropped_from_a_single_threaded_runtime() {
     assert!(!schema_exists(&witness, &name).await);
 }
 
-#[tokio::test]
-async fn only_test_databases_are_dropped() {
-    let server = jobqueue::testing::TestServer::shared().unwrap();
+async fn only_test_databases_are_dropped(backend: Backend) {
+    let server = match backend {
+        Backend::Postgres => jobqueue::testing::TestServer::shared_postgres().unwrap(),
+        _ => jobqueue::testing::TestServer::shared().unwrap(),
+    };
     let err = server.drop_database_blocking("shop").unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -457,9 +469,8 @@ fn a_context_built_outside_a_worker_has_its_attempt_and_cancellation() {
 // Assertions on enqueued jobs
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread")]
-async fn enqueued_jobs_are_read_back_as_their_structs() {
-    let db = TestDatabase::new("api_enqueued").await.unwrap();
+async fn enqueued_jobs_are_read_back_as_their_structs(backend: Backend) {
+    let db = TestDatabase::new_on(backend, "api_enqueued").await.unwrap();
     let queue = db.queue();
     queue
         .enqueue(SendWelcome {
@@ -519,9 +530,10 @@ async fn enqueued_jobs_are_read_back_as_their_structs() {
     refute_enqueued::<Flaky>(queue).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_failed_assertion_lists_what_was_enqueued_instead() {
-    let db = TestDatabase::new("api_assert_message").await.unwrap();
+async fn a_failed_assertion_lists_what_was_enqueued_instead(backend: Backend) {
+    let db = TestDatabase::new_on(backend, "api_assert_message")
+        .await
+        .unwrap();
     let queue = db.queue().clone();
     assert_eq!(
         panic_of(assert_enqueued::<SendWelcome>(&queue).into_future()).await,
@@ -578,9 +590,8 @@ async fn a_failed_assertion_lists_what_was_enqueued_instead() {
 // drain
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread")]
-async fn drain_runs_due_jobs_and_the_jobs_they_enqueue() {
-    let db = TestDatabase::new("api_drain").await.unwrap();
+async fn drain_runs_due_jobs_and_the_jobs_they_enqueue(backend: Backend) {
+    let db = TestDatabase::new_on(backend, "api_drain").await.unwrap();
     let queue = db.queue();
     for user_id in [1, 2] {
         queue.enqueue(SignUp { user_id }).await.unwrap();
@@ -631,9 +642,10 @@ async fn drain_runs_due_jobs_and_the_jobs_they_enqueue() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn drain_with_scheduled_runs_retries_to_the_end() {
-    let db = TestDatabase::new("api_drain_retries").await.unwrap();
+async fn drain_with_scheduled_runs_retries_to_the_end(backend: Backend) {
+    let db = TestDatabase::new_on(backend, "api_drain_retries")
+        .await
+        .unwrap();
     let queue = db.queue();
     let flaky = queue.enqueue(Flaky { n: 1 }).await.unwrap().id();
     let broken = queue.enqueue(Broken {}).await.unwrap().id();
@@ -672,9 +684,12 @@ async fn send_sms(provider: String, n: u32) {
     let _ = (provider, n);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_drain_names_the_jobs_a_rate_limit_left_blocked_and_with_scheduled_runs_them() {
-    let db = TestDatabase::new("api_drain_rate").await.unwrap();
+async fn a_drain_names_the_jobs_a_rate_limit_left_blocked_and_with_scheduled_runs_them(
+    backend: Backend,
+) {
+    let db = TestDatabase::new_on(backend, "api_drain_rate")
+        .await
+        .unwrap();
     let queue = db.queue();
     let mut ids = Vec::new();
     for n in 0..4 {
@@ -725,9 +740,10 @@ async fn a_drain_names_the_jobs_a_rate_limit_left_blocked_and_with_scheduled_run
     assert_eq!(statuses().await, [JobStatus::Done; 4]);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_drain_that_never_ends_stops_at_its_bound() {
-    let db = TestDatabase::new("api_drain_bound").await.unwrap();
+async fn a_drain_that_never_ends_stops_at_its_bound(backend: Backend) {
+    let db = TestDatabase::new_on(backend, "api_drain_bound")
+        .await
+        .unwrap();
     let queue = db.queue();
     queue.enqueue(Forever { n: 0 }).await.unwrap();
     let err = drain(queue)
@@ -748,17 +764,18 @@ async fn a_drain_that_never_ends_stops_at_its_bound() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_drain_stops_at_a_job_it_cannot_run_and_keeps_it() {
-    let db = TestDatabase::new("api_drain_unknown").await.unwrap();
+async fn a_drain_stops_at_a_job_it_cannot_run_and_keeps_it(backend: Backend) {
+    let db = TestDatabase::new_on(backend, "api_drain_unknown")
+        .await
+        .unwrap();
     let queue = db.queue();
-    sqlx::query(
+    sql_exec(
+        queue,
         "INSERT INTO job_queue (queue, kind, task_key, payload) \
          VALUES ('testing_mail', 'no_such_kind', 'unknown:1', '{}')",
+        &[],
     )
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    .await;
     // Rows written by SQL start `scheduled`; the drain promotes them as maintenance would.
     let err = drain(queue).queues(["testing_mail"]).await.unwrap_err();
     let message = err.to_string();
@@ -768,6 +785,109 @@ async fn a_drain_stops_at_a_job_it_cannot_run_and_keeps_it() {
     );
     let row = queue.job(1).await.unwrap().unwrap();
     assert_eq!(row.status, JobStatus::Scheduled, "nothing is lost");
+}
+
+/// A reminder due later, of a queue of its own.
+#[job(queue = "testing_bulk")]
+async fn remind(n: u32) {
+    let _ = n;
+}
+
+/// Moving time forward brings every scheduled job of the drained queue forward, however
+/// many there are: the store moves them in rounds of 500, each after the last one the
+/// previous round read (they stay `scheduled` until promoted, so a round that started over
+/// would read the same jobs again, without end). Scheduled jobs of other queues keep their
+/// time.
+async fn drain_with_scheduled_brings_forward_every_scheduled_job(backend: Backend) {
+    const N: u32 = 1_200;
+    let db = TestDatabase::new_on(backend, "api_drain_many")
+        .await
+        .unwrap();
+    let queue = db.queue();
+    // Three priorities of 400 jobs each, so that a round of 500 spans two priorities and
+    // ends inside one.
+    for n in 0..N {
+        let options = EnqueueOptions::default()
+            .delay(Duration::from_secs(3600))
+            .priority((n % 3) as i16 - 1);
+        assert!(queue
+            .enqueue_with(Remind { n }, options)
+            .await
+            .unwrap()
+            .is_new());
+    }
+    let other = queue
+        .enqueue_with(
+            AskForReview { order_id: 1 },
+            EnqueueOptions::default().delay(Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap()
+        .id();
+    let other_run_at = queue.job(other).await.unwrap().unwrap().run_at;
+
+    let later = match backend {
+        Backend::Postgres => {
+            "SELECT COUNT(*) FROM job_queue \
+             WHERE queue = ? AND status = 'scheduled' AND run_at > job_queue_now()"
+        }
+        _ => {
+            "SELECT COUNT(*) FROM job_queue \
+             WHERE queue = ? AND status = 'scheduled' AND run_at > UTC_TIMESTAMP(6)"
+        }
+    };
+    assert_eq!(
+        sql_i64(queue, later, &[Arg::Text("testing_bulk")]).await,
+        i64::from(N)
+    );
+    let moved = tokio::time::timeout(
+        Duration::from_secs(60),
+        queue.store().bring_forward("testing_bulk"),
+    )
+    .await
+    .expect("bringing the jobs forward ends")
+    .unwrap();
+    assert_eq!(moved, u64::from(N), "each job moved once");
+    assert_eq!(
+        sql_i64(queue, later, &[Arg::Text("testing_bulk")]).await,
+        0,
+        "none left in the future"
+    );
+
+    // What a test does: drain, moving time forward. The drain brings them forward again
+    // (they are still `scheduled`: all 1,200 go through its rounds once more) and promotes
+    // them; with a bound of no runs, it stops and says how many are ready, which is all of
+    // them. (Running them is the other drain tests' subject: here it would only take time.)
+    let err = tokio::time::timeout(
+        Duration::from_secs(60),
+        drain(queue)
+            .queues(["testing_bulk"])
+            .with_scheduled()
+            .max_runs(0)
+            .into_future(),
+    )
+    .await
+    .expect("the drain ends")
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "testing: drain stopped after 0 runs (its bound) with {N} jobs of queue \
+             `testing_bulk` still ready: a job that enqueues another without end? If the work \
+             is finite, raise the bound with `.max_runs(n)`"
+        )
+    );
+    let ready = sql_i64(
+        queue,
+        "SELECT COUNT(*) FROM job_queue WHERE queue = ? AND status = 'ready' AND attempts = 0",
+        &[Arg::Text("testing_bulk")],
+    )
+    .await;
+    assert_eq!(ready, i64::from(N));
+
+    // The other queue's job was not drained, and kept its time.
+    let r = queue.job(other).await.unwrap().unwrap();
+    assert_eq!((r.status, r.run_at), (JobStatus::Scheduled, other_run_at));
 }
 
 #[tokio::test]
@@ -792,9 +912,10 @@ async fn perform_reports_a_snooze_and_an_output() {
     );
 }
 
-#[tokio::test]
-async fn drain_counts_snoozes_apart_and_keeps_outputs() {
-    let db = TestDatabase::new("api_drain_snooze").await.unwrap();
+async fn drain_counts_snoozes_apart_and_keeps_outputs(backend: Backend) {
+    let db = TestDatabase::new_on(backend, "api_drain_snooze")
+        .await
+        .unwrap();
     let queue = db.queue();
     let waiting = queue
         .enqueue(FetchReport {
@@ -841,28 +962,50 @@ async fn drain_counts_snoozes_apart_and_keeps_outputs() {
     );
 }
 
-/// The application's own migrations, as a `sqlx::migrate!` of its `migrations/` folder.
+/// The application's own migrations, as a `sqlx::migrate!` of its `migrations/` folder (one
+/// per database: the same table in each one's SQL).
 static APP_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./fixtures/app_migrations");
+static APP_MIGRATOR_POSTGRES: sqlx::migrate::Migrator =
+    sqlx::migrate!("./fixtures/app_migrations_postgres");
 
 /// A test that returns the queue's `Result` takes the test server's errors with `?` too, and
 /// has the application's tables beside the queue's.
-#[tokio::test]
-async fn a_test_database_runs_the_applications_migrations() -> jobqueue::Result<()> {
-    let db = TestDatabase::new("testing_app_migrations").await?;
-    db.migrate_with(&APP_MIGRATOR).await?;
+async fn a_test_database_runs_the_applications_migrations(
+    backend: Backend,
+) -> jobqueue::Result<()> {
+    let db = TestDatabase::new_on(backend, "testing_app_migrations").await?;
+    let migrator = match backend {
+        Backend::Postgres => &APP_MIGRATOR_POSTGRES,
+        _ => &APP_MIGRATOR,
+    };
+    db.migrate_with(migrator).await?;
     // Again: nothing is pending, nothing is run twice.
-    db.migrate_with(&APP_MIGRATOR).await?;
-    sqlx::query("INSERT INTO orders (id, total) VALUES (1, 1250)")
-        .execute(db.queue().mysql_pool().unwrap())
-        .await?;
-    let total: i64 = sqlx::query_scalar("SELECT total FROM orders WHERE id = 1")
-        .fetch_one(db.queue().mysql_pool().unwrap())
-        .await?;
+    db.migrate_with(migrator).await?;
+    let queue = db.queue();
+    // The application's statements, whose errors convert with `?` as well.
+    let insert = "INSERT INTO orders (id, total) VALUES (1, 1250)";
+    let select = "SELECT total FROM orders WHERE id = 1";
+    let versions = "SELECT version FROM _sqlx_migrations";
+    let (total, versions): (i64, Vec<i64>) = match backend {
+        Backend::Postgres => {
+            let pool = queue.postgres_pool().unwrap();
+            sqlx::query(insert).execute(pool).await?;
+            (
+                sqlx::query_scalar(select).fetch_one(pool).await?,
+                sqlx::query_scalar(versions).fetch_all(pool).await?,
+            )
+        }
+        _ => {
+            let pool = queue.mysql_pool().unwrap();
+            sqlx::query(insert).execute(pool).await?;
+            (
+                sqlx::query_scalar(select).fetch_one(pool).await?,
+                sqlx::query_scalar(versions).fetch_all(pool).await?,
+            )
+        }
+    };
     assert_eq!(total, 1250);
-    db.queue().check_schema().await?;
-    let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
-        .fetch_all(db.queue().mysql_pool().unwrap())
-        .await?;
+    queue.check_schema().await?;
     assert_eq!(versions, [20260101000000]);
 
     // A test server's error becomes the queue's `Error::Testing`, with its message.
@@ -874,4 +1017,55 @@ async fn a_test_database_runs_the_applications_migrations() -> jobqueue::Result<
         "{converted}"
     );
     Ok(())
+}
+
+on_every_backend!(
+    a_test_database_is_migrated_and_empty_and_dropped_with_its_guard,
+    only_test_databases_are_dropped,
+    enqueued_jobs_are_read_back_as_their_structs,
+    a_failed_assertion_lists_what_was_enqueued_instead,
+    drain_runs_due_jobs_and_the_jobs_they_enqueue,
+    drain_with_scheduled_runs_retries_to_the_end,
+    a_drain_names_the_jobs_a_rate_limit_left_blocked_and_with_scheduled_runs_them,
+    a_drain_that_never_ends_stops_at_its_bound,
+    a_drain_stops_at_a_job_it_cannot_run_and_keeps_it,
+    drain_with_scheduled_brings_forward_every_scheduled_job,
+    drain_counts_snoozes_apart_and_keeps_outputs,
+);
+
+/// The tests whose subject needs a single-threaded runtime (a guard dropped from one), or
+/// that run as an application's plain `#[tokio::test]` returning the queue's `Result`, on
+/// every backend.
+mod single_threaded {
+    mod mysql {
+        #[tokio::test(flavor = "current_thread")]
+        async fn a_test_database_is_dropped_from_a_single_threaded_runtime() {
+            super::super::a_test_database_is_dropped_from_a_single_threaded_runtime(
+                tests::Backend::MySql,
+            )
+            .await
+        }
+
+        #[tokio::test(flavor = "current_thread")]
+        async fn a_test_database_runs_the_applications_migrations() -> jobqueue::Result<()> {
+            super::super::a_test_database_runs_the_applications_migrations(tests::Backend::MySql)
+                .await
+        }
+    }
+
+    mod postgres {
+        #[tokio::test(flavor = "current_thread")]
+        async fn a_test_database_is_dropped_from_a_single_threaded_runtime() {
+            super::super::a_test_database_is_dropped_from_a_single_threaded_runtime(
+                tests::Backend::Postgres,
+            )
+            .await
+        }
+
+        #[tokio::test(flavor = "current_thread")]
+        async fn a_test_database_runs_the_applications_migrations() -> jobqueue::Result<()> {
+            super::super::a_test_database_runs_the_applications_migrations(tests::Backend::Postgres)
+                .await
+        }
+    }
 }

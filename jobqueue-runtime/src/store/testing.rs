@@ -5,10 +5,15 @@ use sqlx::Row;
 
 use super::*;
 
-/// The `scheduled` jobs of one queue, a batch at a time: the claim index (queue, status,
-/// priority, id) serves it, in its order, without a sort. The same on MySQL 8.0 and MariaDB.
-pub const BRING_FORWARD_SELECT: &str = "SELECT id FROM job_queue \
-     WHERE queue = ? AND status = 'scheduled' ORDER BY priority, id LIMIT ?";
+/// The `scheduled` jobs of one queue after a (priority, id) in claim order, a batch at a
+/// time: a range of the claim index (queue, status, priority, id), read in its order,
+/// without a sort. The same on MySQL 8.0 and MariaDB. The jobs a round moves stay
+/// `scheduled` until the next promotion, so each round starts after the last job the
+/// previous one read, or it would read that one's batch again.
+pub const BRING_FORWARD_SELECT: &str = "SELECT id, priority FROM job_queue \
+     WHERE queue = ? AND status = 'scheduled' \
+       AND (priority > ? OR (priority = ? AND id > ?)) \
+     ORDER BY priority, id LIMIT ?";
 
 /// The `blocked` jobs of one queue, first in claim order, with the slot key each waits for
 /// (`c:KEY` or `r:KEY`; NULL if its waiting row is gone): the claim index serves the jobs
@@ -34,16 +39,23 @@ impl Store {
     pub async fn bring_forward(&self, queue: &str) -> Result<u64> {
         on_postgres!(self, testing::bring_forward(queue));
         let mut moved = 0;
+        // Where the next round starts: after this (priority, id), in claim order.
+        let (mut after_priority, mut after_id) = (i16::MIN, 0u64);
         loop {
-            let ids: Vec<u64> =
-                on_connection!(self, |conn| sqlx::query_scalar(BRING_FORWARD_SELECT)
+            let rows: Vec<(u64, i16)> =
+                on_connection!(self, |conn| sqlx::query_as(BRING_FORWARD_SELECT)
                     .bind(queue)
+                    .bind(after_priority)
+                    .bind(after_priority)
+                    .bind(after_id)
                     .bind(BATCH)
                     .fetch_all(&mut *conn))
                 .await?;
-            if ids.is_empty() {
+            let Some(&(last_id, last_priority)) = rows.last() else {
                 return Ok(moved);
-            }
+            };
+            (after_priority, after_id) = (last_priority, last_id);
+            let ids: Vec<u64> = rows.iter().map(|&(id, _)| id).collect();
             let sql = format!(
                 "UPDATE job_queue SET run_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
                  WHERE id IN ({}) AND status = 'scheduled'",
