@@ -109,7 +109,7 @@ async fn effects_per_key(queue: &Queue) -> Vec<(String, i64)> {
 async fn effects_per_process(queue: &Queue) -> Vec<(i64, i64)> {
     match queue.backend() {
         Backend::Postgres => {
-            sqlx::query_as("SELECT pid, COUNT(*) FROM effects GROUP BY pid ORDER BY pid")
+            sqlx::query_as("SELECT pid::bigint, COUNT(*) FROM effects GROUP BY pid ORDER BY pid")
                 .fetch_all(queue.postgres_pool().unwrap())
                 .await
         }
