@@ -139,3 +139,93 @@ async fn postgres_pool_options_bound_idle_transactions_and_serve_a_queue() {
     let done = sql_i64(&queue, "SELECT COUNT(*) FROM job_queue", &[]).await;
     assert_eq!(done, 0, "the queue reads its table through the app's pool");
 }
+
+/// On PostgreSQL a role with only DML on the queue's tables (what the deployment guide
+/// grants workers) enqueues and runs jobs, maintenance included; `migrate` as that role
+/// says it lacks DDL rights, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_worker_role_with_dml_grants_only_runs_jobs_and_cannot_migrate() {
+    let db = TestDatabase::empty_on(Backend::Postgres, "pg_grants")
+        .await
+        .expect("an empty PostgreSQL database");
+    let admin = Queue::connect(db.url())
+        .await
+        .expect("connect as the owner");
+    let admin_pool = admin.postgres_pool().expect("PostgreSQL").clone();
+    // Roles are the server's, not the database's: one of this test's own.
+    let role = format!("jq_worker_{}", std::process::id());
+    for sql in [
+        format!("DROP ROLE IF EXISTS {role}"),
+        format!("CREATE ROLE {role} LOGIN"),
+        format!("GRANT USAGE ON SCHEMA public TO {role}"),
+    ] {
+        sqlx::query(&sql).execute(&admin_pool).await.expect(&sql);
+    }
+    let (scheme, rest) = db.url().split_once("://").expect("a URL");
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    let url = format!("{scheme}://{role}@{host}");
+
+    let queue = Queue::connect(&url)
+        .await
+        .expect("the worker role connects");
+    let e = queue.migrate().await.unwrap_err();
+    assert!(matches!(e, Error::MigratePermission { .. }), "{e:?}");
+    assert!(e.to_string().contains("DDL rights"), "{e}");
+    let tables = sql_i64(
+        &admin,
+        "SELECT COUNT(*) FROM pg_tables WHERE tablename LIKE 'job_queue%'",
+        &[],
+    )
+    .await;
+    assert_eq!(tables, 0, "a refused migrate leaves nothing behind");
+
+    // The owner migrates; the worker role gets DML on the tables, as the guide says.
+    admin.migrate().await.expect("migrate as the owner");
+    let grant =
+        format!("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}");
+    sqlx::query(&grant)
+        .execute(&admin_pool)
+        .await
+        .expect("grant");
+    queue
+        .check_schema()
+        .await
+        .expect("the worker role reads the schema version");
+    let id = queue
+        .enqueue(GrantProbe { n: 1 })
+        .await
+        .expect("enqueue as the worker role")
+        .id();
+    let (handle, task) = tests::start(
+        tests::quick_worker(&queue)
+            .queues(["pg_grants"])
+            .build()
+            .expect("build"),
+    );
+    tests::wait_status(
+        &queue,
+        id,
+        jobqueue::JobStatus::Done,
+        std::time::Duration::from_secs(30),
+    )
+    .await;
+    tests::stop(&handle, task).await;
+    let heartbeats = sql_i64(&admin, "SELECT COUNT(*) FROM job_queue_worker", &[]).await;
+    assert_eq!(
+        heartbeats, 0,
+        "the stopped worker took its heartbeat row away"
+    );
+    drop(queue);
+    for sql in [
+        format!("DROP OWNED BY {role}"),
+        format!("DROP ROLE IF EXISTS {role}"),
+    ] {
+        let _ = sqlx::query(&sql).execute(&admin_pool).await;
+    }
+}
+
+#[jobqueue::job(queue = "pg_grants")]
+async fn grant_probe(n: u32) -> Result<(), jobqueue::JobError> {
+    let _ = n;
+    Ok(())
+}
