@@ -23,6 +23,23 @@ const HOSTILE_KEY: &str =
 const HOSTILE_ERROR: &str =
     "boom <script>window.__xss=3</script>\"><img src=x onerror=\"window.__xss=4\">";
 
+/// Clicks the button `css` finds, and returns the notice the page it leads to shows.
+async fn press(b: &fantoccini::Client, css: &str) -> String {
+    b.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait()
+        .for_element(Locator::Css(".notice"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// A believable database: three queues, an hour of finished jobs, failures, a worker, a
 /// periodic kind.
 async fn seed(queue: &Queue) -> (u64, u64) {
@@ -229,40 +246,14 @@ async fn the_dashboard_works_in_a_real_browser() {
         .await
         .expect("screenshot of the history");
     std::fs::write(screenshots_dir().join("job-attempts.png"), png).expect("write the screenshot");
-    b.find(Locator::Css("button.primary"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let notice = b
-        .wait()
-        .for_element(Locator::Css(".notice"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let notice = press(&b, "button.primary").await;
     assert!(notice.contains("1 job changed"), "{notice}");
     assert_eq!(text(&b, "dd .badge").await, "ready");
     assert_eq!(row(&queue, id).await.status, JobStatus::Ready);
 
     // Pause a queue from the overview.
     b.goto(&base).await.unwrap();
-    b.find(Locator::Css("form[action$='/queues/mail/pause'] button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let notice = b
-        .wait()
-        .for_element(Locator::Css(".notice"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let notice = press(&b, "form[action$='/queues/mail/pause'] button").await;
     assert!(
         notice.contains("Queue mail paused: 1 queue changed."),
         "{notice}"
@@ -395,30 +386,13 @@ async fn the_dashboard_works_in_a_real_browser_on_postgres() {
     let error = text(&b, "pre.error").await;
     assert!(error.contains("503 Service Unavailable"), "{error}");
     shot(&b, "postgres-job").await;
-    b.find(Locator::Css("button.primary"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let notice = b
-        .wait()
-        .for_element(Locator::Css(".notice"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let notice = press(&b, "button.primary").await;
     assert!(notice.contains("1 job changed"), "{notice}");
     assert_eq!(row(&queue, id).await.status, JobStatus::Ready);
 
     b.goto(&base).await.unwrap();
-    b.find(Locator::Css("form[action$='/queues/exports/pause'] button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    let notice = press(&b, "form[action$='/queues/exports/pause'] button").await;
+    assert!(notice.contains("Queue exports paused"), "{notice}");
     b.wait()
         .for_element(Locator::Css("form[action$='/queues/exports/resume']"))
         .await
