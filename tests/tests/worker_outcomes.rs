@@ -3,10 +3,13 @@
 //! (rolling deploys), a job that crashes every worker that runs it, a job task that panics
 //! outside the job's code, a row that cannot be decoded, and the claim's locking read.
 //!
-//! Tests that need a fault between the worker and the server put a small TCP proxy of their
-//! own in between ([`Proxy`]); tests that need a worker process to die start `test-worker`.
+//! The first tests run on MySQL/MariaDB and on PostgreSQL (`mysql::name`, `postgres::name`);
+//! the rest, in a section of their own, on MySQL only: tests that need a fault between the
+//! worker and the server put a small TCP proxy of their own in between ([`Proxy`]), which
+//! reads MySQL packets; tests that need a worker process start `test-worker`, which speaks
+//! MySQL only; and a key that is not UTF-8 can be stored only in MySQL's binary column.
 //! In-process jobs record their side effects through the pool their worker is given
-//! (`.data(Effects(pool))`, a `Data<Effects>` parameter); every in-process worker gets one,
+//! (`.data(effects.clone())`, a `Data<Effects>` parameter); every in-process worker gets one,
 //! since the kinds share the default queue and a worker must hold what each kind takes.
 //!
 //! ```text
@@ -22,9 +25,9 @@ use std::time::Duration;
 use jobqueue::{job, Data, EnqueueOptions, JobContext, JobError, JobStatus, Queue};
 use sqlx::mysql::MySqlPool;
 use tests::{
-    effects_of, fresh_database, fresh_queue, fresh_queue_with_effects, migrated_queue,
-    quick_worker, receive, record_effect_in, row, start, stop, wait_for, wait_status, Effects,
-    Mailbox,
+    effects_of, fresh_database, fresh_queue, fresh_queue_with_effects, fresh_queue_with_effects_on,
+    migrated_queue, on_every_backend, quick_worker, receive, record_effect_in, row, start, stop,
+    wait_for, wait_status, Backend, Effects, Mailbox,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -33,6 +36,137 @@ use tokio_util::sync::CancellationToken;
 
 /// The worker binary of this package.
 const WORKER_BIN: &str = env!("CARGO_BIN_EXE_test-worker");
+
+// ---------------------------------------------------------------------------------------
+// 1. A hand-back at shutdown on the last attempt fails the job instead of running it again.
+// ---------------------------------------------------------------------------------------
+
+/// One mailbox per backend: a test's two runs run at once.
+static LAST_ATTEMPT_STARTED: [Mailbox<u64>; 2] = [Mailbox::new(), Mailbox::new()];
+
+/// The mailbox slot of a backend's run.
+fn slot(backend: Backend) -> usize {
+    match backend {
+        Backend::Postgres => 1,
+        _ => 0,
+    }
+}
+
+/// Starts, then works for a minute without looking at its context.
+#[job(name = "outcomes_last_attempt", max_attempts = 1, lease = "5s")]
+async fn last_attempt(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
+    let _ = n;
+    record_effect_in(&effects, &ctx, "start").await?;
+    let slot = match &*effects {
+        Effects::Postgres(_) => 1,
+        Effects::MySql(_) => 0,
+    };
+    LAST_ATTEMPT_STARTED[slot].send(ctx.id());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    Ok(())
+}
+
+async fn a_shutdown_on_the_last_attempt_fails_the_job_instead_of_running_it_again(
+    backend: Backend,
+) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "outcomes_handback").await;
+    let mut started = LAST_ATTEMPT_STARTED[slot(backend)].open();
+    let id = queue.enqueue(LastAttempt { n: 1 }).await.unwrap().id();
+
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(effects_pool.clone())
+            .shutdown_grace(Duration::from_millis(200))
+            .cancel_grace(Duration::from_millis(200))
+            .build()
+            .unwrap(),
+    );
+    assert_eq!(
+        receive(&mut started, "the job to start", Duration::from_secs(10)).await,
+        id
+    );
+    stop(&handle, task).await;
+
+    let r = row(&queue, id).await;
+    assert_eq!(
+        (r.status, r.attempts, r.max_attempts),
+        (JobStatus::Failed, 1, 1),
+        "its one attempt is used: {r:?}"
+    );
+    let error = r.last_error.unwrap_or_default();
+    assert!(
+        error.contains("shut down") && error.contains("1 of 1"),
+        "{error}"
+    );
+    assert!(r.finished_at.is_some());
+
+    // A second worker finds nothing to run.
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(effects_pool.clone())
+            .build()
+            .unwrap(),
+    );
+    wait_for("an idle poll", Duration::from_secs(10), || async {
+        (handle.metrics().empty_idle > 0).then_some(())
+    })
+    .await;
+    stop(&handle, task).await;
+    assert_eq!(handle.metrics().claimed, 0);
+    assert_eq!(effects_of(&effects_pool, &r.task_key).await.len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. A job task that panics outside the job's code does not keep its lease forever.
+// ---------------------------------------------------------------------------------------
+
+struct PanicOnDrop;
+
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        panic!("a destructor that panics");
+    }
+}
+
+#[job(
+    name = "outcomes_drop_panics",
+    timeout = "300ms",
+    max_attempts = 1,
+    lease = "2s"
+)]
+async fn drop_panics(n: u32) -> Result<(), JobError> {
+    let _ = n;
+    let _guard = PanicOnDrop;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    Ok(())
+}
+
+async fn a_job_whose_destructor_panics_after_a_timeout_is_recorded_and_released(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "outcomes_drop_panic").await;
+    tests::init_tracing();
+    let id = queue.enqueue(DropPanics { n: 1 }).await.unwrap().id();
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(effects_pool.clone())
+            .build()
+            .unwrap(),
+    );
+    let r = wait_status(&queue, id, JobStatus::Failed, Duration::from_secs(10)).await;
+    let error = r.last_error.unwrap_or_default();
+    assert!(error.contains("timed out after 300ms"), "{error}");
+    assert_eq!((r.attempts, r.lease_owner), (1, None));
+    stop(&handle, task).await;
+}
+
+on_every_backend!(
+    a_shutdown_on_the_last_attempt_fails_the_job_instead_of_running_it_again,
+    a_job_whose_destructor_panics_after_a_timeout_is_recorded_and_released,
+);
+
+// =======================================================================================
+// MySQL only: a proxy that reads MySQL packets, the `test-worker` process (a MySQL
+// program), and a task key that is not UTF-8 (PostgreSQL's text column cannot hold one).
+// =======================================================================================
 
 // ---------------------------------------------------------------------------------------
 // A proxy between the library and the server
@@ -278,72 +412,7 @@ async fn raw_state(pool: &MySqlPool, id: u64) -> (String, u32, u32, String) {
 }
 
 // ---------------------------------------------------------------------------------------
-// 1. A hand-back at shutdown on the last attempt fails the job instead of running it again.
-// ---------------------------------------------------------------------------------------
-
-static LAST_ATTEMPT_STARTED: Mailbox<u64> = Mailbox::new();
-
-/// Starts, then works for a minute without looking at its context.
-#[job(name = "outcomes_last_attempt", max_attempts = 1, lease = "5s")]
-async fn last_attempt(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
-    let _ = n;
-    record_effect_in(&effects, &ctx, "start").await?;
-    LAST_ATTEMPT_STARTED.send(ctx.id());
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shutdown_on_the_last_attempt_fails_the_job_instead_of_running_it_again() {
-    let (queue, effects_pool) = fresh_queue_with_effects("outcomes_handback").await;
-    let mut started = LAST_ATTEMPT_STARTED.open();
-    let id = queue.enqueue(LastAttempt { n: 1 }).await.unwrap().id();
-
-    let (handle, task) = start(
-        quick_worker(&queue)
-            .data(effects_pool.clone())
-            .shutdown_grace(Duration::from_millis(200))
-            .cancel_grace(Duration::from_millis(200))
-            .build()
-            .unwrap(),
-    );
-    assert_eq!(
-        receive(&mut started, "the job to start", Duration::from_secs(10)).await,
-        id
-    );
-    stop(&handle, task).await;
-
-    let r = row(&queue, id).await;
-    assert_eq!(
-        (r.status, r.attempts, r.max_attempts),
-        (JobStatus::Failed, 1, 1),
-        "its one attempt is used: {r:?}"
-    );
-    let error = r.last_error.unwrap_or_default();
-    assert!(
-        error.contains("shut down") && error.contains("1 of 1"),
-        "{error}"
-    );
-    assert!(r.finished_at.is_some());
-
-    // A second worker finds nothing to run.
-    let (handle, task) = start(
-        quick_worker(&queue)
-            .data(effects_pool.clone())
-            .build()
-            .unwrap(),
-    );
-    wait_for("an idle poll", Duration::from_secs(10), || async {
-        (handle.metrics().empty_idle > 0).then_some(())
-    })
-    .await;
-    stop(&handle, task).await;
-    assert_eq!(handle.metrics().claimed, 0);
-    assert_eq!(effects_of(&effects_pool, &r.task_key).await.len(), 1);
-}
-
-// ---------------------------------------------------------------------------------------
-// 2. A claim whose COMMIT succeeded but whose reply was lost still runs its job.
+// 3. A claim whose COMMIT succeeded but whose reply was lost still runs its job.
 // ---------------------------------------------------------------------------------------
 
 #[job(name = "outcomes_lost_ack", max_attempts = 1, lease = "3s")]
@@ -403,7 +472,7 @@ async fn a_claim_whose_commit_reply_is_lost_still_runs_its_job_once() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 3. The claim reads payloads after its COMMIT, not while it holds the rows locked.
+// 4. The claim reads payloads after its COMMIT, not while it holds the rows locked.
 // ---------------------------------------------------------------------------------------
 
 #[job(name = "outcomes_big")]
@@ -449,7 +518,7 @@ async fn the_claim_holds_its_locks_without_reading_payloads() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 4. Rolling deploy: an old worker leaves jobs it cannot run to a worker that can, without
+// 5. Rolling deploy: an old worker leaves jobs it cannot run to a worker that can, without
 //    spending their attempts.
 // ---------------------------------------------------------------------------------------
 
@@ -571,7 +640,7 @@ async fn an_old_worker_leaves_jobs_it_cannot_run_to_a_newer_one_without_spending
 }
 
 // ---------------------------------------------------------------------------------------
-// 5. A job that crashes every worker that runs it ends failed after a bounded number of
+// 6. A job that crashes every worker that runs it ends failed after a bounded number of
 //    crashes, coming back later each time.
 // ---------------------------------------------------------------------------------------
 
@@ -667,49 +736,6 @@ async fn a_job_that_crashes_its_worker_again_and_again_ends_failed() {
             .await
             .unwrap();
     assert_eq!((status.as_str(), expiries), ("ready", 0));
-}
-
-// ---------------------------------------------------------------------------------------
-// 6. A job task that panics outside the job's code does not keep its lease forever.
-// ---------------------------------------------------------------------------------------
-
-struct PanicOnDrop;
-
-impl Drop for PanicOnDrop {
-    fn drop(&mut self) {
-        panic!("a destructor that panics");
-    }
-}
-
-#[job(
-    name = "outcomes_drop_panics",
-    timeout = "300ms",
-    max_attempts = 1,
-    lease = "2s"
-)]
-async fn drop_panics(n: u32) -> Result<(), JobError> {
-    let _ = n;
-    let _guard = PanicOnDrop;
-    tokio::time::sleep(Duration::from_secs(30)).await;
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_whose_destructor_panics_after_a_timeout_is_recorded_and_released() {
-    let (queue, effects_pool) = fresh_queue_with_effects("outcomes_drop_panic").await;
-    tests::init_tracing();
-    let id = queue.enqueue(DropPanics { n: 1 }).await.unwrap().id();
-    let (handle, task) = start(
-        quick_worker(&queue)
-            .data(effects_pool.clone())
-            .build()
-            .unwrap(),
-    );
-    let r = wait_status(&queue, id, JobStatus::Failed, Duration::from_secs(10)).await;
-    let error = r.last_error.unwrap_or_default();
-    assert!(error.contains("timed out after 300ms"), "{error}");
-    assert_eq!((r.attempts, r.lease_owner), (1, None));
-    stop(&handle, task).await;
 }
 
 // ---------------------------------------------------------------------------------------
