@@ -54,6 +54,25 @@ pub async fn fresh_queue_on(backend: Backend, prefix: &str) -> Queue {
     queue
 }
 
+/// The URL of the queue's database on its test server (the server's URL with the database's
+/// name, without options), for a second pool or a proxy in front of it. On PostgreSQL it
+/// asks for no TLS, so that a proxy can read the statements.
+pub async fn plain_database_url(queue: &Queue) -> String {
+    match queue.backend() {
+        Backend::Postgres => {
+            let name = sql_text(queue, "SELECT CAST(current_database() AS TEXT)", &[])
+                .await
+                .expect("a database name");
+            let server =
+                jobqueue::testing::TestServer::shared_postgres().unwrap_or_else(|e| panic!("{e}"));
+            let (scheme, rest) = server.url().split_once("://").expect("a URL");
+            let authority = rest.split(['/', '?']).next().expect("an authority");
+            format!("{scheme}://{authority}/{name}?sslmode=disable")
+        }
+        _ => crate::database_url(queue.mysql_pool().expect("a MySQL queue")).await,
+    }
+}
+
 /// A value bound to a placeholder of [`sql_i64`], [`sql_text`] or [`sql_exec`].
 #[derive(Debug, Clone, Copy)]
 pub enum Arg<'a> {

@@ -27,7 +27,8 @@ use tokio::task::JoinHandle;
 
 mod backends;
 pub use backends::{
-    fresh_queue_on, lock_job, lock_rows, numbered, sql_exec, sql_i64, sql_text, Arg, RowLocks,
+    fresh_queue_on, lock_job, lock_rows, numbered, plain_database_url, sql_exec, sql_i64, sql_text,
+    Arg, RowLocks,
 };
 pub use jobqueue::Backend;
 

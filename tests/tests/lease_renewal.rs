@@ -28,12 +28,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use jobqueue::testing::TestServer;
 use jobqueue::{job, Data, EnqueueOptions, JobContext, JobError, JobStatus, Queue, WorkerHandle};
 use tests::{
-    effects, effects_of, fresh_queue_with_effects_on, lock_job, on_every_backend, quick_worker,
-    receive, record_effect_in, row, sql_exec, sql_text, start, wait_status, Arg, Backend, Effects,
-    LogCapture, Mailbox, WorkerTask,
+    effects, effects_of, fresh_queue_with_effects_on, lock_job, on_every_backend,
+    plain_database_url, quick_worker, receive, record_effect_in, row, sql_exec, start, wait_status,
+    Arg, Backend, Effects, LogCapture, Mailbox, WorkerTask,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -231,28 +230,11 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// The URL of the queue's database, on its test server, without TLS (the proxy reads the
-/// statements).
-async fn plain_url(queue: &Queue) -> String {
-    match queue.backend() {
-        Backend::Postgres => {
-            let name = sql_text(queue, "SELECT CAST(current_database() AS TEXT)", &[])
-                .await
-                .expect("a database name");
-            let server = TestServer::shared_postgres().unwrap_or_else(|e| panic!("{e}"));
-            let (scheme, rest) = server.url().split_once("://").expect("a URL");
-            let authority = rest.split(['/', '?']).next().expect("an authority");
-            format!("{scheme}://{authority}/{name}?sslmode=disable")
-        }
-        _ => tests::database_url(queue.mysql_pool().expect("a MySQL queue")).await,
-    }
-}
-
 /// A migrated database of `backend` with an `effects` table; the queue returned connects
 /// through a proxy with `rule`, the effects pool directly.
 async fn proxied(backend: Backend, prefix: &str, rule: Rule) -> (Queue, Queue, Effects, Proxy) {
     let (direct, effects) = fresh_queue_with_effects_on(backend, prefix).await;
-    let url = plain_url(&direct).await;
+    let url = plain_database_url(&direct).await;
     let proxy = Proxy::start(host_port(&url), backend, rule).await;
     let via_proxy = Queue::connect(&proxy.url(&url))
         .await
