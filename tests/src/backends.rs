@@ -8,30 +8,38 @@
 //! them for PostgreSQL; the SQL itself must be what both accept (`COUNT(*)`, `CAST(x AS
 //! CHAR)` is not: use the store's functions, or a column that is text on both).
 
-use jobqueue::testing::{TestDatabase, TestServer};
+use jobqueue::testing::TestDatabase;
 use jobqueue::{Backend, Queue};
 
 /// Runs each listed test body, an `async fn name(backend: Backend)` of the calling file, on
 /// every backend: as `#[tokio::test]`s `mysql::name` and `postgres::name` (multi-threaded
-/// runtime of two threads).
+/// runtime of two threads). Bodies listed after `; current_thread:` run on a single-threaded
+/// runtime instead, as a test whose [`LogCapture`](crate::LogCapture) must see every task's
+/// logs needs (the capture is the thread's default subscriber).
 #[macro_export]
 macro_rules! on_every_backend {
+    ($($name:ident),* $(,)? ; current_thread: $($one:ident),+ $(,)?) => {
+        $crate::on_every_backend!(@each mysql, MySql; [$($name),*]; [$($one),+]);
+        $crate::on_every_backend!(@each postgres, Postgres; [$($name),*]; [$($one),+]);
+    };
     ($($name:ident),+ $(,)?) => {
-        mod mysql {
+        $crate::on_every_backend!(@each mysql, MySql; [$($name),+]; []);
+        $crate::on_every_backend!(@each postgres, Postgres; [$($name),+]; []);
+    };
+    (@each $module:ident, $variant:ident; [$($name:ident),*]; [$($one:ident),*]) => {
+        mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::Backend::MySql).await
+                    super::$name($crate::Backend::$variant).await
                 }
-            )+
-        }
-        mod postgres {
+            )*
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name($crate::Backend::Postgres).await
+                #[tokio::test(flavor = "current_thread")]
+                async fn $one() {
+                    super::$one($crate::Backend::$variant).await
                 }
-            )+
+            )*
         }
     };
 }
@@ -46,18 +54,21 @@ pub async fn fresh_queue_on(backend: Backend, prefix: &str) -> Queue {
     queue
 }
 
-/// The URL of the queue's database on its test server, for a second `Queue` on it, as
-/// another process would have (see [`database_url`](crate::database_url) for MySQL).
-pub async fn queue_url(queue: &Queue) -> String {
+/// The URL of the queue's database on its test server (the server's URL with the database's
+/// name, without options), for a second pool or a proxy in front of it. On PostgreSQL it
+/// asks for no TLS, so that a proxy can read the statements.
+pub async fn plain_database_url(queue: &Queue) -> String {
     match queue.backend() {
         Backend::Postgres => {
-            let pool = queue.postgres_pool().expect("a PostgreSQL queue");
-            let name: String = sqlx::query_scalar("SELECT current_database()::text")
-                .fetch_one(pool)
+            let name = sql_text(queue, "SELECT CAST(current_database() AS TEXT)", &[])
                 .await
-                .expect("the database name");
-            let server = TestServer::shared_postgres().unwrap_or_else(|e| panic!("{e}"));
-            crate::with_database(server.url(), &name)
+                .expect("a database name");
+            let server =
+                jobqueue::testing::TestServer::shared_postgres().unwrap_or_else(|e| panic!("{e}"));
+            format!(
+                "{}?sslmode=disable",
+                crate::with_database(server.url(), &name)
+            )
         }
         _ => crate::database_url(queue.mysql_pool().expect("a MySQL queue")).await,
     }
@@ -166,6 +177,71 @@ pub async fn sql_exec(queue: &Queue, sql: &str, args: &[Arg<'_>]) -> u64 {
         }
     };
     r.unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// A transaction of the test's own on a queue's database that holds row locks, as another
+/// session of the application would; [`RowLocks::release`] rolls it back (so does a drop).
+#[derive(Debug)]
+pub enum RowLocks {
+    /// On MySQL/MariaDB.
+    MySql(sqlx::Transaction<'static, sqlx::MySql>),
+    /// On PostgreSQL.
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+}
+
+impl RowLocks {
+    /// Ends the transaction (a rollback), releasing its locks.
+    pub async fn release(self) {
+        match self {
+            RowLocks::MySql(tx) => tx.rollback().await,
+            RowLocks::Postgres(tx) => tx.rollback().await,
+        }
+        .expect("roll the locking transaction back")
+    }
+}
+
+/// Runs `sql`, a locking read of job ids (`SELECT id FROM job_queue WHERE ... FOR UPDATE`,
+/// MySQL placeholders), in a new transaction on the queue's database, and returns the
+/// transaction, which holds the rows until it is released, with the ids read.
+pub async fn lock_rows(queue: &Queue, sql: &str, args: &[Arg<'_>]) -> (RowLocks, Vec<u64>) {
+    match queue.backend() {
+        Backend::Postgres => {
+            let pool = queue.postgres_pool().expect("a PostgreSQL queue");
+            let mut tx = pool.begin().await.expect("begin");
+            let sql = numbered(sql);
+            let q = bound!(sqlx::query_scalar::<_, i64>(&sql), args);
+            let ids = q
+                .fetch_all(&mut *tx)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            (
+                RowLocks::Postgres(tx),
+                ids.into_iter().map(|id| id as u64).collect(),
+            )
+        }
+        _ => {
+            let pool = queue.mysql_pool().expect("a MySQL queue");
+            let mut tx = pool.begin().await.expect("begin");
+            let q = bound!(sqlx::query_scalar::<_, u64>(sql), args);
+            let ids = q
+                .fetch_all(&mut *tx)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            (RowLocks::MySql(tx), ids)
+        }
+    }
+}
+
+/// Locks job `id`'s row ([`lock_rows`]) until the [`RowLocks`] returned is released.
+pub async fn lock_job(queue: &Queue, id: u64) -> RowLocks {
+    let (locks, ids) = lock_rows(
+        queue,
+        "SELECT id FROM job_queue WHERE id = ? FOR UPDATE",
+        &[Arg::Int(id as i64)],
+    )
+    .await;
+    assert_eq!(ids, [id], "job {id} exists");
+    locks
 }
 
 #[cfg(test)]

@@ -26,7 +26,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 mod backends;
-pub use backends::{fresh_queue_on, numbered, queue_url, sql_exec, sql_i64, sql_text, Arg};
+pub use backends::{
+    fresh_queue_on, lock_job, lock_rows, numbered, plain_database_url, sql_exec, sql_i64, sql_text,
+    Arg, RowLocks,
+};
 pub use jobqueue::Backend;
 
 /// The test server of this process (started on first use).

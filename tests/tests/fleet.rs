@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 use jobqueue::{job, EnqueueOptions, JobError, JobStatus, Queue, Worker, WorkerHandle};
 use sqlx::{Connection as _, MySqlConnection, Row as _};
 use tests::{
-    count_status, database_url, fresh_queue, fresh_queue_on, on_every_backend, queue_url, receive,
-    sql_exec, sql_text, start, stop, text_col, wait_for, Arg, Backend, Mailbox, WorkerTask,
+    count_status, database_url, fresh_queue, fresh_queue_on, on_every_backend, plain_database_url,
+    receive, sql_exec, sql_text, start, stop, text_col, wait_for, Arg, Backend, Mailbox,
+    WorkerTask,
 };
 
 /// The maintenance interval of these tests' workers. The turn stays with its holder for 5
@@ -102,7 +103,7 @@ async fn one_worker_holds_the_maintenance_turn_and_another_takes_it_when_it_stop
     backend: Backend,
 ) {
     let queue = fresh_queue_on(backend, "fleet_turn").await;
-    let url = queue_url(&queue).await;
+    let url = plain_database_url(&queue).await;
     let a = own_worker(&url, "turn-a", "fleet_turn", |b| b).await;
     let b = own_worker(&url, "turn-b", "fleet_turn", |b| b).await;
 
@@ -186,7 +187,7 @@ async fn one_worker_holds_the_maintenance_turn_and_another_takes_it_when_it_stop
 
 async fn a_holder_that_stops_renewing_loses_the_turn_once_it_expires(backend: Backend) {
     let queue = fresh_queue_on(backend, "fleet_frozen").await;
-    let url = queue_url(&queue).await;
+    let url = plain_database_url(&queue).await;
     // A holder that froze: it took the turn, and will not renew it.
     let freeze = match backend {
         Backend::Postgres => {
@@ -358,7 +359,7 @@ async fn a_job_enqueued_by_another_queue_starts_promptly_while_several_workers_i
     backend: Backend,
 ) {
     let producer = fresh_queue_on(backend, "fleet_latency").await;
-    let url = queue_url(&producer).await;
+    let url = plain_database_url(&producer).await;
     let mut started = STARTED.open();
     let mut workers = Vec::new();
     for i in 0..3 {

@@ -6,11 +6,18 @@
 //! The hung connections come from a small TCP proxy between the worker and the server
 //! ([`Proxy`]): on the first client packet that contains a given piece of SQL it stops
 //! forwarding on that connection, or holds the server's replies for a while, keeping both
-//! sockets open, like a peer that vanished or a slow network.
+//! sockets open, like a peer that vanished or a slow network. It looks for statement text
+//! only, which both databases' protocols carry in the clear when a statement is prepared, so
+//! it stands between a worker and either database (without TLS); a rule names the piece of
+//! each database's statement ([`Sql`]).
 //!
+//! Every test runs on MySQL/MariaDB and on PostgreSQL (`mysql::name`, `postgres::name`),
+//! except the two at the end, about the two statements of MySQL's renewal transaction.
 //! Jobs record their side effects through the pool their worker is given
-//! (`.data(Effects(pool))`, a `Data<Effects>` parameter). Every worker of this file gets one:
-//! the kinds share the default queue, and a worker must hold what each kind it serves takes.
+//! (`.data(effects.clone())`, a `Data<Effects>` parameter). Every worker of this file gets
+//! one: the kinds share the default queue, and a worker must hold what each kind it serves
+//! takes. A job that tells its test something picks the test's mailbox by that pool's backend
+//! ([`on`]), since a test's two runs run at once.
 //!
 //! ```text
 //! cargo test -p tests --test lease_renewal -- --nocapture
@@ -23,8 +30,9 @@ use std::time::{Duration, Instant};
 
 use jobqueue::{job, Data, EnqueueOptions, JobContext, JobError, JobStatus, Queue, WorkerHandle};
 use tests::{
-    effects, effects_of, fresh_queue_with_effects, quick_worker, receive, record_effect_in, row,
-    start, wait_status, Effects, LogCapture, Mailbox, WorkerTask,
+    effects, effects_of, fresh_queue_with_effects_on, lock_job, on_every_backend,
+    plain_database_url, quick_worker, receive, record_effect_in, row, sql_exec, start, wait_status,
+    Arg, Backend, Effects, LogCapture, Mailbox, WorkerTask,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -34,12 +42,36 @@ use tokio::sync::watch;
 // A proxy that can stop answering
 // ---------------------------------------------------------------------------------------
 
+/// A piece of SQL as each database's statement has it.
+#[derive(Clone, Copy)]
+struct Sql {
+    mysql: &'static str,
+    postgres: &'static str,
+}
+
+impl Sql {
+    /// The same text on both.
+    const fn both(text: &'static str) -> Sql {
+        Sql {
+            mysql: text,
+            postgres: text,
+        }
+    }
+
+    fn on(&self, backend: Backend) -> &'static str {
+        match backend {
+            Backend::Postgres => self.postgres,
+            _ => self.mysql,
+        }
+    }
+}
+
 /// What the proxy does to the first connection that sends `pattern`.
 #[derive(Clone, Copy)]
 struct Rule {
-    /// Bytes of SQL to look for in what the client sends (statement text travels in the clear
-    /// when a statement is prepared, once per connection).
-    pattern: &'static str,
+    /// SQL to look for in what the client sends (statement text travels in the clear when a
+    /// statement is prepared, once per connection).
+    pattern: Sql,
     /// Start holding replies with the packet after the one that matched (the statement's
     /// execution) rather than with the matching packet itself.
     after_next: bool,
@@ -63,8 +95,10 @@ enum Hold {
 }
 
 impl Proxy {
-    /// Listens on a free local port and forwards every connection to `upstream`.
-    async fn start(upstream: String, rule: Rule) -> Proxy {
+    /// Listens on a free local port and forwards every connection to `upstream`, looking for
+    /// `rule`'s pattern as `backend`'s statements have it.
+    async fn start(upstream: String, backend: Backend, rule: Rule) -> Proxy {
+        let pattern = rule.pattern.on(backend);
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().unwrap();
         let (trip, tripped) = watch::channel(false);
@@ -75,7 +109,14 @@ impl Proxy {
                 let server = TcpStream::connect(&upstream)
                     .await
                     .expect("connect upstream");
-                tokio::spawn(relay(client, server, rule, used.clone(), trip.clone()));
+                tokio::spawn(relay(
+                    client,
+                    server,
+                    pattern,
+                    rule,
+                    used.clone(),
+                    trip.clone(),
+                ));
             }
         });
         Proxy { addr, tripped }
@@ -114,6 +155,7 @@ fn host_port(url: &str) -> String {
 async fn relay(
     client: TcpStream,
     server: TcpStream,
+    pattern: &'static str,
     rule: Rule,
     used: Arc<AtomicBool>,
     trip: Arc<watch::Sender<bool>>,
@@ -140,8 +182,7 @@ async fn relay(
             if armed {
                 armed = false;
                 start_hold(&up_hold);
-            } else if contains(&buf[..n], rule.pattern.as_bytes())
-                && !used.swap(true, Ordering::SeqCst)
+            } else if contains(&buf[..n], pattern.as_bytes()) && !used.swap(true, Ordering::SeqCst)
             {
                 if rule.after_next {
                     armed = true;
@@ -189,12 +230,12 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// A migrated database with an `effects` table; the queue returned connects through a proxy
-/// with `rule`, the effects pool directly.
-async fn proxied(prefix: &str, rule: Rule) -> (Queue, Queue, Effects, Proxy) {
-    let (direct, effects) = fresh_queue_with_effects(prefix).await;
-    let url = tests::database_url(effects.mysql()).await;
-    let proxy = Proxy::start(host_port(&url), rule).await;
+/// A migrated database of `backend` with an `effects` table; the queue returned connects
+/// through a proxy with `rule`, the effects pool directly.
+async fn proxied(backend: Backend, prefix: &str, rule: Rule) -> (Queue, Queue, Effects, Proxy) {
+    let (direct, effects) = fresh_queue_with_effects_on(backend, prefix).await;
+    let url = plain_database_url(&direct).await;
+    let proxy = Proxy::start(host_port(&url), backend, rule).await;
     let via_proxy = Queue::connect(&proxy.url(&url))
         .await
         .expect("connect via proxy");
@@ -219,6 +260,22 @@ async fn work(ctx: &JobContext, d: Duration) -> Result<(), JobError> {
     }
 }
 
+/// The mailbox of a backend's run of a test, in a pair of them (`static X: [Mailbox<T>; 2]`).
+fn slot(backend: Backend) -> usize {
+    match backend {
+        Backend::Postgres => 1,
+        _ => 0,
+    }
+}
+
+/// The mailbox slot of the test whose worker gave a job `effects`.
+fn on(effects: &Effects) -> usize {
+    match effects {
+        Effects::Postgres(_) => 1,
+        Effects::MySql(_) => 0,
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // 1. A statement that never gets its reply is abandoned with its connection.
 // ---------------------------------------------------------------------------------------
@@ -231,14 +288,15 @@ async fn frozen_write(ctx: JobContext, effects: Data<Effects>) -> Result<(), Job
 /// The connection that carries the first completion freezes (the server never sees the
 /// statement, the client never gets a reply). The write is given up after its timeout, its
 /// connection closed, and the completion written on a new one; shutdown returns.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_frozen_outcome_write_is_retried_on_a_new_connection_and_shutdown_returns() {
+async fn a_frozen_outcome_write_is_retried_on_a_new_connection_and_shutdown_returns(
+    backend: Backend,
+) {
     let rule = Rule {
-        pattern: "status = 'done', lease_owner = NULL",
+        pattern: Sql::both("status = 'done', lease_owner = NULL"),
         after_next: false,
         hold: None,
     };
-    let (direct, queue, effects_pool, proxy) = proxied("lease_frozen_write", rule).await;
+    let (direct, queue, effects_pool, proxy) = proxied(backend, "lease_frozen_write", rule).await;
     let id = direct.enqueue(FrozenWrite {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
@@ -279,14 +337,16 @@ async fn frozen_renewal(ctx: JobContext, effects: Data<Effects>) -> Result<(), J
 /// The connection that carries the first renewal freezes. The renewal is given up after a
 /// quarter of the lease and sent again on a new connection, in time: the job keeps its lease
 /// and runs once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_frozen_renewal_is_abandoned_and_the_lease_kept() {
+async fn a_frozen_renewal_is_abandoned_and_the_lease_kept(backend: Backend) {
     let rule = Rule {
-        pattern: "AND cancel_requested = 0",
+        pattern: Sql {
+            mysql: "AND cancel_requested = 0",
+            postgres: "AND cancel_requested = FALSE",
+        },
         after_next: false,
         hold: None,
     };
-    let (direct, queue, effects_pool, proxy) = proxied("lease_frozen_renewal", rule).await;
+    let (direct, queue, effects_pool, proxy) = proxied(backend, "lease_frozen_renewal", rule).await;
     let id = direct.enqueue(FrozenRenewal {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
@@ -311,7 +371,7 @@ async fn a_frozen_renewal_is_abandoned_and_the_lease_kept() {
 // 2. Another session's lock on one running job disturbs that job only.
 // ---------------------------------------------------------------------------------------
 
-static LOCKED_STARTED: Mailbox<u64> = Mailbox::new();
+static LOCKED_STARTED: [Mailbox<u64>; 2] = [Mailbox::new(), Mailbox::new()];
 
 /// The lease leaves a renewal round a second of slack, so that a slow statement on a busy
 /// machine does not cost an unlocked job its lease; the work outlasts the locked job's stop
@@ -320,17 +380,16 @@ static LOCKED_STARTED: Mailbox<u64> = Mailbox::new();
 async fn one_row_locked(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
     let _ = n;
     record_effect_in(&effects, &ctx, "start").await?;
-    LOCKED_STARTED.send(ctx.id());
+    LOCKED_STARTED[on(&effects)].send(ctx.id());
     work(&ctx, Duration::from_secs(6)).await?;
     record_effect_in(&effects, &ctx, "done").await
 }
 
 /// Four long jobs on one worker; a transaction holds the row of one of them. The other three
 /// keep their leases and finish on their first attempt while the lock is held.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_row_locked_by_another_session_disturbs_only_its_own_job() {
-    let (queue, effects_pool) = fresh_queue_with_effects("lease_one_row_locked").await;
-    let mut started = LOCKED_STARTED.open();
+async fn a_row_locked_by_another_session_disturbs_only_its_own_job(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "lease_one_row_locked").await;
+    let mut started = LOCKED_STARTED[slot(backend)].open();
     let mut ids = Vec::new();
     for n in 0..4 {
         ids.push(queue.enqueue(OneRowLocked { n }).await.unwrap().id());
@@ -347,19 +406,14 @@ async fn a_row_locked_by_another_session_disturbs_only_its_own_job() {
     }
 
     let locked = *ids.iter().min().unwrap();
-    let mut holder = queue.mysql_pool().unwrap().begin().await.unwrap();
-    sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
-        .bind(locked)
-        .fetch_one(&mut *holder)
-        .await
-        .unwrap();
+    let holder = lock_job(&queue, locked).await;
     for &id in ids.iter().filter(|&&id| id != locked) {
         let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(15)).await;
         assert_eq!(r.attempts, 1, "job {id} kept its lease");
     }
     // The locked job could not be renewed; it was stopped, and runs again once the lock is
     // gone and its lease has expired.
-    holder.rollback().await.unwrap();
+    holder.release().await;
     let r = wait_status(&queue, locked, JobStatus::Done, Duration::from_secs(20)).await;
     stop_within(&handle, task, Duration::from_secs(10)).await;
     let m = handle.metrics();
@@ -391,9 +445,8 @@ async fn blocking(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobErro
 
 /// On a single-threaded runtime, a job blocks the only thread for two and a half leases. The
 /// lease is renewed from elsewhere, so the job is recorded once, on its first attempt.
-#[tokio::test(flavor = "current_thread")]
-async fn a_job_that_blocks_its_thread_keeps_its_lease() {
-    let (queue, effects_pool) = fresh_queue_with_effects("lease_blocking").await;
+async fn a_job_that_blocks_its_thread_keeps_its_lease(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "lease_blocking").await;
     let id = queue.enqueue(Blocking {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
@@ -402,7 +455,17 @@ async fn a_job_that_blocks_its_thread_keeps_its_lease() {
             .unwrap(),
     );
 
-    let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(20)).await;
+    // The test's reads run on the thread the job blocks: one in flight then (a connection
+    // being opened, say) can time out when the thread comes back, and is simply read again.
+    let r = tests::wait_for(
+        &format!("job {id} to be done"),
+        Duration::from_secs(20),
+        || async {
+            let r = queue.job(id).await.ok().flatten()?;
+            (r.status == JobStatus::Done).then_some(r)
+        },
+    )
+    .await;
     assert_eq!(r.attempts, 1, "{:?}", r.last_error);
     stop_within(&handle, task, Duration::from_secs(10)).await;
     let m = handle.metrics();
@@ -423,9 +486,8 @@ async fn batched(ctx: JobContext, n: u32) -> Result<(), JobError> {
 /// Twelve jobs claimed a quarter of a second apart, each running one and a half leases: the
 /// renewals of all of them travel together, about one round per quarter of the lease,
 /// instead of one round per job and quarter of a lease.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn renewals_of_jobs_claimed_at_different_times_travel_together() {
-    let (queue, effects_pool) = fresh_queue_with_effects("lease_batched").await;
+async fn renewals_of_jobs_claimed_at_different_times_travel_together(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "lease_batched").await;
     let mut ids = Vec::new();
     for n in 0..12u32 {
         let delay = EnqueueOptions::default().delay(Duration::from_millis(250) * n);
@@ -478,14 +540,13 @@ async fn late_reply(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobEr
 /// The job ends just after its first renewal; the server records the completion at once, but
 /// its reply arrives 2.4 s later, after the next renewal round has found the row `done`. That
 /// round must not count a lost lease: the completion is the worker's own.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_completion_with_a_late_reply_is_not_a_lost_lease() {
+async fn a_completion_with_a_late_reply_is_not_a_lost_lease(backend: Backend) {
     let rule = Rule {
-        pattern: "status = 'done', lease_owner = NULL",
+        pattern: Sql::both("status = 'done', lease_owner = NULL"),
         after_next: true,
         hold: Some(Duration::from_millis(2400)),
     };
-    let (direct, queue, effects_pool, proxy) = proxied("lease_late_reply", rule).await;
+    let (direct, queue, effects_pool, proxy) = proxied(backend, "lease_late_reply", rule).await;
     let id = direct.enqueue(LateReply {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
@@ -523,24 +584,24 @@ async fn a_completion_with_a_late_reply_is_not_a_lost_lease() {
 // 6. A database clock that jumps ahead is reported.
 // ---------------------------------------------------------------------------------------
 
-static SKEW_STARTED: Mailbox<u64> = Mailbox::new();
+static SKEW_STARTED: [Mailbox<u64>; 2] = [Mailbox::new(), Mailbox::new()];
 
 /// The first renewal comes 2 s (a quarter of the lease) after the claim: the test's `UPDATE`
 /// must land before it, which leaves a busy machine time. It works past that renewal.
 #[job(name = "lease_clock_skew", lease = "8s")]
-async fn clock_skew(ctx: JobContext) -> Result<(), JobError> {
-    SKEW_STARTED.send(ctx.id());
+async fn clock_skew(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    SKEW_STARTED[on(&effects)].send(ctx.id());
     work(&ctx, Duration::from_secs(4)).await
 }
 
 /// The row's lease is moved two seconds closer to its end, as a two-second forward step of the
 /// server's clock would do. The next renewal sees less lease left than the worker can account
 /// for, and says the database's clock jumped ahead.
-#[tokio::test(flavor = "current_thread")]
-async fn a_database_clock_that_jumps_ahead_is_reported() {
+/// One thread: the log capture is the thread's default subscriber.
+async fn a_database_clock_that_jumps_ahead_is_reported(backend: Backend) {
     let (logs, _guard) = LogCapture::install("warn");
-    let (queue, effects_pool) = fresh_queue_with_effects("lease_clock_skew").await;
-    let mut started = SKEW_STARTED.open();
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "lease_clock_skew").await;
+    let mut started = SKEW_STARTED[slot(backend)].open();
     let id = queue.enqueue(ClockSkew {}).await.unwrap().id();
     // No maintenance: nothing may take the job back while its lease looks short.
     let (handle, task) = start(
@@ -551,11 +612,17 @@ async fn a_database_clock_that_jumps_ahead_is_reported() {
             .unwrap(),
     );
     receive(&mut started, "the job to start", Duration::from_secs(10)).await;
-    sqlx::query("UPDATE job_queue SET lease_until = lease_until - INTERVAL 2 SECOND WHERE id = ?")
-        .bind(id)
-        .execute(queue.mysql_pool().unwrap())
-        .await
-        .unwrap();
+    let two_seconds = match backend {
+        Backend::Postgres => "INTERVAL '2 seconds'",
+        _ => "INTERVAL 2 SECOND",
+    };
+    let moved = sql_exec(
+        &queue,
+        &format!("UPDATE job_queue SET lease_until = lease_until - {two_seconds} WHERE id = ?"),
+        &[Arg::Int(id as i64)],
+    )
+    .await;
+    assert_eq!(moved, 1);
 
     let r = wait_status(&queue, id, JobStatus::Done, Duration::from_secs(15)).await;
     assert_eq!(r.attempts, 1);
@@ -567,7 +634,157 @@ async fn a_database_clock_that_jumps_ahead_is_reported() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 7. A renewal counts exactly the rows it extended, whatever the writer does meanwhile.
+// 7. A lost lease stops a job whatever it was told before.
+// ---------------------------------------------------------------------------------------
+
+static DEAF: [Mailbox<String>; 2] = [Mailbox::new(), Mailbox::new()];
+
+/// Tells the test (its mailbox slot) when the job's future is dropped.
+struct DroppedSignal(usize);
+
+impl Drop for DroppedSignal {
+    fn drop(&mut self) {
+        DEAF[self.0].send("dropped".into());
+    }
+}
+
+/// The lease leaves a renewal round a second of slack, so that the cancel reaches the job
+/// before a slow statement on a busy machine could cost it its lease.
+#[job(
+    name = "lease_deaf_to_cancel",
+    lease = "3s",
+    concurrency = 1,
+    concurrency_key = "deaf"
+)]
+async fn deaf_to_cancel(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    let slot = on(&effects);
+    let _dropped = DroppedSignal(slot);
+    let watcher = ctx.clone();
+    tokio::spawn(async move {
+        watcher.cancelled().await;
+        DEAF[slot].send(format!("told {:?}", watcher.cancel_reason()));
+    });
+    DEAF[slot].send("started".into());
+    // Does not watch `ctx.cancelled()`: the docs let a job decide how to stop.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    record_effect_in(&effects, &ctx, "end").await
+}
+
+/// A job told of an operator's cancel goes on (it decides how to stop). Then its row is locked
+/// by another session past three quarters of its lease: the worker can no longer vouch for the
+/// lease, and must drop the job's future as for any lost lease. If it did not, the job would
+/// run on after maintenance took it back and freed its concurrency slot, next to the key's
+/// next job.
+async fn a_job_with_a_pending_cancel_is_stopped_when_its_lease_is_lost(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "lease_deaf").await;
+    let mut told = DEAF[slot(backend)].open();
+    let id = queue.enqueue(DeafToCancel {}).await.unwrap().id();
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(effects_pool.clone())
+            .build()
+            .unwrap(),
+    );
+    let first = receive(&mut told, "the job to start", Duration::from_secs(10)).await;
+    assert_eq!(first, "started");
+    queue.cancel(id).await.unwrap();
+    let told_cancel = receive(&mut told, "the job to be told", Duration::from_secs(10)).await;
+    assert_eq!(told_cancel, "told Some(Requested)");
+
+    let holder = lock_job(&queue, id).await;
+    // Stopped 2.25 s after its last renewal; the bound leaves room for a loaded machine and
+    // is far below the 60 s the job would otherwise run.
+    let stopped = receive(
+        &mut told,
+        "the job's future to be dropped",
+        Duration::from_secs(15),
+    )
+    .await;
+    assert_eq!(stopped, "dropped");
+    holder.release().await;
+
+    let r = wait_status(&queue, id, JobStatus::Cancelled, Duration::from_secs(20)).await;
+    assert_eq!(r.attempts, 1);
+    stop_within(&handle, task, Duration::from_secs(10)).await;
+    assert_eq!(handle.metrics().lease_lost, 1);
+    assert!(
+        effects(&effects_pool).await.is_empty(),
+        "the job never ended"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. An operator's cancel reaches a job whose own completion was rolled back.
+// ---------------------------------------------------------------------------------------
+
+static ROLLED_BACK: [Mailbox<String>; 2] = [Mailbox::new(), Mailbox::new()];
+
+#[job(name = "lease_cancel_after_rollback", lease = "3s")]
+async fn cancel_after_rollback(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
+    match &*effects {
+        Effects::MySql(pool) => {
+            let mut tx = pool.begin().await?;
+            ctx.complete_in(&mut tx).await?;
+            tx.rollback().await?;
+        }
+        Effects::Postgres(pool) => {
+            let mut tx = pool.begin().await?;
+            ctx.complete_in(&mut tx).await?;
+            tx.rollback().await?;
+        }
+    }
+    let said = &ROLLED_BACK[on(&effects)];
+    said.send("rolled back".into());
+    let _ = tokio::time::timeout(Duration::from_secs(30), ctx.cancelled()).await;
+    said.send(format!("{:?}", ctx.cancel_reason()));
+    Err(JobError::cancel("stopped on request"))
+}
+
+/// A job called `complete_in`, rolled its transaction back and went on. An operator's cancel
+/// must reach it as a cancel, and its lease stay renewed meanwhile: not a stop for a lost
+/// lease at three quarters of it.
+async fn a_cancel_reaches_a_job_whose_completion_was_rolled_back(backend: Backend) {
+    let (queue, effects_pool) =
+        fresh_queue_with_effects_on(backend, "lease_cancel_rolled_back").await;
+    let mut said = ROLLED_BACK[slot(backend)].open();
+    let id = queue.enqueue(CancelAfterRollback {}).await.unwrap().id();
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(effects_pool.clone())
+            .build()
+            .unwrap(),
+    );
+    let first = receive(&mut said, "the rollback", Duration::from_secs(10)).await;
+    assert_eq!(first, "rolled back");
+    queue.cancel(id).await.unwrap();
+    let reason = receive(&mut said, "the job to be told", Duration::from_secs(20)).await;
+    assert_eq!(reason, "Some(Requested)");
+    let r = wait_status(&queue, id, JobStatus::Cancelled, Duration::from_secs(15)).await;
+    assert_eq!(r.attempts, 1);
+    stop_within(&handle, task, Duration::from_secs(10)).await;
+    assert_eq!(handle.metrics().lease_lost, 0);
+}
+
+on_every_backend!(
+    a_frozen_outcome_write_is_retried_on_a_new_connection_and_shutdown_returns,
+    a_frozen_renewal_is_abandoned_and_the_lease_kept,
+    a_row_locked_by_another_session_disturbs_only_its_own_job,
+    renewals_of_jobs_claimed_at_different_times_travel_together,
+    a_completion_with_a_late_reply_is_not_a_lost_lease,
+    a_job_with_a_pending_cancel_is_stopped_when_its_lease_is_lost,
+    a_cancel_reaches_a_job_whose_completion_was_rolled_back;
+    current_thread: a_job_that_blocks_its_thread_keeps_its_lease,
+    a_database_clock_that_jumps_ahead_is_reported,
+);
+
+// =======================================================================================
+// MySQL only: the two statements of MySQL's renewal transaction (a locking read, then the
+// update of the rows it read). PostgreSQL renews in one autocommit statement, which has no
+// gap between its read and its update and no transaction to be cut off inside.
+// =======================================================================================
+
+// ---------------------------------------------------------------------------------------
+// 9. A renewal counts exactly the rows it extended, whatever the writer does meanwhile.
 // ---------------------------------------------------------------------------------------
 
 #[job(name = "lease_renew_count")]
@@ -585,11 +802,11 @@ async fn a_job_finished_during_a_renewal_does_not_discount_the_others() {
     // The update is sent only once the read's reply has arrived: the trip comes after the
     // read ran on the server.
     let rule = Rule {
-        pattern: "SET lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms",
+        pattern: Sql::both("SET lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms"),
         after_next: false,
         hold: Some(Duration::from_millis(300)),
     };
-    let (direct, queue, _effects, proxy) = proxied("lease_renew_count", rule).await;
+    let (direct, queue, _effects, proxy) = proxied(Backend::MySql, "lease_renew_count", rule).await;
     for n in 0..2 {
         direct.enqueue(RenewCount { n }).await.unwrap();
     }
@@ -641,133 +858,6 @@ async fn a_job_finished_during_a_renewal_does_not_discount_the_others() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 8. A lost lease stops a job whatever it was told before.
-// ---------------------------------------------------------------------------------------
-
-static DEAF: Mailbox<String> = Mailbox::new();
-
-/// Tells the test when the job's future is dropped.
-struct DroppedSignal;
-
-impl Drop for DroppedSignal {
-    fn drop(&mut self) {
-        DEAF.send("dropped".into());
-    }
-}
-
-/// The lease leaves a renewal round a second of slack, so that the cancel reaches the job
-/// before a slow statement on a busy machine could cost it its lease.
-#[job(
-    name = "lease_deaf_to_cancel",
-    lease = "3s",
-    concurrency = 1,
-    concurrency_key = "deaf"
-)]
-async fn deaf_to_cancel(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
-    let _dropped = DroppedSignal;
-    let watcher = ctx.clone();
-    tokio::spawn(async move {
-        watcher.cancelled().await;
-        DEAF.send(format!("told {:?}", watcher.cancel_reason()));
-    });
-    DEAF.send("started".into());
-    // Does not watch `ctx.cancelled()`: the docs let a job decide how to stop.
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    record_effect_in(&effects, &ctx, "end").await
-}
-
-/// A job told of an operator's cancel goes on (it decides how to stop). Then its row is locked
-/// by another session past three quarters of its lease: the worker can no longer vouch for the
-/// lease, and must drop the job's future as for any lost lease. If it did not, the job would
-/// run on after maintenance took it back and freed its concurrency slot, next to the key's
-/// next job.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_with_a_pending_cancel_is_stopped_when_its_lease_is_lost() {
-    let (queue, effects_pool) = fresh_queue_with_effects("lease_deaf").await;
-    let mut told = DEAF.open();
-    let id = queue.enqueue(DeafToCancel {}).await.unwrap().id();
-    let (handle, task) = start(
-        quick_worker(&queue)
-            .data(effects_pool.clone())
-            .build()
-            .unwrap(),
-    );
-    let first = receive(&mut told, "the job to start", Duration::from_secs(10)).await;
-    assert_eq!(first, "started");
-    queue.cancel(id).await.unwrap();
-    let told_cancel = receive(&mut told, "the job to be told", Duration::from_secs(10)).await;
-    assert_eq!(told_cancel, "told Some(Requested)");
-
-    let mut holder = queue.mysql_pool().unwrap().begin().await.unwrap();
-    sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
-        .bind(id)
-        .fetch_one(&mut *holder)
-        .await
-        .unwrap();
-    // Stopped 2.25 s after its last renewal; the bound leaves room for a loaded machine and
-    // is far below the 60 s the job would otherwise run.
-    let stopped = receive(
-        &mut told,
-        "the job's future to be dropped",
-        Duration::from_secs(15),
-    )
-    .await;
-    assert_eq!(stopped, "dropped");
-    holder.rollback().await.unwrap();
-
-    let r = wait_status(&queue, id, JobStatus::Cancelled, Duration::from_secs(20)).await;
-    assert_eq!(r.attempts, 1);
-    stop_within(&handle, task, Duration::from_secs(10)).await;
-    assert_eq!(handle.metrics().lease_lost, 1);
-    assert!(
-        effects(&effects_pool).await.is_empty(),
-        "the job never ended"
-    );
-}
-
-// ---------------------------------------------------------------------------------------
-// 9. An operator's cancel reaches a job whose own completion was rolled back.
-// ---------------------------------------------------------------------------------------
-
-static ROLLED_BACK: Mailbox<String> = Mailbox::new();
-
-#[job(name = "lease_cancel_after_rollback", lease = "3s")]
-async fn cancel_after_rollback(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
-    let mut tx = effects.mysql().begin().await?;
-    ctx.complete_in(&mut tx).await?;
-    tx.rollback().await?;
-    ROLLED_BACK.send("rolled back".into());
-    let _ = tokio::time::timeout(Duration::from_secs(30), ctx.cancelled()).await;
-    ROLLED_BACK.send(format!("{:?}", ctx.cancel_reason()));
-    Err(JobError::cancel("stopped on request"))
-}
-
-/// A job called `complete_in`, rolled its transaction back and went on. An operator's cancel
-/// must reach it as a cancel, and its lease stay renewed meanwhile: not a stop for a lost
-/// lease at three quarters of it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancel_reaches_a_job_whose_completion_was_rolled_back() {
-    let (queue, effects_pool) = fresh_queue_with_effects("lease_cancel_rolled_back").await;
-    let mut said = ROLLED_BACK.open();
-    let id = queue.enqueue(CancelAfterRollback {}).await.unwrap().id();
-    let (handle, task) = start(
-        quick_worker(&queue)
-            .data(effects_pool.clone())
-            .build()
-            .unwrap(),
-    );
-    let first = receive(&mut said, "the rollback", Duration::from_secs(10)).await;
-    assert_eq!(first, "rolled back");
-    queue.cancel(id).await.unwrap();
-    let reason = receive(&mut said, "the job to be told", Duration::from_secs(20)).await;
-    assert_eq!(reason, "Some(Requested)");
-    let r = wait_status(&queue, id, JobStatus::Cancelled, Duration::from_secs(15)).await;
-    assert_eq!(r.attempts, 1);
-    stop_within(&handle, task, Duration::from_secs(10)).await;
-    assert_eq!(handle.metrics().lease_lost, 0);
-}
-
-// ---------------------------------------------------------------------------------------
 // 10. A renewal cut off inside its transaction does not keep its rows locked.
 // ---------------------------------------------------------------------------------------
 
@@ -787,11 +877,12 @@ async fn cut_renewal(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobE
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_cut_off_inside_its_transaction_does_not_keep_its_rows_locked() {
     let rule = Rule {
-        pattern: "SET lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms",
+        pattern: Sql::both("SET lease_until = UTC_TIMESTAMP(6) + INTERVAL lease_ms"),
         after_next: false,
         hold: None,
     };
-    let (direct, queue, effects_pool, proxy) = proxied("lease_cut_renewal", rule).await;
+    let (direct, queue, effects_pool, proxy) =
+        proxied(Backend::MySql, "lease_cut_renewal", rule).await;
     let id = direct.enqueue(CutRenewal {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)

@@ -2,13 +2,15 @@
 //! failures, panics and bad payloads, lease renewal and lease loss, shutdown, empty claims,
 //! unknown kinds, timeouts and the in-process wake-up.
 //!
-//! Every test has its own database and its own job kinds (one registry serves the whole
-//! binary). Jobs record their side effects in an `effects` table of their test's database
-//! (`tests::fresh_queue_with_effects`), reached through a pool the test gives its worker
-//! (`.data(Effects(pool))`, taken as a `Data<Effects>` parameter), so that "exactly once" is
+//! Every test runs on MySQL/MariaDB and on PostgreSQL (`mysql::name`, `postgres::name`), with
+//! its own database and its own job kinds (one registry serves the whole binary). Jobs record
+//! their side effects in an `effects` table of their test's database
+//! (`tests::fresh_queue_with_effects_on`), reached through a pool the test gives its worker
+//! (`.data(effects.clone())`, taken as a `Data<Effects>` parameter), so that "exactly once" is
 //! counted where a user would count it. Every worker of this file gets one, even where its
 //! jobs record nothing: its kinds share the default queue, and a worker serving a kind must
-//! hold what the kind takes.
+//! hold what the kind takes. A job that tells its test something picks the test's mailbox by
+//! that pool's backend ([`on`]), since a test's two runs run at once.
 
 use std::time::{Duration, Instant};
 
@@ -17,9 +19,42 @@ use jobqueue::{
     job, Data, Job, JobContext, JobError, JobOptions, JobStatus, Queue, Worker, WorkerHandle,
 };
 use tests::{
-    count_status, effects, fresh_queue_with_effects, quick_worker, receive, record_effect_in, row,
-    start, stop, wait_for, wait_status, Effects, LogCapture, Mailbox, WorkerTask,
+    count_status, effects, fresh_queue_with_effects_on, lock_job, lock_rows, on_every_backend,
+    quick_worker, receive, record_effect_in, row, sql_i64, start, stop, wait_for, wait_status, Arg,
+    Backend, Effects, LogCapture, Mailbox, WorkerTask,
 };
+
+/// The mailbox of a backend's run of a test, in a pair of them (`static X: [Mailbox<T>; 2]`).
+fn slot(backend: Backend) -> usize {
+    match backend {
+        Backend::Postgres => 1,
+        _ => 0,
+    }
+}
+
+/// The mailbox slot of the test whose worker gave a job `effects`.
+fn on(effects: &Effects) -> usize {
+    match effects {
+        Effects::Postgres(_) => 1,
+        Effects::MySql(_) => 0,
+    }
+}
+
+/// Microseconds from the database's clock to job `id`'s `lease_until` (negative once it has
+/// passed).
+async fn micros_left_of_lease(queue: &Queue, id: u64) -> i64 {
+    let sql = match queue.backend() {
+        Backend::Postgres => {
+            "SELECT CAST(EXTRACT(EPOCH FROM (lease_until - job_queue_now())) * 1000000 AS BIGINT) \
+             FROM job_queue WHERE id = ?"
+        }
+        _ => {
+            "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until) FROM job_queue \
+              WHERE id = ?"
+        }
+    };
+    sql_i64(queue, sql, &[Arg::Int(id as i64)]).await
+}
 
 // ---------------------------------------------------------------------------------------
 // 1. Many jobs, three workers: each job runs exactly once.
@@ -31,9 +66,8 @@ async fn fanout(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), J
     record_effect_in(&effects, &ctx, "done").await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_workers_run_two_hundred_jobs_exactly_once() {
-    let (queue, effects_pool) = fresh_queue_with_effects("worker_fanout").await;
+async fn three_workers_run_two_hundred_jobs_exactly_once(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "worker_fanout").await;
 
     let enqueued = queue
         .enqueue_many((0..200).map(|n| Fanout { n }))
@@ -75,12 +109,12 @@ async fn three_workers_run_two_hundred_jobs_exactly_once() {
         effects.iter().all(|e| e.1 == 1),
         "every job ran at its first attempt"
     );
-    let (done, attempts): (i64, i64) = sqlx::query_as(
-        "SELECT COUNT(*), CAST(SUM(attempts) AS SIGNED) FROM job_queue WHERE status = 'done'",
-    )
-    .fetch_one(queue.mysql_pool().unwrap())
-    .await
-    .unwrap();
+    let done = count_status(&queue, JobStatus::Done).await;
+    let sum = match backend {
+        Backend::Postgres => "SELECT CAST(SUM(attempts) AS BIGINT) FROM job_queue WHERE status = ?",
+        _ => "SELECT CAST(SUM(attempts) AS SIGNED) FROM job_queue WHERE status = ?",
+    };
+    let attempts = sql_i64(&queue, sum, &[Arg::Text("done")]).await;
     assert_eq!(
         (done, attempts),
         (200, 200),
@@ -123,9 +157,8 @@ async fn permanent_failure() -> Result<(), JobError> {
     Err(JobError::permanent("invoice 17 does not exist"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retries_until_success_exhaustion_and_permanent_errors() {
-    let (queue, effects_pool) = fresh_queue_with_effects("worker_retries").await;
+async fn retries_until_success_exhaustion_and_permanent_errors(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "worker_retries").await;
     let flaky = queue.enqueue(Flaky {}).await.unwrap().id();
     let exhausted = queue.enqueue(AlwaysFails {}).await.unwrap().id();
     let permanent = queue.enqueue(PermanentFailure {}).await.unwrap().id();
@@ -215,9 +248,8 @@ async fn after_failures(ctx: JobContext, effects: Data<Effects>) -> Result<(), J
     record_effect_in(&effects, &ctx, "done").await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn panics_fail_clearly_bad_payloads_wait_and_the_worker_goes_on() {
-    let (queue, effects_pool) = fresh_queue_with_effects("worker_panics").await;
+async fn panics_fail_clearly_bad_payloads_wait_and_the_worker_goes_on(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "worker_panics").await;
     let panicking = queue.enqueue(Panics { order: 7 }).await.unwrap().id();
     let mismatched = queue
         .enqueue(OldPayloadTarget { title: 5, pages: 3 })
@@ -293,10 +325,10 @@ async fn panics_fail_clearly_bad_payloads_wait_and_the_worker_goes_on() {
 async fn long_work(
     ctx: &JobContext,
     effects: &Effects,
-    started: &Mailbox<JobContext>,
+    started: &[Mailbox<JobContext>; 2],
     work: Duration,
 ) -> Result<(), JobError> {
-    started.send(ctx.clone());
+    started[on(effects)].send(ctx.clone());
     if ctx.attempt() == 1 {
         let end = Instant::now() + work;
         while Instant::now() < end {
@@ -309,7 +341,7 @@ async fn long_work(
     record_effect_in(effects, ctx, "done").await
 }
 
-static RENEWED_STARTED: Mailbox<JobContext> = Mailbox::new();
+static RENEWED_STARTED: [Mailbox<JobContext>; 2] = [Mailbox::new(), Mailbox::new()];
 
 /// Works for more than two leases, so that it is renewed several times. The lease leaves a
 /// renewal round a second of slack, so that a slow statement on a busy machine is not a
@@ -319,10 +351,9 @@ async fn long_renewed(ctx: JobContext, effects: Data<Effects>) -> Result<(), Job
     long_work(&ctx, &effects, &RENEWED_STARTED, Duration::from_secs(7)).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_longer_than_its_lease_is_renewed_and_runs_once() {
-    let (queue, effects_pool) = fresh_queue_with_effects("worker_renewed").await;
-    let mut started = RENEWED_STARTED.open();
+async fn a_job_longer_than_its_lease_is_renewed_and_runs_once(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "worker_renewed").await;
+    let mut started = RENEWED_STARTED[slot(backend)].open();
     let id = queue.enqueue(LongRenewed {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
@@ -349,7 +380,7 @@ async fn a_job_longer_than_its_lease_is_renewed_and_runs_once() {
     assert!(started.try_recv().is_err(), "the job started only once");
 }
 
-static BLOCKED_STARTED: Mailbox<JobContext> = Mailbox::new();
+static BLOCKED_STARTED: [Mailbox<JobContext>; 2] = [Mailbox::new(), Mailbox::new()];
 
 /// Would work far longer than its lease; its renewals are blocked, so it is stopped. The
 /// lease is long enough that the time between the stop and the lease's end (a quarter of
@@ -362,10 +393,9 @@ async fn long_blocked(ctx: JobContext, effects: Data<Effects>) -> Result<(), Job
 /// Renewals are made impossible by a transaction that holds the job's row lock: a renewal
 /// passes over a row another session holds, so the lease goes unrenewed, as when the server
 /// is slow or partitioned away.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back() {
-    let (queue, effects_pool) = fresh_queue_with_effects("worker_blocked").await;
-    let mut started = BLOCKED_STARTED.open();
+async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "worker_blocked").await;
+    let mut started = BLOCKED_STARTED[slot(backend)].open();
     let id = queue.enqueue(LongBlocked {}).await.unwrap().id();
     let first = quick_worker(&queue)
         .data(effects_pool.clone())
@@ -377,12 +407,7 @@ async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back() {
 
     let ctx = receive(&mut started, "the first attempt", Duration::from_secs(10)).await;
     assert_eq!(ctx.attempt(), 1);
-    let mut blocker = queue.mysql_pool().unwrap().begin().await.unwrap();
-    sqlx::query("SELECT id FROM job_queue WHERE id = ? FOR UPDATE")
-        .bind(id)
-        .fetch_one(&mut *blocker)
-        .await
-        .unwrap();
+    let blocker = lock_job(&queue, id).await;
 
     // The worker cannot vouch for the lease any more: it stops the job once three quarters
     // of the 4 s lease have passed unrenewed, before another worker could take it.
@@ -395,16 +420,12 @@ async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back() {
     // database's now, taken after `asked`, less the time since the stop was seen, is no
     // earlier than the stop.
     let asked = Instant::now();
-    let (db_now, lease_until): (chrono::NaiveDateTime, chrono::NaiveDateTime) =
-        sqlx::query_as("SELECT UTC_TIMESTAMP(6), lease_until FROM job_queue WHERE id = ?")
-            .bind(id)
-            .fetch_one(queue.mysql_pool().unwrap())
-            .await
-            .unwrap();
-    let stopped_by = db_now - chrono::TimeDelta::from_std(asked - cancelled_at).unwrap();
+    let left_us = micros_left_of_lease(&queue, id).await;
+    let since_stop_us = (asked - cancelled_at).as_micros() as i64;
     assert!(
-        stopped_by < lease_until,
-        "the job was stopped at {stopped_by} or later, after its lease ended at {lease_until}"
+        left_us + since_stop_us > 0,
+        "the job was stopped {since_stop_us} µs before a moment when {left_us} µs of its \
+         lease were left: after its lease ended"
     );
     wait_metric(&handle_a, "the lost lease to be counted", 1, |m| {
         m.lease_lost
@@ -417,7 +438,7 @@ async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back() {
         (JobStatus::Running, 1, Some("lease-a"))
     );
 
-    blocker.rollback().await.unwrap();
+    blocker.release().await;
     stop(&handle_a, task_a).await;
     let m = handle_a.metrics();
     assert_eq!(
@@ -465,12 +486,12 @@ async fn a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back() {
 // 5. Shutdown hands running jobs back.
 // ---------------------------------------------------------------------------------------
 
-static COOPERATIVE_STARTED: Mailbox<JobContext> = Mailbox::new();
+static COOPERATIVE_STARTED: [Mailbox<JobContext>; 2] = [Mailbox::new(), Mailbox::new()];
 
 /// Stops when asked to.
 #[job(name = "worker_shutdown_cooperative")]
 async fn shutdown_cooperative(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
-    COOPERATIVE_STARTED.send(ctx.clone());
+    COOPERATIVE_STARTED[on(&effects)].send(ctx.clone());
     if ctx.attempt() == 1 {
         ctx.cancelled().await;
         return Err("stopped before the end".into());
@@ -478,12 +499,12 @@ async fn shutdown_cooperative(ctx: JobContext, effects: Data<Effects>) -> Result
     record_effect_in(&effects, &ctx, "done").await
 }
 
-static STUBBORN_STARTED: Mailbox<JobContext> = Mailbox::new();
+static STUBBORN_STARTED: [Mailbox<JobContext>; 2] = [Mailbox::new(), Mailbox::new()];
 
 /// Ignores cancellation: only dropping it stops it.
 #[job(name = "worker_shutdown_stubborn")]
 async fn shutdown_stubborn(ctx: JobContext, effects: Data<Effects>) -> Result<(), JobError> {
-    STUBBORN_STARTED.send(ctx.clone());
+    STUBBORN_STARTED[on(&effects)].send(ctx.clone());
     if ctx.attempt() == 1 {
         tokio::time::sleep(Duration::from_secs(60)).await;
     }
@@ -498,10 +519,9 @@ const CANCEL_GRACE: Duration = Duration::from_millis(200);
 /// shutdown that waited for them still fails.
 const MARGIN: Duration = Duration::from_secs(8);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_cancels_a_running_job_and_hands_it_back() {
-    let (queue, effects_pool) = fresh_queue_with_effects("worker_shutdown").await;
-    let mut started = COOPERATIVE_STARTED.open();
+async fn shutdown_cancels_a_running_job_and_hands_it_back(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "worker_shutdown").await;
+    let mut started = COOPERATIVE_STARTED[slot(backend)].open();
     let id = queue.enqueue(ShutdownCooperative {}).await.unwrap().id();
     let worker = quick_worker(&queue)
         .data(effects_pool.clone())
@@ -541,10 +561,9 @@ async fn shutdown_cancels_a_running_job_and_hands_it_back() {
     assert_eq!(effects(&effects_pool).await, [(r.task_key.clone(), 2)]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_drops_a_job_that_ignores_cancellation_and_hands_it_back() {
-    let (queue, effects_pool) = fresh_queue_with_effects("worker_stubborn").await;
-    let mut started = STUBBORN_STARTED.open();
+async fn shutdown_drops_a_job_that_ignores_cancellation_and_hands_it_back(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "worker_stubborn").await;
+    let mut started = STUBBORN_STARTED[slot(backend)].open();
     let id = queue.enqueue(ShutdownStubborn {}).await.unwrap().id();
     let worker = quick_worker(&queue)
         .data(effects_pool.clone())
@@ -621,10 +640,10 @@ async fn wait_metric(
     .await;
 }
 
-#[tokio::test]
-async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
+/// One thread: the log capture is the thread's default subscriber.
+async fn empty_claims_are_idle_contended_or_leased_only_and_quiet(backend: Backend) {
     let (logs, _guard) = LogCapture::install("debug,sqlx=warn,jobqueue_runtime=debug");
-    let (queue, effects_pool) = fresh_queue_with_effects("worker_empty").await;
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "worker_empty").await;
 
     // Nothing at all: idle.
     let (handle, task) = polling_worker(&queue, &effects_pool);
@@ -646,13 +665,12 @@ async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
         .iter()
         .map(|e| e.id())
         .collect();
-    let mut locker = queue.mysql_pool().unwrap().begin().await.unwrap();
-    let locked: Vec<u64> = sqlx::query_scalar(
+    let (locker, locked) = lock_rows(
+        &queue,
         "SELECT id FROM job_queue WHERE status = 'ready' ORDER BY id FOR UPDATE",
+        &[],
     )
-    .fetch_all(&mut *locker)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(locked, ids);
     let (handle, task) = polling_worker(&queue, &effects_pool);
     wait_metric(&handle, "contended empty claims", 3, |m| m.empty_contended).await;
@@ -662,7 +680,7 @@ async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
         "locked rows are skipped, not taken"
     );
     // Once the lock is gone the same worker runs them.
-    locker.rollback().await.unwrap();
+    locker.release().await;
     wait_for("the jobs done", Duration::from_secs(10), || async {
         (count_status(&queue, JobStatus::Done).await == 3).then_some(())
     })
@@ -712,19 +730,39 @@ async fn empty_claims_are_idle_contended_or_leased_only_and_quiet() {
 //    attempts, and fails naming the kind once it has waited too long: never dropped.
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unknown_kind_waits_without_spending_attempts_then_fails_naming_the_kind() {
-    let (queue, effects_pool) = fresh_queue_with_effects("worker_unknown").await;
-    let id = sqlx::query(
-        "INSERT INTO job_queue (queue, kind, task_key, payload, status, run_at, max_attempts, \
-           lease_ms, created_at, updated_at) \
-         VALUES ('default', 'no_such_kind', 'no_such_kind:1', '{}', 'ready', UTC_TIMESTAMP(6), 2, \
-           30000, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-    )
-    .execute(queue.mysql_pool().unwrap())
-    .await
-    .unwrap()
-    .last_insert_id();
+/// Inserts a ready job of a kind no binary has, by SQL, as another program would.
+async fn insert_unknown_kind(queue: &Queue) -> u64 {
+    match queue.backend() {
+        Backend::Postgres => {
+            sql_i64(
+                queue,
+                "INSERT INTO job_queue (queue, kind, task_key, payload, status, run_at, \
+                   max_attempts, lease_ms, created_at, updated_at) \
+                 VALUES ('default', 'no_such_kind', 'no_such_kind:1', '{}', 'ready', \
+                   job_queue_now(), 2, 30000, job_queue_now(), job_queue_now()) \
+                 RETURNING id",
+                &[],
+            )
+            .await as u64
+        }
+        _ => sqlx::query(
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, run_at, \
+                   max_attempts, lease_ms, created_at, updated_at) \
+                 VALUES ('default', 'no_such_kind', 'no_such_kind:1', '{}', 'ready', \
+                   UTC_TIMESTAMP(6), 2, 30000, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+        )
+        .execute(queue.mysql_pool().unwrap())
+        .await
+        .unwrap()
+        .last_insert_id(),
+    }
+}
+
+async fn an_unknown_kind_waits_without_spending_attempts_then_fails_naming_the_kind(
+    backend: Backend,
+) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "worker_unknown").await;
+    let id = insert_unknown_kind(&queue).await;
     let (handle, task) = start(
         quick_worker(&queue)
             .data(effects_pool.clone())
@@ -735,20 +773,15 @@ async fn an_unknown_kind_waits_without_spending_attempts_then_fails_naming_the_k
 
     // Whichever claim put it back: each one waits about a second in `scheduled`, and a
     // busy test can miss the first.
-    let (delay_us, attempts, max_attempts, error): (i64, u32, u32, String) = wait_for(
+    let (delay_us, attempts, max_attempts, error) = wait_for(
         "a claim to put the job back",
         Duration::from_secs(10),
         || async {
-            sqlx::query_as(
-                "SELECT TIMESTAMPDIFF(MICROSECOND, updated_at, run_at), attempts, max_attempts, \
-                   CAST(last_error AS CHAR) \
-                 FROM job_queue \
-                 WHERE id = ? AND status = 'scheduled' AND attempts >= 1",
-            )
-            .bind(id)
-            .fetch_optional(queue.mysql_pool().unwrap())
-            .await
-            .unwrap()
+            let r = row(&queue, id).await;
+            (r.status == JobStatus::Scheduled && r.attempts >= 1).then(|| {
+                let delay = (r.run_at - r.updated_at).num_microseconds().unwrap();
+                (delay, r.attempts, r.max_attempts, r.last_error.unwrap())
+            })
         },
     )
     .await;
@@ -795,7 +828,7 @@ async fn an_unknown_kind_waits_without_spending_attempts_then_fails_naming_the_k
 // 8. A per-job timeout cancels the attempt and counts it as failed.
 // ---------------------------------------------------------------------------------------
 
-static SLOW_STARTED: Mailbox<JobContext> = Mailbox::new();
+static SLOW_STARTED: [Mailbox<JobContext>; 2] = [Mailbox::new(), Mailbox::new()];
 
 #[job(
     name = "worker_too_slow",
@@ -803,15 +836,14 @@ static SLOW_STARTED: Mailbox<JobContext> = Mailbox::new();
     max_attempts = 2,
     backoff = "constant(50ms)"
 )]
-async fn too_slow(ctx: JobContext) {
-    SLOW_STARTED.send(ctx);
+async fn too_slow(ctx: JobContext, effects: Data<Effects>) {
+    SLOW_STARTED[on(&effects)].send(ctx);
     tokio::time::sleep(Duration::from_secs(10)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timeout_cancels_the_attempt_and_counts_as_a_failure() {
-    let (queue, effects_pool) = fresh_queue_with_effects("worker_timeout").await;
-    let mut started = SLOW_STARTED.open();
+async fn a_timeout_cancels_the_attempt_and_counts_as_a_failure(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "worker_timeout").await;
+    let mut started = SLOW_STARTED[slot(backend)].open();
     let id = queue.enqueue(TooSlow {}).await.unwrap().id();
     let (handle, task) = start(
         quick_worker(&queue)
@@ -847,17 +879,16 @@ async fn a_timeout_cancels_the_attempt_and_counts_as_a_failure() {
 // 9. An enqueue in this process wakes an idle worker at once.
 // ---------------------------------------------------------------------------------------
 
-static WAKE_STARTED: Mailbox<Instant> = Mailbox::new();
+static WAKE_STARTED: [Mailbox<Instant>; 2] = [Mailbox::new(), Mailbox::new()];
 
 #[job(name = "worker_wake")]
-async fn wake_probe() {
-    WAKE_STARTED.send(Instant::now());
+async fn wake_probe(effects: Data<Effects>) {
+    WAKE_STARTED[on(&effects)].send(Instant::now());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_enqueue_wakes_an_idle_worker_before_its_next_poll() {
-    let (queue, effects_pool) = fresh_queue_with_effects("worker_wake").await;
-    let mut started = WAKE_STARTED.open();
+async fn an_enqueue_wakes_an_idle_worker_before_its_next_poll(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "worker_wake").await;
+    let mut started = WAKE_STARTED[slot(backend)].open();
     let worker = Worker::builder(queue.clone())
         .data(effects_pool.clone())
         .poll_interval(Duration::from_secs(30), Duration::from_secs(60))
@@ -887,3 +918,17 @@ async fn an_enqueue_wakes_an_idle_worker_before_its_next_poll() {
     wait_status(&queue, id, JobStatus::Done, Duration::from_secs(10)).await;
     stop(&handle, task).await;
 }
+
+on_every_backend!(
+    three_workers_run_two_hundred_jobs_exactly_once,
+    retries_until_success_exhaustion_and_permanent_errors,
+    panics_fail_clearly_bad_payloads_wait_and_the_worker_goes_on,
+    a_job_longer_than_its_lease_is_renewed_and_runs_once,
+    a_job_whose_lease_cannot_be_renewed_is_stopped_and_taken_back,
+    shutdown_cancels_a_running_job_and_hands_it_back,
+    shutdown_drops_a_job_that_ignores_cancellation_and_hands_it_back,
+    an_unknown_kind_waits_without_spending_attempts_then_fails_naming_the_kind,
+    a_timeout_cancels_the_attempt_and_counts_as_a_failure,
+    an_enqueue_wakes_an_idle_worker_before_its_next_poll;
+    current_thread: empty_claims_are_idle_contended_or_leased_only_and_quiet,
+);

@@ -4,8 +4,10 @@
 //! that panics fails the attempt as a job panic does, the job is retried, and the worker
 //! goes on; and it sees its job's code time out, recorded as without it.
 //!
-//! Every test has its own database, its own queue and its own job kinds; each middleware
-//! acts only on its test's kinds, since one registry serves the whole binary.
+//! Every test runs on MySQL/MariaDB and on PostgreSQL (`mysql::name`, `postgres::name`), with
+//! its own database, its own queue and its own job kinds; each middleware acts only on its
+//! test's kinds, since one registry serves the whole binary. What a job keeps in a `static`
+//! is kept per backend (a job's `run`, see [`run_of`]), since a test's two runs run at once.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,7 +16,17 @@ use std::time::Duration;
 use jobqueue::admin::AttemptOutcome;
 use jobqueue::middleware::{JobRunInfo, Next, RunOutcome, RunResult};
 use jobqueue::{job, EnqueueOptions, JobContext, JobError, JobStatus, Middleware};
-use tests::{fresh_queue, quick_worker, start, stop, wait_status, LogCapture};
+use tests::{
+    fresh_queue_on, on_every_backend, quick_worker, start, stop, wait_status, Backend, LogCapture,
+};
+
+/// The `run` of a test's job on `backend`: its index in a `static` pair.
+fn run_of(backend: Backend) -> u32 {
+    match backend {
+        Backend::Postgres => 1,
+        _ => 0,
+    }
+}
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -79,27 +91,29 @@ impl Middleware for Recorder {
 // 1. Two middlewares wrap the run, the first registered outermost.
 // ---------------------------------------------------------------------------------------
 
-static ORDER_TRAIL: Mutex<Option<Trail>> = Mutex::new(None);
+static ORDER_TRAIL: [Mutex<Option<Trail>>; 2] = [Mutex::new(None), Mutex::new(None)];
 
 #[job(name = "middleware_order", queue = "middleware_order")]
-async fn ordered(_ctx: JobContext) -> Result<(), JobError> {
-    if let Some(trail) = &*ORDER_TRAIL.lock().unwrap() {
+async fn ordered(_ctx: JobContext, run: u32) -> Result<(), JobError> {
+    if let Some(trail) = &*ORDER_TRAIL[run as usize].lock().unwrap() {
         trail.push("job".into());
     }
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_middlewares_wrap_a_job_outermost_first_and_see_its_kind_id_and_attempt() {
-    let queue = fresh_queue("mw_order").await;
+async fn two_middlewares_wrap_a_job_outermost_first_and_see_its_kind_id_and_attempt(
+    backend: Backend,
+) {
+    let queue = fresh_queue_on(backend, "mw_order").await;
+    let run = run_of(backend);
     let trail = Trail::default();
-    *ORDER_TRAIL.lock().unwrap() = Some(trail.clone());
+    *ORDER_TRAIL[run as usize].lock().unwrap() = Some(trail.clone());
     let recorder = |name| Recorder {
         name,
         kind: "middleware_order",
         trail: trail.clone(),
     };
-    let id = queue.enqueue(Ordered {}).await.expect("enqueue").id();
+    let id = queue.enqueue(Ordered { run }).await.expect("enqueue").id();
     let (handle, task) = start(
         quick_worker(&queue)
             .queues(["middleware_order"])
@@ -142,9 +156,10 @@ async fn flaky(ctx: JobContext) -> Result<(), JobError> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_middleware_sees_a_retryable_error_and_its_attempt_then_the_success_of_the_next() {
-    let queue = fresh_queue("mw_retry").await;
+async fn a_middleware_sees_a_retryable_error_and_its_attempt_then_the_success_of_the_next(
+    backend: Backend,
+) {
+    let queue = fresh_queue_on(backend, "mw_retry").await;
     let trail = Trail::default();
     let id = queue.enqueue(Flaky {}).await.expect("enqueue").id();
     let (handle, task) = start(
@@ -212,10 +227,9 @@ async fn charge(_ctx: JobContext, cents: u64) -> Result<(), JobError> {
 }
 
 // The log capture is per thread: the worker's tasks must run on this one.
-#[tokio::test(flavor = "current_thread")]
-async fn a_middlewares_span_and_its_fields_are_in_the_jobs_logs() {
+async fn a_middlewares_span_and_its_fields_are_in_the_jobs_logs(backend: Backend) {
     let (logs, _guard) = LogCapture::install("info");
-    let queue = fresh_queue("mw_span").await;
+    let queue = fresh_queue_on(backend, "mw_span").await;
     let id = queue
         .enqueue_with(
             Charge { cents: 1250 },
@@ -255,7 +269,7 @@ impl Middleware for PanicsOnce {
     }
 }
 
-static GUARDED_RUNS: AtomicU32 = AtomicU32::new(0);
+static GUARDED_RUNS: [AtomicU32; 2] = [AtomicU32::new(0), AtomicU32::new(0)];
 
 #[job(
     name = "middleware_guarded",
@@ -263,16 +277,22 @@ static GUARDED_RUNS: AtomicU32 = AtomicU32::new(0);
     max_attempts = 3,
     backoff = "constant(50ms)"
 )]
-async fn guarded(_ctx: JobContext, n: u32) -> Result<(), JobError> {
+async fn guarded(_ctx: JobContext, run: u32, n: u32) -> Result<(), JobError> {
     let _ = n;
-    GUARDED_RUNS.fetch_add(1, Ordering::SeqCst);
+    GUARDED_RUNS[run as usize].fetch_add(1, Ordering::SeqCst);
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panicking_middleware_fails_the_attempt_like_a_job_panic_and_the_worker_survives() {
-    let queue = fresh_queue("mw_panic").await;
-    let first = queue.enqueue(Guarded { n: 1 }).await.expect("enqueue").id();
+async fn a_panicking_middleware_fails_the_attempt_like_a_job_panic_and_the_worker_survives(
+    backend: Backend,
+) {
+    let queue = fresh_queue_on(backend, "mw_panic").await;
+    let run = run_of(backend);
+    let first = queue
+        .enqueue(Guarded { run, n: 1 })
+        .await
+        .expect("enqueue")
+        .id();
     let (handle, task) = start(
         quick_worker(&queue)
             .queues(["middleware_guarded"])
@@ -291,12 +311,16 @@ async fn a_panicking_middleware_fails_the_attempt_like_a_job_panic_and_the_worke
         )
     );
     // The same worker runs the next job, through the same chain.
-    let second = queue.enqueue(Guarded { n: 2 }).await.expect("enqueue").id();
+    let second = queue
+        .enqueue(Guarded { run, n: 2 })
+        .await
+        .expect("enqueue")
+        .id();
     let done = wait_status(&queue, second, JobStatus::Done, WAIT).await;
     assert_eq!(done.attempts, 2);
     stop(&handle, task).await;
     // The job's code ran only where the middleware let it: at each job's second attempt.
-    assert_eq!(GUARDED_RUNS.load(Ordering::SeqCst), 2);
+    assert_eq!(GUARDED_RUNS[run as usize].load(Ordering::SeqCst), 2);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -315,9 +339,8 @@ async fn slow(_ctx: JobContext) -> Result<(), JobError> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_middleware_sees_its_job_time_out_and_the_attempt_fails_as_without_it() {
-    let queue = fresh_queue("mw_timeout").await;
+async fn a_middleware_sees_its_job_time_out_and_the_attempt_fails_as_without_it(backend: Backend) {
+    let queue = fresh_queue_on(backend, "mw_timeout").await;
     let trail = Trail::default();
     let id = queue.enqueue(Slow {}).await.expect("enqueue").id();
     let (handle, task) = start(
@@ -346,3 +369,11 @@ async fn a_middleware_sees_its_job_time_out_and_the_attempt_fails_as_without_it(
         Some("timed out after 200ms (attempt 1 of 1)")
     );
 }
+
+on_every_backend!(
+    two_middlewares_wrap_a_job_outermost_first_and_see_its_kind_id_and_attempt,
+    a_middleware_sees_a_retryable_error_and_its_attempt_then_the_success_of_the_next,
+    a_panicking_middleware_fails_the_attempt_like_a_job_panic_and_the_worker_survives,
+    a_middleware_sees_its_job_time_out_and_the_attempt_fails_as_without_it;
+    current_thread: a_middlewares_span_and_its_fields_are_in_the_jobs_logs,
+);

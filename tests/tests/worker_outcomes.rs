@@ -4,9 +4,13 @@
 //! outside the job's code, a row that cannot be decoded, and the claim's locking read.
 //!
 //! Tests that need a fault between the worker and the server put a small TCP proxy of their
-//! own in between ([`Proxy`]); tests that need a worker process to die start `test-worker`.
+//! own in between ([`Proxy`]), which reads MySQL packets or PostgreSQL messages. The first
+//! tests run on MySQL/MariaDB and on PostgreSQL (`mysql::name`, `postgres::name`); the rest,
+//! in a section of their own, on MySQL only: tests that need a worker process start
+//! `test-worker`, which speaks MySQL only, and a key that is not UTF-8 can be stored only in
+//! MySQL's binary column.
 //! In-process jobs record their side effects through the pool their worker is given
-//! (`.data(Effects(pool))`, a `Data<Effects>` parameter); every in-process worker gets one,
+//! (`.data(effects.clone())`, a `Data<Effects>` parameter); every in-process worker gets one,
 //! since the kinds share the default queue and a worker must hold what each kind takes.
 //!
 //! ```text
@@ -22,9 +26,9 @@ use std::time::Duration;
 use jobqueue::{job, Data, EnqueueOptions, JobContext, JobError, JobStatus, Queue};
 use sqlx::mysql::MySqlPool;
 use tests::{
-    effects_of, fresh_database, fresh_queue, fresh_queue_with_effects, migrated_queue,
-    quick_worker, receive, record_effect_in, row, start, stop, wait_for, wait_status, Effects,
-    Mailbox,
+    effects_of, fresh_database, fresh_queue_on, fresh_queue_with_effects,
+    fresh_queue_with_effects_on, migrated_queue, on_every_backend, quick_worker, receive,
+    record_effect_in, row, start, stop, wait_for, wait_status, Backend, Effects, Mailbox,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -35,15 +39,200 @@ use tokio_util::sync::CancellationToken;
 const WORKER_BIN: &str = env!("CARGO_BIN_EXE_test-worker");
 
 // ---------------------------------------------------------------------------------------
+// 1. A hand-back at shutdown on the last attempt fails the job instead of running it again.
+// ---------------------------------------------------------------------------------------
+
+/// One mailbox per backend: a test's two runs run at once.
+static LAST_ATTEMPT_STARTED: [Mailbox<u64>; 2] = [Mailbox::new(), Mailbox::new()];
+
+/// The mailbox slot of a backend's run.
+fn slot(backend: Backend) -> usize {
+    match backend {
+        Backend::Postgres => 1,
+        _ => 0,
+    }
+}
+
+/// Starts, then works for a minute without looking at its context.
+#[job(name = "outcomes_last_attempt", max_attempts = 1, lease = "5s")]
+async fn last_attempt(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
+    let _ = n;
+    record_effect_in(&effects, &ctx, "start").await?;
+    let slot = match &*effects {
+        Effects::Postgres(_) => 1,
+        Effects::MySql(_) => 0,
+    };
+    LAST_ATTEMPT_STARTED[slot].send(ctx.id());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    Ok(())
+}
+
+async fn a_shutdown_on_the_last_attempt_fails_the_job_instead_of_running_it_again(
+    backend: Backend,
+) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "outcomes_handback").await;
+    let mut started = LAST_ATTEMPT_STARTED[slot(backend)].open();
+    let id = queue.enqueue(LastAttempt { n: 1 }).await.unwrap().id();
+
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(effects_pool.clone())
+            .shutdown_grace(Duration::from_millis(200))
+            .cancel_grace(Duration::from_millis(200))
+            .build()
+            .unwrap(),
+    );
+    assert_eq!(
+        receive(&mut started, "the job to start", Duration::from_secs(10)).await,
+        id
+    );
+    stop(&handle, task).await;
+
+    let r = row(&queue, id).await;
+    assert_eq!(
+        (r.status, r.attempts, r.max_attempts),
+        (JobStatus::Failed, 1, 1),
+        "its one attempt is used: {r:?}"
+    );
+    let error = r.last_error.unwrap_or_default();
+    assert!(
+        error.contains("shut down") && error.contains("1 of 1"),
+        "{error}"
+    );
+    assert!(r.finished_at.is_some());
+
+    // A second worker finds nothing to run.
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(effects_pool.clone())
+            .build()
+            .unwrap(),
+    );
+    wait_for("an idle poll", Duration::from_secs(10), || async {
+        (handle.metrics().empty_idle > 0).then_some(())
+    })
+    .await;
+    stop(&handle, task).await;
+    assert_eq!(handle.metrics().claimed, 0);
+    assert_eq!(effects_of(&effects_pool, &r.task_key).await.len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. A job task that panics outside the job's code does not keep its lease forever.
+// ---------------------------------------------------------------------------------------
+
+struct PanicOnDrop;
+
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        panic!("a destructor that panics");
+    }
+}
+
+#[job(
+    name = "outcomes_drop_panics",
+    timeout = "300ms",
+    max_attempts = 1,
+    lease = "2s"
+)]
+async fn drop_panics(n: u32) -> Result<(), JobError> {
+    let _ = n;
+    let _guard = PanicOnDrop;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    Ok(())
+}
+
+async fn a_job_whose_destructor_panics_after_a_timeout_is_recorded_and_released(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "outcomes_drop_panic").await;
+    tests::init_tracing();
+    let id = queue.enqueue(DropPanics { n: 1 }).await.unwrap().id();
+    let (handle, task) = start(
+        quick_worker(&queue)
+            .data(effects_pool.clone())
+            .build()
+            .unwrap(),
+    );
+    let r = wait_status(&queue, id, JobStatus::Failed, Duration::from_secs(10)).await;
+    let error = r.last_error.unwrap_or_default();
+    assert!(error.contains("timed out after 300ms"), "{error}");
+    assert_eq!((r.attempts, r.lease_owner), (1, None));
+    stop(&handle, task).await;
+}
+
+// ---------------------------------------------------------------------------------------
 // A proxy between the library and the server
 // ---------------------------------------------------------------------------------------
 
-/// A TCP proxy in front of the test server that reads the MySQL packets the client sends.
-/// It can drop the reply to the next `COMMIT` (the server commits, the client never hears
-/// so), and it counts the bytes the server sends while a transaction is open.
+/// A TCP proxy in front of a test server that reads the messages the client sends, as MySQL
+/// packets or as PostgreSQL messages. It can drop the reply to the next `COMMIT` (the server
+/// commits, the client never hears so), and it counts the bytes the server sends while a
+/// transaction is open.
 struct Proxy {
     addr: SocketAddr,
+    backend: Backend,
     state: Arc<ProxyState>,
+}
+
+/// A statement's text in a client's message.
+enum Sql {
+    /// A plain query (MySQL `COM_QUERY`, PostgreSQL `Query`): BEGIN and COMMIT travel so.
+    Query(Vec<u8>),
+    /// A statement prepared (MySQL `COM_STMT_PREPARE`, PostgreSQL `Parse`).
+    Prepare(Vec<u8>),
+}
+
+/// Reads the client's next message: its bytes as they go on to the server, and the SQL it
+/// carries, if any. `None` once the client has gone.
+async fn next_message(
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+    backend: Backend,
+    started: &mut bool,
+) -> Option<(Vec<u8>, Option<Sql>)> {
+    match backend {
+        Backend::Postgres => {
+            // The startup message has no type byte; every later one starts with one.
+            let mut head = vec![0u8; if *started { 5 } else { 4 }];
+            from.read_exact(&mut head).await.ok()?;
+            let at = head.len() - 4;
+            let len = u32::from_be_bytes(head[at..].try_into().unwrap()) as usize;
+            let mut body = vec![0u8; len.checked_sub(4)?];
+            from.read_exact(&mut body).await.ok()?;
+            let sql = if !*started {
+                *started = true;
+                None
+            } else {
+                match head[0] {
+                    b'Q' => Some(Sql::Query(
+                        body.split(|&b| b == 0).next().unwrap_or(&[]).to_vec(),
+                    )),
+                    // A statement's name, then its text.
+                    b'P' => Some(Sql::Prepare(
+                        body.split(|&b| b == 0).nth(1).unwrap_or(&[]).to_vec(),
+                    )),
+                    _ => None,
+                }
+            };
+            head.extend_from_slice(&body);
+            Some((head, sql))
+        }
+        _ => {
+            let mut header = [0u8; 4];
+            from.read_exact(&mut header).await.ok()?;
+            let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+            let mut body = vec![0u8; len];
+            from.read_exact(&mut body).await.ok()?;
+            // A command starts a new sequence (id 0); COM_QUERY is 0x03, COM_STMT_PREPARE
+            // 0x16.
+            let sql = match (header[3], body.first()) {
+                (0, Some(&0x03)) => Some(Sql::Query(body[1..].to_vec())),
+                (0, Some(&0x16)) => Some(Sql::Prepare(body[1..].to_vec())),
+                _ => None,
+            };
+            let mut bytes = header.to_vec();
+            bytes.extend_from_slice(&body);
+            Some((bytes, sql))
+        }
+    }
 }
 
 #[derive(Default)]
@@ -69,8 +258,16 @@ struct Conn {
 }
 
 impl Proxy {
-    async fn start(server: &str) -> Proxy {
-        let server: SocketAddr = server.parse().expect("a host:port");
+    /// A proxy in front of the test server of `backend`.
+    async fn start(backend: Backend) -> Proxy {
+        let url = match backend {
+            Backend::Postgres => jobqueue::testing::TestServer::shared_postgres()
+                .unwrap_or_else(|e| panic!("{e}"))
+                .url()
+                .to_owned(),
+            _ => tests::server().url().to_owned(),
+        };
+        let server: SocketAddr = server_addr(&url).parse().expect("a host:port");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let state = Arc::new(ProxyState::default());
@@ -80,10 +277,21 @@ impl Proxy {
                 let Ok(upstream) = TcpStream::connect(server).await else {
                     continue;
                 };
-                tokio::spawn(pipe(client, upstream, shared.clone()));
+                tokio::spawn(pipe(client, upstream, backend, shared.clone()));
             }
         });
-        Proxy { addr, state }
+        Proxy {
+            addr,
+            backend,
+            state,
+        }
+    }
+
+    /// A queue on `queue`'s database, through this proxy.
+    async fn queue_like(&self, queue: &Queue) -> Queue {
+        Queue::connect(&self.url(&tests::plain_database_url(queue).await))
+            .await
+            .expect("connect through the proxy")
     }
 
     /// `url` (a database URL of the test server) through this proxy, without TLS (the proxy
@@ -93,8 +301,17 @@ impl Proxy {
         let (authority, path) = rest.split_once('/').expect("a database");
         let user = authority.rsplit_once('@').map(|(u, _)| u);
         let at = user.map(|u| format!("{u}@")).unwrap_or_default();
-        let sep = if path.contains('?') { '&' } else { '?' };
-        format!("{scheme}://{at}{}/{path}{sep}ssl-mode=disabled", self.addr)
+        let no_tls = match self.backend {
+            Backend::Postgres if path.contains("sslmode=") => "",
+            Backend::Postgres => "sslmode=disable",
+            _ => "ssl-mode=disabled",
+        };
+        let sep = match (no_tls, path.contains('?')) {
+            ("", _) => "",
+            (_, true) => "&",
+            (_, false) => "?",
+        };
+        format!("{scheme}://{at}{}/{path}{sep}{no_tls}", self.addr)
     }
 }
 
@@ -108,7 +325,7 @@ fn server_addr(url: &str) -> String {
         .to_owned()
 }
 
-async fn pipe(client: TcpStream, upstream: TcpStream, state: Arc<ProxyState>) {
+async fn pipe(client: TcpStream, upstream: TcpStream, backend: Backend, state: Arc<ProxyState>) {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = upstream.into_split();
     let conn = Arc::new(Conn::default());
@@ -116,29 +333,27 @@ async fn pipe(client: TcpStream, upstream: TcpStream, state: Arc<ProxyState>) {
     let to_server = {
         let (conn, state, stop) = (conn.clone(), state.clone(), stop.clone());
         async move {
+            let claim = match backend {
+                Backend::Postgres => jobqueue_runtime::__store::statements::pg_claim_sql(),
+                _ => jobqueue_runtime::__store::statements::CLAIM_SELECT.to_owned(),
+            };
+            let claim = claim.as_bytes();
+            let mut started = false;
             loop {
-                let mut header = [0u8; 4];
-                if client_read.read_exact(&mut header).await.is_err() {
+                let Some((bytes, sql)) =
+                    next_message(&mut client_read, backend, &mut started).await
+                else {
                     return;
-                }
-                let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
-                let mut body = vec![0u8; len];
-                if client_read.read_exact(&mut body).await.is_err() {
-                    return;
-                }
-                // A command starts a new sequence (id 0); COM_QUERY is 0x03, COM_STMT_PREPARE
-                // 0x16.
-                let claim = jobqueue_runtime::__store::statements::CLAIM_SELECT.as_bytes();
-                if header[3] == 0
-                    && matches!(body.first(), Some(&0x03 | &0x16))
-                    && body.windows(claim.len()).any(|w| w == claim)
-                {
+                };
+                let text = match &sql {
+                    Some(Sql::Query(t) | Sql::Prepare(t)) => t.as_slice(),
+                    None => &[],
+                };
+                if text.windows(claim.len()).any(|w| w == claim) {
                     conn.sent_claim.store(true, Ordering::SeqCst);
                 }
-                if header[3] == 0 && body.first() == Some(&3) {
-                    let text = String::from_utf8_lossy(&body[1..])
-                        .trim()
-                        .to_ascii_uppercase();
+                if let Some(Sql::Query(t)) = &sql {
+                    let text = String::from_utf8_lossy(t).trim().to_ascii_uppercase();
                     if text.starts_with("BEGIN") || text.starts_with("START TRANSACTION") {
                         conn.in_transaction.store(true, Ordering::SeqCst);
                     } else if text.starts_with("COMMIT") || text.starts_with("ROLLBACK") {
@@ -150,9 +365,7 @@ async fn pipe(client: TcpStream, upstream: TcpStream, state: Arc<ProxyState>) {
                         conn.in_transaction.store(false, Ordering::SeqCst);
                     }
                 }
-                if server_write.write_all(&header).await.is_err()
-                    || server_write.write_all(&body).await.is_err()
-                {
+                if server_write.write_all(&bytes).await.is_err() {
                     return;
                 }
                 if stop.is_cancelled() {
@@ -199,6 +412,120 @@ async fn pipe(client: TcpStream, upstream: TcpStream, state: Arc<ProxyState>) {
         _ = stop.cancelled() => {}
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// 3. A claim whose COMMIT succeeded but whose reply was lost still runs its job.
+// ---------------------------------------------------------------------------------------
+
+#[job(name = "outcomes_lost_ack", max_attempts = 1, lease = "3s")]
+async fn lost_ack(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
+    let _ = n;
+    record_effect_in(&effects, &ctx, "done").await
+}
+
+async fn a_claim_whose_commit_reply_is_lost_still_runs_its_job_once(backend: Backend) {
+    let (queue, effects_pool) = fresh_queue_with_effects_on(backend, "outcomes_lost_ack").await;
+    let proxy = Proxy::start(backend).await;
+    let proxied = proxy.queue_like(&queue).await;
+    let id = queue.enqueue(LostAck { n: 1 }).await.unwrap().id();
+
+    // The first COMMIT this worker sends is its claim's (maintenance, whose passes commit
+    // too, is off): the server commits it, and the worker never hears back.
+    proxy
+        .state
+        .lose_next_commit_reply
+        .store(true, Ordering::SeqCst);
+    let (handle, task) = start(
+        quick_worker(&proxied)
+            .data(effects_pool.clone())
+            .maintenance(false)
+            .build()
+            .unwrap(),
+    );
+    let r = wait_for(
+        "the job to be done or to fail",
+        Duration::from_secs(15),
+        || async {
+            let r = row(&queue, id).await;
+            matches!(r.status, JobStatus::Done | JobStatus::Failed).then_some(r)
+        },
+    )
+    .await;
+    stop(&handle, task).await;
+    assert_eq!(
+        proxy.state.commit_replies_lost.load(Ordering::SeqCst),
+        1,
+        "the fault happened"
+    );
+    assert_eq!(
+        proxy.state.claim_commit_replies_lost.load(Ordering::SeqCst),
+        1,
+        "the lost reply was a claim's: its connection had sent the claim's locking read"
+    );
+    assert_eq!((r.status, r.attempts), (JobStatus::Done, 1), "{r:?}");
+    assert_eq!(
+        effects_of(&effects_pool, &r.task_key).await,
+        [(1, "done".into())]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. The claim reads payloads after its COMMIT, not while it holds the rows locked.
+// ---------------------------------------------------------------------------------------
+
+#[job(name = "outcomes_big")]
+async fn big(blob: String, n: u32) -> Result<(), JobError> {
+    let _ = (blob, n);
+    Ok(())
+}
+
+async fn the_claim_holds_its_locks_without_reading_payloads(backend: Backend) {
+    let queue = fresh_queue_on(backend, "outcomes_payload_after").await;
+    let proxy = Proxy::start(backend).await;
+    let proxied = proxy.queue_like(&queue).await;
+    let blob = "x".repeat(200 * 1024);
+    queue
+        .enqueue_many((0..20).map(|n| Big {
+            blob: blob.clone(),
+            n,
+        }))
+        .await
+        .unwrap();
+
+    let before = proxy.state.bytes_in_transactions.load(Ordering::SeqCst);
+    let claimed = proxied
+        .store()
+        .claim("default", "outcomes-reader", 20)
+        .await
+        .unwrap();
+    let in_transaction = proxy.state.bytes_in_transactions.load(Ordering::SeqCst) - before;
+    assert_eq!(claimed.len(), 20);
+    for c in &claimed {
+        let payload = c.payload.as_ref().expect("a readable payload");
+        assert_eq!(payload["blob"].as_str().map(str::len), Some(blob.len()));
+    }
+    println!("bytes received inside the claim's transaction: {in_transaction} (payloads 4 MB)");
+    assert!(
+        in_transaction > 0,
+        "the proxy saw the claim's transaction and its replies"
+    );
+    assert!(
+        in_transaction < 64 * 1024,
+        "{in_transaction} bytes were read while the rows were locked"
+    );
+}
+
+on_every_backend!(
+    a_shutdown_on_the_last_attempt_fails_the_job_instead_of_running_it_again,
+    a_job_whose_destructor_panics_after_a_timeout_is_recorded_and_released,
+    a_claim_whose_commit_reply_is_lost_still_runs_its_job_once,
+    the_claim_holds_its_locks_without_reading_payloads,
+);
+
+// =======================================================================================
+// MySQL only: the `test-worker` process (a MySQL program), and a task key that is not UTF-8
+// (PostgreSQL's text column cannot hold one).
+// =======================================================================================
 
 // ---------------------------------------------------------------------------------------
 // Worker processes and raw rows
@@ -278,178 +605,7 @@ async fn raw_state(pool: &MySqlPool, id: u64) -> (String, u32, u32, String) {
 }
 
 // ---------------------------------------------------------------------------------------
-// 1. A hand-back at shutdown on the last attempt fails the job instead of running it again.
-// ---------------------------------------------------------------------------------------
-
-static LAST_ATTEMPT_STARTED: Mailbox<u64> = Mailbox::new();
-
-/// Starts, then works for a minute without looking at its context.
-#[job(name = "outcomes_last_attempt", max_attempts = 1, lease = "5s")]
-async fn last_attempt(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
-    let _ = n;
-    record_effect_in(&effects, &ctx, "start").await?;
-    LAST_ATTEMPT_STARTED.send(ctx.id());
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shutdown_on_the_last_attempt_fails_the_job_instead_of_running_it_again() {
-    let (queue, effects_pool) = fresh_queue_with_effects("outcomes_handback").await;
-    let mut started = LAST_ATTEMPT_STARTED.open();
-    let id = queue.enqueue(LastAttempt { n: 1 }).await.unwrap().id();
-
-    let (handle, task) = start(
-        quick_worker(&queue)
-            .data(effects_pool.clone())
-            .shutdown_grace(Duration::from_millis(200))
-            .cancel_grace(Duration::from_millis(200))
-            .build()
-            .unwrap(),
-    );
-    assert_eq!(
-        receive(&mut started, "the job to start", Duration::from_secs(10)).await,
-        id
-    );
-    stop(&handle, task).await;
-
-    let r = row(&queue, id).await;
-    assert_eq!(
-        (r.status, r.attempts, r.max_attempts),
-        (JobStatus::Failed, 1, 1),
-        "its one attempt is used: {r:?}"
-    );
-    let error = r.last_error.unwrap_or_default();
-    assert!(
-        error.contains("shut down") && error.contains("1 of 1"),
-        "{error}"
-    );
-    assert!(r.finished_at.is_some());
-
-    // A second worker finds nothing to run.
-    let (handle, task) = start(
-        quick_worker(&queue)
-            .data(effects_pool.clone())
-            .build()
-            .unwrap(),
-    );
-    wait_for("an idle poll", Duration::from_secs(10), || async {
-        (handle.metrics().empty_idle > 0).then_some(())
-    })
-    .await;
-    stop(&handle, task).await;
-    assert_eq!(handle.metrics().claimed, 0);
-    assert_eq!(effects_of(&effects_pool, &r.task_key).await.len(), 1);
-}
-
-// ---------------------------------------------------------------------------------------
-// 2. A claim whose COMMIT succeeded but whose reply was lost still runs its job.
-// ---------------------------------------------------------------------------------------
-
-#[job(name = "outcomes_lost_ack", max_attempts = 1, lease = "3s")]
-async fn lost_ack(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), JobError> {
-    let _ = n;
-    record_effect_in(&effects, &ctx, "done").await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_whose_commit_reply_is_lost_still_runs_its_job_once() {
-    let (queue, effects_pool) = fresh_queue_with_effects("outcomes_lost_ack").await;
-    let proxy = Proxy::start(&server_addr(tests::server().url())).await;
-    let proxied =
-        Queue::connect(&proxy.url(&tests::database_url(queue.mysql_pool().unwrap()).await))
-            .await
-            .unwrap();
-    let id = queue.enqueue(LostAck { n: 1 }).await.unwrap().id();
-
-    // The first COMMIT this worker sends is its claim's (maintenance, whose passes commit
-    // too, is off): the server commits it, and the worker never hears back.
-    proxy
-        .state
-        .lose_next_commit_reply
-        .store(true, Ordering::SeqCst);
-    let (handle, task) = start(
-        quick_worker(&proxied)
-            .data(effects_pool.clone())
-            .maintenance(false)
-            .build()
-            .unwrap(),
-    );
-    let r = wait_for(
-        "the job to be done or to fail",
-        Duration::from_secs(15),
-        || async {
-            let r = row(&queue, id).await;
-            matches!(r.status, JobStatus::Done | JobStatus::Failed).then_some(r)
-        },
-    )
-    .await;
-    stop(&handle, task).await;
-    assert_eq!(
-        proxy.state.commit_replies_lost.load(Ordering::SeqCst),
-        1,
-        "the fault happened"
-    );
-    assert_eq!(
-        proxy.state.claim_commit_replies_lost.load(Ordering::SeqCst),
-        1,
-        "the lost reply was a claim's: its connection had sent the claim's locking read"
-    );
-    assert_eq!((r.status, r.attempts), (JobStatus::Done, 1), "{r:?}");
-    assert_eq!(
-        effects_of(&effects_pool, &r.task_key).await,
-        [(1, "done".into())]
-    );
-}
-
-// ---------------------------------------------------------------------------------------
-// 3. The claim reads payloads after its COMMIT, not while it holds the rows locked.
-// ---------------------------------------------------------------------------------------
-
-#[job(name = "outcomes_big")]
-async fn big(blob: String, n: u32) -> Result<(), JobError> {
-    let _ = (blob, n);
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_claim_holds_its_locks_without_reading_payloads() {
-    let queue = fresh_queue("outcomes_payload_after").await;
-    let proxy = Proxy::start(&server_addr(tests::server().url())).await;
-    let proxied =
-        Queue::connect(&proxy.url(&tests::database_url(queue.mysql_pool().unwrap()).await))
-            .await
-            .unwrap();
-    let blob = "x".repeat(200 * 1024);
-    queue
-        .enqueue_many((0..20).map(|n| Big {
-            blob: blob.clone(),
-            n,
-        }))
-        .await
-        .unwrap();
-
-    let before = proxy.state.bytes_in_transactions.load(Ordering::SeqCst);
-    let claimed = proxied
-        .store()
-        .claim("default", "outcomes-reader", 20)
-        .await
-        .unwrap();
-    let in_transaction = proxy.state.bytes_in_transactions.load(Ordering::SeqCst) - before;
-    assert_eq!(claimed.len(), 20);
-    for c in &claimed {
-        let payload = c.payload.as_ref().expect("a readable payload");
-        assert_eq!(payload["blob"].as_str().map(str::len), Some(blob.len()));
-    }
-    println!("bytes received inside the claim's transaction: {in_transaction} (payloads 4 MB)");
-    assert!(
-        in_transaction < 64 * 1024,
-        "{in_transaction} bytes were read while the rows were locked"
-    );
-}
-
-// ---------------------------------------------------------------------------------------
-// 4. Rolling deploy: an old worker leaves jobs it cannot run to a worker that can, without
+// 5. Rolling deploy: an old worker leaves jobs it cannot run to a worker that can, without
 //    spending their attempts.
 // ---------------------------------------------------------------------------------------
 
@@ -571,7 +727,7 @@ async fn an_old_worker_leaves_jobs_it_cannot_run_to_a_newer_one_without_spending
 }
 
 // ---------------------------------------------------------------------------------------
-// 5. A job that crashes every worker that runs it ends failed after a bounded number of
+// 6. A job that crashes every worker that runs it ends failed after a bounded number of
 //    crashes, coming back later each time.
 // ---------------------------------------------------------------------------------------
 
@@ -667,49 +823,6 @@ async fn a_job_that_crashes_its_worker_again_and_again_ends_failed() {
             .await
             .unwrap();
     assert_eq!((status.as_str(), expiries), ("ready", 0));
-}
-
-// ---------------------------------------------------------------------------------------
-// 6. A job task that panics outside the job's code does not keep its lease forever.
-// ---------------------------------------------------------------------------------------
-
-struct PanicOnDrop;
-
-impl Drop for PanicOnDrop {
-    fn drop(&mut self) {
-        panic!("a destructor that panics");
-    }
-}
-
-#[job(
-    name = "outcomes_drop_panics",
-    timeout = "300ms",
-    max_attempts = 1,
-    lease = "2s"
-)]
-async fn drop_panics(n: u32) -> Result<(), JobError> {
-    let _ = n;
-    let _guard = PanicOnDrop;
-    tokio::time::sleep(Duration::from_secs(30)).await;
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_whose_destructor_panics_after_a_timeout_is_recorded_and_released() {
-    let (queue, effects_pool) = fresh_queue_with_effects("outcomes_drop_panic").await;
-    tests::init_tracing();
-    let id = queue.enqueue(DropPanics { n: 1 }).await.unwrap().id();
-    let (handle, task) = start(
-        quick_worker(&queue)
-            .data(effects_pool.clone())
-            .build()
-            .unwrap(),
-    );
-    let r = wait_status(&queue, id, JobStatus::Failed, Duration::from_secs(10)).await;
-    let error = r.last_error.unwrap_or_default();
-    assert!(error.contains("timed out after 300ms"), "{error}");
-    assert_eq!((r.attempts, r.lease_owner), (1, None));
-    stop(&handle, task).await;
 }
 
 // ---------------------------------------------------------------------------------------
