@@ -25,10 +25,11 @@ use std::time::Duration;
 
 use jobqueue::{job, Data, EnqueueOptions, JobContext, JobError, JobStatus, Queue};
 use sqlx::mysql::MySqlPool;
+use sqlx::types::chrono::NaiveDateTime;
 use tests::{
-    effects_of, fresh_database, fresh_queue_on, fresh_queue_with_effects,
-    fresh_queue_with_effects_on, migrated_queue, on_every_backend, quick_worker, receive,
-    record_effect_in, row, start, stop, wait_for, wait_status, Backend, Effects, Mailbox,
+    effects_of, fresh_queue_on, fresh_queue_with_effects, fresh_queue_with_effects_on,
+    migrated_queue, on_every_backend, quick_worker, receive, record_effect_in, row, start, stop,
+    wait_for, wait_status, Backend, Effects, Mailbox,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -520,11 +521,13 @@ on_every_backend!(
     a_job_whose_destructor_panics_after_a_timeout_is_recorded_and_released,
     a_claim_whose_commit_reply_is_lost_still_runs_its_job_once,
     the_claim_holds_its_locks_without_reading_payloads,
+    an_old_worker_leaves_jobs_it_cannot_run_to_a_newer_one_without_spending_attempts,
+    a_job_that_crashes_its_worker_again_and_again_ends_failed,
 );
 
 // =======================================================================================
-// MySQL only: the `test-worker` process (a MySQL program), and a task key that is not UTF-8
-// (PostgreSQL's text column cannot hold one).
+// Worker processes (`test-worker`, on either database), and a task key that is not UTF-8
+// (MySQL only: PostgreSQL's text column cannot hold one).
 // =======================================================================================
 
 // ---------------------------------------------------------------------------------------
@@ -542,6 +545,56 @@ const PROCESS_EFFECTS_TABLE: &str = "CREATE TABLE effects (
     at       DATETIME(6) NOT NULL,
     KEY effects_key (task_key)
 ) ENGINE = InnoDB";
+
+/// [`PROCESS_EFFECTS_TABLE`] on PostgreSQL.
+const PROCESS_EFFECTS_TABLE_POSTGRES: &str = "CREATE TABLE effects (
+    seq      BIGSERIAL PRIMARY KEY,
+    task_key VARCHAR(255) COLLATE \"C\" NOT NULL,
+    job_id   BIGINT NOT NULL,
+    attempt  INT NOT NULL,
+    pid      INT NOT NULL,
+    phase    VARCHAR(8) NOT NULL,
+    at       TIMESTAMP(6) NOT NULL
+)";
+
+/// A new database of `backend` with the queue's tables and `test-worker`'s `effects`
+/// table: its URL and a queue on it.
+async fn process_database(backend: Backend, prefix: &str) -> (String, Queue) {
+    tests::init_tracing();
+    let url = jobqueue::testing::TestDatabase::empty_on(backend, prefix)
+        .await
+        .unwrap_or_else(|e| panic!("cannot create a {backend} test database: {e}"))
+        .keep();
+    let queue = migrated_queue(&url).await;
+    let table = match backend {
+        Backend::Postgres => PROCESS_EFFECTS_TABLE_POSTGRES,
+        _ => PROCESS_EFFECTS_TABLE,
+    };
+    tests::sql_exec(&queue, table, &[]).await;
+    (url, queue)
+}
+
+/// `test-worker`'s effects as (task_key, attempt, phase, at), in the order recorded.
+async fn process_effects(queue: &Queue) -> Vec<(String, u32, String, NaiveDateTime)> {
+    const SQL: &str = "SELECT task_key, attempt, phase, at FROM effects ORDER BY seq";
+    if let Some(pool) = queue.postgres_pool() {
+        let rows: Vec<(String, i32, String, NaiveDateTime)> = sqlx::query_as(SQL)
+            .fetch_all(pool)
+            .await
+            .expect("read effects");
+        return rows
+            .into_iter()
+            .map(|(k, a, p, at)| (k, a as u32, p, at))
+            .collect();
+    }
+    let rows: Vec<(Vec<u8>, u32, String, NaiveDateTime)> = sqlx::query_as(SQL)
+        .fetch_all(queue.mysql_pool().expect("a MySQL queue"))
+        .await
+        .expect("read effects");
+    rows.into_iter()
+        .map(|(k, a, p, at)| (String::from_utf8(k).expect("UTF-8 keys"), a, p, at))
+        .collect()
+}
 
 /// Starts a `test-worker` process on `url` with quick polling and maintenance.
 fn worker_process(url: &str, extra: &[&str]) -> Child {
@@ -567,13 +620,31 @@ fn worker_process(url: &str, extra: &[&str]) -> Child {
 
 /// Inserts a ready job by SQL, as another version of the program (or a person) would.
 async fn insert_raw(
-    pool: &MySqlPool,
+    queue: &Queue,
     kind: &str,
     key: &[u8],
     payload: &str,
     max_attempts: u32,
     lease_ms: u32,
 ) -> u64 {
+    if let Some(pool) = queue.postgres_pool() {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, \
+               attempts, max_attempts, lease_ms, created_at, updated_at) \
+             VALUES ('default', $1, $2, CAST($3 AS JSONB), 'ready', 0, job_queue_now(), 0, $4, \
+               $5, job_queue_now(), job_queue_now()) RETURNING id",
+        )
+        .bind(kind)
+        .bind(std::str::from_utf8(key).expect("PostgreSQL keys are text"))
+        .bind(payload)
+        .bind(max_attempts as i32)
+        .bind(lease_ms as i32)
+        .fetch_one(pool)
+        .await
+        .expect("insert a raw job");
+        return id as u64;
+    }
+    let pool = queue.mysql_pool().expect("a MySQL queue");
     sqlx::query(
         "INSERT INTO job_queue (queue, kind, task_key, payload, status, priority, run_at, \
            attempts, max_attempts, lease_ms, created_at, updated_at) \
@@ -622,20 +693,14 @@ async fn old_effect(
     Err("the old version must never run a new payload".into())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_old_worker_leaves_jobs_it_cannot_run_to_a_newer_one_without_spending_attempts() {
-    tests::init_tracing();
-    let url = fresh_database("outcomes_deploy").await;
-    let queue = migrated_queue(&url).await;
-    let pool = queue.mysql_pool().unwrap();
-    sqlx::query(PROCESS_EFFECTS_TABLE)
-        .execute(pool)
-        .await
-        .unwrap();
+async fn an_old_worker_leaves_jobs_it_cannot_run_to_a_newer_one_without_spending_attempts(
+    backend: Backend,
+) {
+    let (url, queue) = process_database(backend, "outcomes_deploy").await;
     // Written by the new version: `effect` with its new arguments (one attempt: spending it
     // would lose the job), and `slow`, a kind the old version does not have (three).
     let new_shape = insert_raw(
-        pool,
+        &queue,
         "effect",
         b"deploy-new-shape",
         r#"{"name": "deploy-new-shape", "sleep_ms": 0, "fail_first": 0}"#,
@@ -644,7 +709,7 @@ async fn an_old_worker_leaves_jobs_it_cannot_run_to_a_newer_one_without_spending
     )
     .await;
     let new_kind = insert_raw(
-        pool,
+        &queue,
         "slow",
         b"deploy-new-kind",
         r#"{"name": "deploy-new-kind", "ms": 0}"#,
@@ -655,20 +720,25 @@ async fn an_old_worker_leaves_jobs_it_cannot_run_to_a_newer_one_without_spending
 
     // The old worker claims both, twice or more, and leaves them waiting. Its other kinds
     // take `Data<Effects>`, so it is given one; none of them runs here.
-    let (handle, task) = start(
-        quick_worker(&queue)
-            .data(Effects::MySql(pool.clone()))
-            .build()
-            .unwrap(),
-    );
+    let effects = match queue.postgres_pool() {
+        Some(pool) => Effects::Postgres(pool.clone()),
+        None => Effects::MySql(queue.mysql_pool().unwrap().clone()),
+    };
+    let (handle, task) = start(quick_worker(&queue).data(effects).build().unwrap());
     for (id, budget) in [(new_shape, 1), (new_kind, 3)] {
         let (_, attempts, max, error) = wait_for(
             "the job to be put back twice",
             Duration::from_secs(15),
             || async {
-                let s = raw_state(pool, id).await;
-                assert_ne!(s.0, "failed", "job {id} failed: {}", s.3);
-                (s.0 == "scheduled" && s.1 >= 2).then_some(s)
+                let r = row(&queue, id).await;
+                let error = r.last_error.clone().unwrap_or_default();
+                assert_ne!(r.status, JobStatus::Failed, "job {id} failed: {error}");
+                (r.status == JobStatus::Scheduled && r.attempts >= 2).then_some((
+                    r.status,
+                    r.attempts,
+                    r.max_attempts,
+                    error,
+                ))
             },
         )
         .await;
@@ -689,14 +759,15 @@ async fn an_old_worker_leaves_jobs_it_cannot_run_to_a_newer_one_without_spending
         assert!(error.contains(why), "{error}");
     }
     // Each put-back waits longer than the last (about 1 s, 2 s, 4 s...).
-    let waits: Vec<(u32, i64)> = sqlx::query_as(
-        "SELECT attempts, TIMESTAMPDIFF(MICROSECOND, updated_at, run_at) FROM job_queue \
-         WHERE status = 'scheduled' ORDER BY id",
-    )
-    .fetch_all(pool)
-    .await
-    .unwrap();
-    for (attempts, wait_us) in waits {
+    for id in [new_shape, new_kind] {
+        let r = row(&queue, id).await;
+        if r.status != JobStatus::Scheduled {
+            continue;
+        }
+        let (attempts, wait_us) = (
+            r.attempts,
+            (r.run_at - r.updated_at).num_microseconds().unwrap(),
+        );
         let base = 1_000_000i64 << (attempts - 1).min(8);
         assert!(
             wait_us >= base * 8 / 10,
@@ -711,11 +782,13 @@ async fn an_old_worker_leaves_jobs_it_cannot_run_to_a_newer_one_without_spending
         wait_status(&queue, id, JobStatus::Done, Duration::from_secs(30)).await;
     }
     new.start_kill().unwrap();
-    let done: Vec<(String, String)> =
-        sqlx::query_as("SELECT CAST(task_key AS CHAR), phase FROM effects ORDER BY task_key, seq")
-            .fetch_all(pool)
-            .await
-            .unwrap();
+    let mut done: Vec<(String, String)> = process_effects(&queue)
+        .await
+        .into_iter()
+        .map(|(key, _, phase, _)| (key, phase))
+        .collect();
+    // By key, and by the order recorded within a key.
+    done.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(
         done,
         [
@@ -731,18 +804,18 @@ async fn an_old_worker_leaves_jobs_it_cannot_run_to_a_newer_one_without_spending
 //    crashes, coming back later each time.
 // ---------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_that_crashes_its_worker_again_and_again_ends_failed() {
-    tests::init_tracing();
-    let url = fresh_database("outcomes_poison").await;
-    let queue = migrated_queue(&url).await;
-    let pool = queue.mysql_pool().unwrap();
-    sqlx::query(PROCESS_EFFECTS_TABLE)
-        .execute(pool)
-        .await
-        .unwrap();
+async fn a_job_that_crashes_its_worker_again_and_again_ends_failed(backend: Backend) {
+    let (url, queue) = process_database(backend, "outcomes_poison").await;
     // `crash` aborts its process; its lease is 1 s.
-    let poison = insert_raw(pool, "crash", b"poison", r#"{"name": "poison"}"#, 25, 1_000).await;
+    let poison = insert_raw(
+        &queue,
+        "crash",
+        b"poison",
+        r#"{"name": "poison"}"#,
+        25,
+        1_000,
+    )
+    .await;
 
     let mut crashes = 0;
     let status = loop {
@@ -770,13 +843,12 @@ async fn a_job_that_crashes_its_worker_again_and_again_ends_failed() {
     assert_eq!(status.attempts, 3);
     let error = status.last_error.unwrap_or_default();
     assert!(error.contains("lease expired 3 times"), "{error}");
-    let starts: Vec<(u32, f64)> = sqlx::query_as(
-        "SELECT attempt, CAST(TIMESTAMPDIFF(MICROSECOND, \
-           (SELECT MIN(at) FROM effects), at) AS DOUBLE) / 1e6 FROM effects ORDER BY seq",
-    )
-    .fetch_all(pool)
-    .await
-    .unwrap();
+    let effects = process_effects(&queue).await;
+    let first = effects.iter().map(|e| e.3).min().expect("an effect");
+    let starts: Vec<(u32, f64)> = effects
+        .iter()
+        .map(|e| (e.1, (e.3 - first).num_microseconds().unwrap() as f64 / 1e6))
+        .collect();
     assert_eq!(
         starts.iter().map(|s| s.0).collect::<Vec<_>>(),
         [1, 2, 3],
@@ -816,13 +888,8 @@ async fn a_job_that_crashes_its_worker_again_and_again_ends_failed() {
 
     // An operator's retry (after a fix is deployed) starts the count again.
     assert!(queue.retry(poison).await.unwrap());
-    let (status, expiries): (String, u32) =
-        sqlx::query_as("SELECT CAST(status AS CHAR), lease_expiries FROM job_queue WHERE id = ?")
-            .bind(poison)
-            .fetch_one(pool)
-            .await
-            .unwrap();
-    assert_eq!((status.as_str(), expiries), ("ready", 0));
+    let after = row(&queue, poison).await;
+    assert_eq!((after.status, after.lease_expiries), (JobStatus::Ready, 0));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -839,7 +906,7 @@ async fn utf8(ctx: JobContext, n: u32, effects: Data<Effects>) -> Result<(), Job
 async fn a_row_with_a_key_that_is_not_utf8_fails_alone_and_the_queue_goes_on() {
     let (queue, effects_pool) = fresh_queue_with_effects("outcomes_utf8").await;
     let bad = insert_raw(
-        queue.mysql_pool().unwrap(),
+        &queue,
         "outcomes_utf8",
         b"bad-\xff\xfe-key",
         r#"{"n": 1}"#,
