@@ -258,8 +258,21 @@ fn sample(scrape: &str, series: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_service_exposes_labelled_counters_and_queue_gauges() {
+    metrics_service_on(Backend::MySql).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_service_exposes_labelled_counters_and_queue_gauges_on_postgres() {
+    metrics_service_on(Backend::Postgres).await
+}
+
+async fn metrics_service_on(backend: Backend) {
     use tokio::io::AsyncBufReadExt;
-    let server = TestServer::shared().unwrap_or_else(|e| panic!("{e}"));
+    let server = match backend {
+        Backend::Postgres => TestServer::shared_postgres(),
+        _ => TestServer::shared(),
+    }
+    .unwrap_or_else(|e| panic!("{e}"));
     let url = server
         .create_database("metrics_service")
         .await
