@@ -131,29 +131,33 @@ pub enum Error {
         reason: String,
     },
 
-    /// The server requires TLS and the connection did not ask for it.
-    #[error("the server requires TLS (require_secure_transport=ON) and this connection did not use it ({url}): {source}; \
-             add `ssl-mode=VERIFY_CA&ssl-ca=/path/to/ca.pem` to the URL (the CA that signed the server's certificate), \
-             or `ssl-mode=REQUIRED` to encrypt without checking the certificate")]
+    /// The server requires TLS and the connection did not ask for it (MySQL's
+    /// `require_secure_transport=ON`, a PostgreSQL `pg_hba.conf` with `hostssl` lines only).
+    #[error("the server requires TLS and this connection did not use it ({url}): {source}; {fix}")]
     TlsRequired {
         /// The URL, its password hidden.
         url: String,
         /// The server's refusal.
         #[source]
         source: sqlx::Error,
+        /// The URL options that fix it, in the words of the URL's database.
+        fix: &'static str,
     },
 
     /// The TLS handshake failed: a certificate not trusted, a host name that does not match,
     /// or no TLS support compiled in.
-    #[error("the TLS connection to {url} failed: {source}; with `ssl-mode=VERIFY_CA` or `VERIFY_IDENTITY`, \
-             `ssl-ca` must name the CA that signed the server's certificate (and VERIFY_IDENTITY needs the URL's host in the certificate); \
-             TLS needs the `tls-rustls` (default) or `tls-native-tls` feature of jobqueue")]
+    #[error(
+        "the TLS connection to {url} failed: {source}; {fix}; \
+             TLS needs the `tls-rustls` (default) or `tls-native-tls` feature of jobqueue"
+    )]
     TlsFailed {
         /// The URL, its password hidden.
         url: String,
         /// The TLS error.
         #[source]
         source: sqlx::Error,
+        /// What the URL's options must say, in the words of the URL's database.
+        fix: &'static str,
     },
 
     /// The testing API (`jobqueue::testing`, feature `testing`) could not do what was asked:

@@ -329,7 +329,8 @@ impl Queue {
             config.max_lifetime,
             idle_ms,
         )
-        .await?;
+        .await
+        .map_err(|e| postgres_connect_error(e, url))?;
         Self::build(pool.into(), config, false).await
     }
 
@@ -611,13 +612,63 @@ async fn connect_error(e: Error, url: &str, options: MySqlConnectOptions) -> Err
                 .await
                 .is_ok());
     if insecure {
-        return Error::TlsRequired { url, source: e };
+        return Error::TlsRequired {
+            url,
+            source: e,
+            fix: MYSQL_TLS_REQUIRED_FIX,
+        };
     }
-    // rustls reports a certificate it does not trust as an I/O error.
-    let tls_failed = matches!(e, sqlx::Error::Tls(_))
-        || (matches!(e, sqlx::Error::Io(_)) && e.to_string().contains("certificate"));
-    if tls_failed {
-        return Error::TlsFailed { url, source: e };
+    if tls_failed(&e) {
+        return Error::TlsFailed {
+            url,
+            source: e,
+            fix: MYSQL_TLS_FAILED_FIX,
+        };
+    }
+    Error::Database(e)
+}
+
+const MYSQL_TLS_REQUIRED_FIX: &str = "add `ssl-mode=VERIFY_CA&ssl-ca=/path/to/ca.pem` to the URL \
+     (the CA that signed the server's certificate), or `ssl-mode=REQUIRED` to encrypt without \
+     checking the certificate";
+const MYSQL_TLS_FAILED_FIX: &str = "with `ssl-mode=VERIFY_CA` or `VERIFY_IDENTITY`, `ssl-ca` must \
+     name the CA that signed the server's certificate (and VERIFY_IDENTITY needs the URL's host \
+     in the certificate)";
+const POSTGRES_TLS_REQUIRED_FIX: &str = "add `sslmode=verify-full&sslrootcert=/path/to/ca.pem` to \
+     the URL (the CA that signed the server's certificate), or `sslmode=require` to encrypt \
+     without checking the certificate";
+const POSTGRES_TLS_FAILED_FIX: &str = "with `sslmode=verify-ca` or `verify-full`, `sslrootcert` \
+     must name the CA that signed the server's certificate (and verify-full needs the URL's host \
+     in the certificate)";
+
+/// Whether `e` is a TLS handshake that failed (rustls reports a certificate it does not
+/// trust as an I/O error).
+fn tls_failed(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Tls(_))
+        || (matches!(e, sqlx::Error::Io(_)) && e.to_string().contains("certificate"))
+}
+
+/// A PostgreSQL connection error, with the URL option that fixes it where TLS is the cause:
+/// a server whose `pg_hba.conf` admits only TLS connections refuses one without it with
+/// "no pg_hba.conf entry ... no encryption".
+fn postgres_connect_error(e: Error, url: &str) -> Error {
+    let Error::Database(e) = e else {
+        return e;
+    };
+    let url = redact_url(url);
+    if matches!(&e, sqlx::Error::Database(d) if d.message().contains("no encryption")) {
+        return Error::TlsRequired {
+            url,
+            source: e,
+            fix: POSTGRES_TLS_REQUIRED_FIX,
+        };
+    }
+    if tls_failed(&e) {
+        return Error::TlsFailed {
+            url,
+            source: e,
+            fix: POSTGRES_TLS_FAILED_FIX,
+        };
     }
     Error::Database(e)
 }

@@ -18,6 +18,9 @@ use crate::{failure, io_failure, Error, Result};
 /// Environment variable with extra server options, separated by spaces.
 pub(crate) const ARGS_VAR: &str = "JOBQUEUE_TEST_SERVER_ARGS";
 
+/// Environment variable with extra options for the PostgreSQL servers this crate starts.
+pub(crate) const POSTGRES_ARGS_VAR: &str = "JOBQUEUE_TEST_POSTGRES_ARGS";
+
 /// How long a server may take to accept connections after it was launched.
 pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -289,6 +292,10 @@ impl LocalServer {
                 "max_connections=300",
             ] {
                 command.arg("-c").arg(setting);
+            }
+            // As `-c name=value` pairs: `-c ssl=on -c ssl_cert_file=...`.
+            if let Ok(extra) = std::env::var(POSTGRES_ARGS_VAR) {
+                command.args(extra.split_whitespace());
             }
             if let Some(account) = postgres_account_if_root().map_err(Launch::Failed)? {
                 account.run_as(&mut command);

@@ -103,6 +103,8 @@
 //! * `JOBQUEUE_TEST_SERVER_ARGS`: more options for the servers this crate starts, separated
 //!   by spaces (for example `--innodb-lock-wait-timeout=5`); they come last and so win over
 //!   the defaults. They are not given to PostgreSQL servers.
+//! * `JOBQUEUE_TEST_POSTGRES_ARGS`: the same for the PostgreSQL servers this crate starts, as
+//!   `postgres` options (for example `-c ssl=on -c ssl_cert_file=/path/cert.pem`).
 
 mod discovery;
 mod error;
