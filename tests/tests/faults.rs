@@ -366,15 +366,18 @@ fn reports_slowness(r: &Value) -> bool {
         || (target == "sqlx::pool::acquire" && message(r).contains("exceeded slow threshold"))
 }
 
-/// Whether `r` says that the worker's claims, its outcome writes or its maintenance work
-/// again after failing (whichever hit the error first: a worker that does not hold the
-/// maintenance turn may meet an outage only in its outcome writes).
+/// Whether `r` says that the worker's claims, the read of the jobs a claim took, its outcome
+/// writes or its maintenance work again after failing (whichever hit the error first: a
+/// worker that does not hold the maintenance turn may meet an outage only in its outcome
+/// writes, or only in the read after a claim).
 fn recovered(r: &Value) -> bool {
     matches!(
         message(r),
         "maintenance step recovered"
             | "database reachable again; claiming resumed"
             | "job outcomes recorded again"
+            | "the jobs just claimed were read again"
+            | "worker heartbeat written again"
     )
 }
 

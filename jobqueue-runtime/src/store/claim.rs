@@ -276,7 +276,16 @@ impl Store {
                 let mut tries = 1;
                 loop {
                     match self.read_claimed(owner, &taken, sent).await {
-                        Ok(claimed) => break Ok(claimed),
+                        Ok(claimed) => {
+                            if tries > 1 {
+                                tracing::info!(
+                                    jobs = claimed.len(),
+                                    tries,
+                                    "the jobs just claimed were read again"
+                                );
+                            }
+                            break Ok(claimed);
+                        }
                         Err(e) if tries >= 4 => break Err(e),
                         Err(e) => {
                             tracing::warn!(error = %e, jobs = taken.len(), "cannot read the jobs just claimed; retrying");
