@@ -24,7 +24,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use jobqueue::{job, JobContext, JobError, Queue, Worker};
 use serde::Deserialize;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::PgPool;
 
 /// Sends a new user the welcome e-mail (here: prints it).
 #[job(queue = "mail", key = "welcome:{user_id}", max_attempts = 5)]
@@ -91,7 +91,8 @@ async fn main() -> anyhow::Result<()> {
     }
     // The application's pool; the queue shares it (a worker at defaults also opens a small
     // pool of its own for lease renewals, and one session for LISTEN).
-    let db = PgPoolOptions::new()
+    // `postgres_pool_options` bounds transactions left idle, as the queue's own pool does.
+    let db = jobqueue::postgres_pool_options()
         .max_connections(8)
         .connect(&url)
         .await?;

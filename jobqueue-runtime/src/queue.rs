@@ -238,8 +238,8 @@ pub(crate) struct QueueInner {
     pub(crate) pool: DatabasePool,
     pub(crate) config: QueueConfig,
     /// True when the pool is the caller's: its sessions may not be at READ COMMITTED, so
-    /// every queue transaction sets the level itself (MySQL; on PostgreSQL every transaction
-    /// of the queue sets it).
+    /// every queue transaction sets the level itself (the queue's own pools set it once per
+    /// session: an `after_connect` statement on MySQL, a startup parameter on PostgreSQL).
     pub(crate) set_isolation: bool,
     pub(crate) wake: watch::Sender<u64>,
     /// Bumped each time a worker of this process has recorded how jobs ended, so that
@@ -322,6 +322,7 @@ impl Queue {
         let idle_ms = config
             .idle_transaction_timeout
             .map(|d| d.as_millis().clamp(1, i32::MAX as u128) as u64);
+        let probe = options.clone();
         let pool = crate::store::connect::connect_postgres_pool(
             options,
             config.max_connections,
@@ -329,13 +330,17 @@ impl Queue {
             config.max_lifetime,
             idle_ms,
         )
-        .await
-        .map_err(|e| postgres_connect_error(e, url))?;
+        .await;
+        let pool = match pool {
+            Ok(pool) => pool,
+            Err(e) => return Err(postgres_connect_error(e, url, probe).await),
+        };
         Self::build(pool.into(), config, false).await
     }
 
     /// Wraps a pool the application already has, to share it between the application's
-    /// queries and the queue. Build it with [`pool_options`] to get the session safety
+    /// queries and the queue. Build it with [`pool_options`] ([`postgres_pool_options`] for
+    /// a `PgPool`) to get the session safety
     /// [`Queue::connect`] gives its own pool: a `ROLLBACK` before each use, so that no
     /// connection is handed out inside a transaction left open by a dropped future, and a
     /// bound on transactions left idle (see [`QueueConfig::idle_transaction_timeout`]).
@@ -398,8 +403,8 @@ impl Queue {
     }
 
     /// A queue on a PostgreSQL pool: the server checked, the schema's state logged.
-    /// `app_pool`: the pool is the caller's (kept as `set_isolation`, which on PostgreSQL only
-    /// says whose pool it is: every transaction of the store sets its level there).
+    /// `app_pool`: the pool is the caller's (kept as `set_isolation`: each transaction of the
+    /// store then sets READ COMMITTED itself).
     async fn build_postgres(pool: PgPool, config: QueueConfig, app_pool: bool) -> Result<Queue> {
         let server = server::inspect_postgres(&pool).await?;
         if config.check_server {
@@ -648,15 +653,32 @@ fn tls_failed(e: &sqlx::Error) -> bool {
         || (matches!(e, sqlx::Error::Io(_)) && e.to_string().contains("certificate"))
 }
 
-/// A PostgreSQL connection error, with the URL option that fixes it where TLS is the cause:
-/// a server whose `pg_hba.conf` admits only TLS connections refuses one without it with
-/// "no pg_hba.conf entry ... no encryption".
-fn postgres_connect_error(e: Error, url: &str) -> Error {
+/// A PostgreSQL connection error, with the URL option that fixes it where TLS is the cause.
+/// A server whose `pg_hba.conf` admits only TLS connections refuses one without it with "no
+/// pg_hba.conf entry ... no encryption" ("SSL off" before 14), which it also says of a
+/// connection no line admits at all (a wrong user or database): that is TLS's doing only
+/// when the URL asked for no TLS (`sslmode=disable` or `allow`; under the default `prefer` a
+/// server that offers TLS gets it) and a second try with TLS gets past `pg_hba.conf`.
+async fn postgres_connect_error(e: Error, url: &str, options: PgConnectOptions) -> Error {
+    use sqlx::ConnectOptions;
     let Error::Database(e) = e else {
         return e;
     };
     let url = redact_url(url);
-    if matches!(&e, sqlx::Error::Database(d) if d.message().contains("no encryption")) {
+    let refused_plain = matches!(&e, sqlx::Error::Database(d)
+        if d.message().contains("no encryption") || d.message().contains("SSL off"));
+    let asked_plain = {
+        let lower = url.to_ascii_lowercase();
+        lower.contains("sslmode=disable") || lower.contains("sslmode=allow")
+    };
+    if refused_plain
+        && asked_plain
+        && options
+            .ssl_mode(sqlx::postgres::PgSslMode::Require)
+            .connect()
+            .await
+            .is_ok()
+    {
         return Error::TlsRequired {
             url,
             source: e,

@@ -224,6 +224,12 @@ async fn a_postgres_server_that_requires_tls_runs_jobs_over_verified_tls() {
         message.contains("sslmode=verify-full&sslrootcert="),
         "{message}"
     );
+    // The same refusal of a connection no TLS would help (no such database) is not put
+    // down to TLS.
+    let (server_part, _) = database.rsplit_once('/').unwrap();
+    let missing = format!("{server_part}/no_such_database?sslmode=disable");
+    let e = Queue::connect(&missing).await.unwrap_err();
+    assert!(!matches!(e, Error::TlsRequired { .. }), "{e:?}");
 
     // A CA that did not sign the server's certificate is refused.
     let other = tempfile::tempdir().unwrap();

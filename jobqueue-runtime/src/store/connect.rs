@@ -200,8 +200,8 @@ async fn set_idle_timeouts(
 }
 
 impl Store {
-    /// A store over `pool`. `set_isolation`: the pool is the caller's, so each transaction
-    /// sets READ COMMITTED itself. `call_timeout`: see [`Store::call_timeout`].
+    /// A store over `db` (whose `set_isolation` says whether each transaction sets READ
+    /// COMMITTED itself). `call_timeout`: see [`Store::call_timeout`].
     pub(crate) fn new(
         db: super::Db,
         metrics: Arc<Metrics>,

@@ -330,7 +330,8 @@ impl Store {
         }
     }
 
-    /// Whether each transaction sets READ COMMITTED itself (a MySQL pool of the caller's).
+    /// Whether each transaction sets READ COMMITTED itself (a pool of the caller's, on either
+    /// database).
     pub(crate) fn set_isolation(&self) -> bool {
         match self.db {
             Db::MySql { set_isolation, .. } | Db::Postgres { set_isolation, .. } => set_isolation,
