@@ -74,6 +74,24 @@ pub async fn plain_database_url(queue: &Queue) -> String {
     }
 }
 
+/// The slot of a backend's run of a test in a pair of mailboxes or counters
+/// (`static X: [Mailbox<T>; 2]`): a test's two runs go on at once in one process, and each
+/// hears from its own jobs.
+pub fn slot(backend: Backend) -> usize {
+    match backend {
+        Backend::Postgres => 1,
+        _ => 0,
+    }
+}
+
+/// [`slot`] of the test whose worker gave a job `effects`.
+pub fn on(effects: &crate::Effects) -> usize {
+    match effects {
+        crate::Effects::Postgres(_) => 1,
+        crate::Effects::MySql(_) => 0,
+    }
+}
+
 /// A value bound to a placeholder of [`sql_i64`], [`sql_text`] or [`sql_exec`].
 #[derive(Debug, Clone, Copy)]
 pub enum Arg<'a> {

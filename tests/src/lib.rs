@@ -27,8 +27,8 @@ use tokio::task::JoinHandle;
 
 mod backends;
 pub use backends::{
-    fresh_queue_on, lock_job, lock_rows, numbered, plain_database_url, sql_exec, sql_i64, sql_text,
-    Arg, RowLocks,
+    fresh_queue_on, lock_job, lock_rows, numbered, on, plain_database_url, slot, sql_exec, sql_i64,
+    sql_text, Arg, RowLocks,
 };
 pub use jobqueue::Backend;
 
@@ -469,6 +469,31 @@ pub async fn effects_of(effects: &Effects, task_key: &str) -> Vec<(i32, String)>
     }
     .expect("read effects")
 }
+
+/// The table the jobs of the `test-worker` process write their side effects to; the suite
+/// creates it next to the queue.
+/// No unique index: a duplicate side effect must be visible, not refused.
+pub const WORKER_EFFECTS_TABLE: &str = "CREATE TABLE effects (
+    seq      BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    task_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    job_id   BIGINT UNSIGNED NOT NULL,
+    attempt  INT UNSIGNED NOT NULL,
+    pid      INT UNSIGNED NOT NULL,
+    phase    VARCHAR(8) NOT NULL,
+    at       DATETIME(6) NOT NULL,
+    KEY effects_key (task_key)
+) ENGINE = InnoDB";
+
+/// [`WORKER_EFFECTS_TABLE`] on PostgreSQL (keys compared byte by byte, as MySQL's `utf8mb4_bin`).
+pub const WORKER_EFFECTS_TABLE_POSTGRES: &str = "CREATE TABLE effects (
+    seq      BIGSERIAL PRIMARY KEY,
+    task_key VARCHAR(255) COLLATE \"C\" NOT NULL,
+    job_id   BIGINT NOT NULL,
+    attempt  INT NOT NULL,
+    pid      INT NOT NULL,
+    phase    VARCHAR(8) NOT NULL,
+    at       TIMESTAMP(6) NOT NULL
+)";
 
 // ---------------------------------------------------------------------------------------
 // Messages from jobs to their test

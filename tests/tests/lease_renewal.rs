@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 
 use jobqueue::{job, Data, EnqueueOptions, JobContext, JobError, JobStatus, Queue, WorkerHandle};
 use tests::{
-    effects, effects_of, fresh_queue_with_effects_on, lock_job, on_every_backend,
-    plain_database_url, quick_worker, receive, record_effect_in, row, sql_exec, start, wait_status,
-    Arg, Backend, Effects, LogCapture, Mailbox, WorkerTask,
+    effects, effects_of, fresh_queue_with_effects_on, lock_job, on, on_every_backend,
+    plain_database_url, quick_worker, receive, record_effect_in, row, slot, sql_exec, start,
+    wait_status, Arg, Backend, Effects, LogCapture, Mailbox, WorkerTask,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -257,22 +257,6 @@ async fn work(ctx: &JobContext, d: Duration) -> Result<(), JobError> {
     tokio::select! {
         _ = tokio::time::sleep(d) => Ok(()),
         _ = ctx.cancelled() => Err(format!("stopped: {:?}", ctx.cancel_reason()).into()),
-    }
-}
-
-/// The mailbox of a backend's run of a test, in a pair of them (`static X: [Mailbox<T>; 2]`).
-fn slot(backend: Backend) -> usize {
-    match backend {
-        Backend::Postgres => 1,
-        _ => 0,
-    }
-}
-
-/// The mailbox slot of the test whose worker gave a job `effects`.
-fn on(effects: &Effects) -> usize {
-    match effects {
-        Effects::Postgres(_) => 1,
-        Effects::MySql(_) => 0,
     }
 }
 

@@ -19,9 +19,9 @@ use jobqueue::context::CancelReason;
 use jobqueue::{job, Data, EnqueueOptions, Job, JobContext, JobError, JobStatus, Queue, Worker};
 use sqlx::types::chrono::{DateTime, NaiveDateTime, Utc};
 use tests::{
-    all_effects, count_status, effects_of, fresh_queue_with_effects_on, on_every_backend,
-    quick_worker, receive, record_effect_in, row, sql_i64, start, stop, wait_for, wait_status, Arg,
-    Backend, Effects, Mailbox,
+    all_effects, count_status, effects_of, fresh_queue_with_effects_on, on, on_every_backend,
+    quick_worker, receive, record_effect_in, row, slot, sql_i64, start, stop, wait_for,
+    wait_status, Arg, Backend, Effects, Mailbox,
 };
 use tokio::sync::Notify;
 
@@ -65,23 +65,6 @@ async fn database_now_plus(queue: &Queue, seconds: u32) -> DateTime<Utc> {
             .unwrap(),
     };
     at.and_utc()
-}
-
-/// The slot of a backend's run of a test in a pair of mailboxes (`static X: [Mailbox<T>; 2]`):
-/// the two runs of a test go on at once in this process, and each hears from its own jobs.
-fn slot(backend: Backend) -> usize {
-    match backend {
-        Backend::Postgres => 1,
-        _ => 0,
-    }
-}
-
-/// The slot of the test whose worker gave a job `effects`.
-fn on(effects: &Effects) -> usize {
-    match effects {
-        Effects::Postgres(_) => 1,
-        Effects::MySql(_) => 0,
-    }
 }
 
 /// Microseconds from `a` to `b`.

@@ -19,26 +19,10 @@ use jobqueue::{
     job, Data, Job, JobContext, JobError, JobOptions, JobStatus, Queue, Worker, WorkerHandle,
 };
 use tests::{
-    count_status, effects, fresh_queue_with_effects_on, lock_job, lock_rows, on_every_backend,
-    quick_worker, receive, record_effect_in, row, sql_i64, start, stop, wait_for, wait_status, Arg,
-    Backend, Effects, LogCapture, Mailbox, WorkerTask,
+    count_status, effects, fresh_queue_with_effects_on, lock_job, lock_rows, on, on_every_backend,
+    quick_worker, receive, record_effect_in, row, slot, sql_i64, start, stop, wait_for,
+    wait_status, Arg, Backend, Effects, LogCapture, Mailbox, WorkerTask,
 };
-
-/// The mailbox of a backend's run of a test, in a pair of them (`static X: [Mailbox<T>; 2]`).
-fn slot(backend: Backend) -> usize {
-    match backend {
-        Backend::Postgres => 1,
-        _ => 0,
-    }
-}
-
-/// The mailbox slot of the test whose worker gave a job `effects`.
-fn on(effects: &Effects) -> usize {
-    match effects {
-        Effects::Postgres(_) => 1,
-        Effects::MySql(_) => 0,
-    }
-}
 
 /// Microseconds from the database's clock to job `id`'s `lease_until` (negative once it has
 /// passed).

@@ -28,8 +28,8 @@ use sqlx::mysql::MySqlPool;
 use sqlx::types::chrono::NaiveDateTime;
 use tests::{
     effects_of, fresh_queue_on, fresh_queue_with_effects, fresh_queue_with_effects_on,
-    migrated_queue, on_every_backend, quick_worker, receive, record_effect_in, row, start, stop,
-    wait_for, wait_status, Backend, Effects, Mailbox,
+    migrated_queue, on_every_backend, quick_worker, receive, record_effect_in, row, slot, start,
+    stop, wait_for, wait_status, Backend, Effects, Mailbox,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -45,14 +45,6 @@ const WORKER_BIN: &str = env!("CARGO_BIN_EXE_test-worker");
 
 /// One mailbox per backend: a test's two runs run at once.
 static LAST_ATTEMPT_STARTED: [Mailbox<u64>; 2] = [Mailbox::new(), Mailbox::new()];
-
-/// The mailbox slot of a backend's run.
-fn slot(backend: Backend) -> usize {
-    match backend {
-        Backend::Postgres => 1,
-        _ => 0,
-    }
-}
 
 /// Starts, then works for a minute without looking at its context.
 #[job(name = "outcomes_last_attempt", max_attempts = 1, lease = "5s")]
@@ -534,29 +526,6 @@ on_every_backend!(
 // Worker processes and raw rows
 // ---------------------------------------------------------------------------------------
 
-/// The `effects` table of `test-worker`'s jobs (see `src/bin/test-worker/jobs.rs`).
-const PROCESS_EFFECTS_TABLE: &str = "CREATE TABLE effects (
-    seq      BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
-    task_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    job_id   BIGINT UNSIGNED NOT NULL,
-    attempt  INT UNSIGNED NOT NULL,
-    pid      INT UNSIGNED NOT NULL,
-    phase    VARCHAR(8) NOT NULL,
-    at       DATETIME(6) NOT NULL,
-    KEY effects_key (task_key)
-) ENGINE = InnoDB";
-
-/// [`PROCESS_EFFECTS_TABLE`] on PostgreSQL.
-const PROCESS_EFFECTS_TABLE_POSTGRES: &str = "CREATE TABLE effects (
-    seq      BIGSERIAL PRIMARY KEY,
-    task_key VARCHAR(255) COLLATE \"C\" NOT NULL,
-    job_id   BIGINT NOT NULL,
-    attempt  INT NOT NULL,
-    pid      INT NOT NULL,
-    phase    VARCHAR(8) NOT NULL,
-    at       TIMESTAMP(6) NOT NULL
-)";
-
 /// A new database of `backend` with the queue's tables and `test-worker`'s `effects`
 /// table: its URL and a queue on it.
 async fn process_database(backend: Backend, prefix: &str) -> (String, Queue) {
@@ -567,8 +536,8 @@ async fn process_database(backend: Backend, prefix: &str) -> (String, Queue) {
         .keep();
     let queue = migrated_queue(&url).await;
     let table = match backend {
-        Backend::Postgres => PROCESS_EFFECTS_TABLE_POSTGRES,
-        _ => PROCESS_EFFECTS_TABLE,
+        Backend::Postgres => tests::WORKER_EFFECTS_TABLE_POSTGRES,
+        _ => tests::WORKER_EFFECTS_TABLE,
     };
     tests::sql_exec(&queue, table, &[]).await;
     (url, queue)

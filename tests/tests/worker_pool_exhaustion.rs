@@ -12,7 +12,8 @@ use std::time::Duration;
 use jobqueue::testing::TestDatabase;
 use jobqueue::{job, Backend, Data, JobContext, JobError, JobStatus, Queue, QueueConfig, Worker};
 use tests::{
-    count_status, init_tracing, on_every_backend, receive, row, start, stop, wait_for, Mailbox,
+    count_status, init_tracing, on_every_backend, receive, row, slot, start, stop, wait_for,
+    Mailbox,
 };
 
 /// The URL of a new, empty database of `backend` (kept: it goes away with its server).
@@ -146,14 +147,6 @@ static REPORTER_GO: [tokio::sync::Notify; 2] = [
     tokio::sync::Notify::const_new(),
     tokio::sync::Notify::const_new(),
 ];
-
-/// The slot of a backend's run of the test in a pair of the statics above.
-fn slot(backend: Backend) -> usize {
-    match backend {
-        Backend::Postgres => 1,
-        _ => 0,
-    }
-}
 
 /// Holds one connection of the queue's own pool until the test lets it go.
 #[job(name = "regressions_pool_holder")]

@@ -13,31 +13,11 @@ use std::time::Duration;
 
 use jobqueue::{job, DatabasePool, JobContext, JobError};
 
-/// The table the jobs write their side effects to; the suite creates it next to the queue.
-/// No unique index: a duplicate side effect must be visible, not refused.
-#[allow(dead_code)] // used by the suite, not by the worker
-pub(crate) const EFFECTS_TABLE: &str = "CREATE TABLE effects (
-    seq      BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
-    task_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    job_id   BIGINT UNSIGNED NOT NULL,
-    attempt  INT UNSIGNED NOT NULL,
-    pid      INT UNSIGNED NOT NULL,
-    phase    VARCHAR(8) NOT NULL,
-    at       DATETIME(6) NOT NULL,
-    KEY effects_key (task_key)
-) ENGINE = InnoDB";
-
-/// [`EFFECTS_TABLE`] on PostgreSQL (keys compared byte by byte, as MySQL's `utf8mb4_bin`).
-#[allow(dead_code)] // used by the suite, not by the worker
-pub(crate) const EFFECTS_TABLE_POSTGRES: &str = "CREATE TABLE effects (
-    seq      BIGSERIAL PRIMARY KEY,
-    task_key VARCHAR(255) COLLATE \"C\" NOT NULL,
-    job_id   BIGINT NOT NULL,
-    attempt  INT NOT NULL,
-    pid      INT NOT NULL,
-    phase    VARCHAR(8) NOT NULL,
-    at       TIMESTAMP(6) NOT NULL
-)";
+/// The table the jobs write their side effects to, per database (see the `tests` library).
+#[allow(unused_imports)] // used by the suite, not by the worker
+pub(crate) use tests::{
+    WORKER_EFFECTS_TABLE as EFFECTS_TABLE, WORKER_EFFECTS_TABLE_POSTGRES as EFFECTS_TABLE_POSTGRES,
+};
 
 /// The MySQL statement that records an effect.
 const INSERT_EFFECT: &str = "INSERT INTO effects (task_key, job_id, attempt, pid, phase, at) \
