@@ -85,9 +85,9 @@ pub mod __store {
     /// EXPLAIN tests.
     pub mod statements {
         pub use crate::store::{
-            claim_lock_sql, complete_in_sql, ready_probe_sql, BRING_FORWARD_SELECT, CLAIM_SELECT,
-            COUNT_GAUGES, COUNT_THROUGHPUT, PROMOTE_PROBE, PROMOTE_SELECT, PRUNE_SELECT,
-            RECLAIM_SELECT,
+            claim_lock_sql, complete_in_sql, count_gauges_sql, ready_probe_sql,
+            BRING_FORWARD_SELECT, CLAIM_SELECT, COUNT_THROUGHPUT, GAUGE_QUEUES, PROMOTE_PROBE,
+            PROMOTE_SELECT, PRUNE_SELECT, RECLAIM_SELECT,
         };
         // The claim's statement on PostgreSQL.
         pub use crate::store::pg_claim_sql;

@@ -58,7 +58,9 @@ use jobqueue_runtime::__store::statements::{
     OUTPUT_AFTER_COMMIT, OUTPUT_SELECT, PROGRESS_UPDATE, PROMOTE_PROBE, PROMOTE_SELECT,
     PRUNE_SELECT, RECLAIM_SELECT,
 };
-use jobqueue_runtime::__store::statements::{ready_probe_sql, COUNT_GAUGES, COUNT_THROUGHPUT};
+use jobqueue_runtime::__store::statements::{
+    count_gauges_sql, ready_probe_sql, COUNT_THROUGHPUT, GAUGE_QUEUES,
+};
 
 /// One row of an `EXPLAIN`.
 #[derive(Debug)]
@@ -276,13 +278,22 @@ async fn maintenance_queries_use_their_indexes() {
         Access::Range,
     )
     .await;
-    // The gauges' count reads the waiting, running and failed rows' range of the status-time
-    // index, never the finished rows; it groups its few result rows in a temporary table.
-    let plan = explain(pool, COUNT_GAUGES, &[]).await;
+    // The gauges' count finds the queues by a loose scan of the queue index (one dive per
+    // queue, not an entry per job), then reads only the index entries of each queue's
+    // waiting, running and failed jobs: no row, and no entry of a finished job.
+    let plan = explain(pool, GAUGE_QUEUES, &[]).await;
     assert!(
         plan.iter().any(|row| row.table == "job_queue"
-            && row.key.as_deref() == Some("job_queue_status_at")
-            && row.access == "range"),
+            && row.key.as_deref() == Some("job_queue_list_queue")
+            && row.extra.contains("Using index for group-by")),
+        "gauge queues: {plan:#?}"
+    );
+    let plan = explain(pool, &count_gauges_sql(2), &["default", "other"]).await;
+    assert!(
+        plan.iter().any(|row| row.table == "job_queue"
+            && row.key.as_deref() == Some("job_queue_queue_status_at")
+            && row.access == "range"
+            && row.extra.contains("Using index")),
         "gauges: {plan:#?}"
     );
     // The throughput count reads the finished rows of its few seconds only: a range of the

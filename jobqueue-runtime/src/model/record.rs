@@ -572,7 +572,7 @@ pub struct QueueStats {
 /// counts at most, where it counts them itself (`done` and `cancelled`): reading further
 /// would cost as much as the jobs there are. A count that reaches the cap is listed in
 /// [`QueueOverview::capped`], and means "at least this many".
-pub const OVERVIEW_COUNT_CAP: u64 = 10_000;
+pub const OVERVIEW_COUNT_CAP: u64 = 1_000;
 
 /// One queue at a glance, as [`Queue::queue_overview`](crate::Queue::queue_overview) reads
 /// every queue's without reading every job: its counts by status, whether it is paused, how

@@ -276,7 +276,7 @@ pub use enqueue::release_sql;
 pub(crate) use enqueue::{insert, insert_many_on, insert_on};
 pub(crate) use errors::is_deterministic;
 pub use errors::DbErrorKind;
-pub use gauges::{COUNT_GAUGES, COUNT_THROUGHPUT};
+pub use gauges::{count_gauges_sql, COUNT_THROUGHPUT, GAUGE_QUEUES};
 pub(crate) use limits::MAX_SLOTS;
 pub use limits::{
     BLOCKED_DELETE_JOB, BLOCKED_SELECT, FREE_CONCURRENCY_SLOT, FREE_RATE_SLOT, ORPHAN_SLOTS,
