@@ -10,6 +10,7 @@
 #                           named by its argument (JOBQUEUE_TEST_POSTGRES_URL) holds a URL
 #   ensure_browser          installs Debian's `chromium` and `chromium-driver` when either is
 #                           missing (the dashboard's browser tests drive them)
+#   require_packaged        checks that a crate's package carries the files it embeds
 #   package_cargo_home      makes a CARGO_HOME for `cargo package` that shares everything with
 #                           the user's but the unpacked sources of local registries
 set -euo pipefail
@@ -244,6 +245,20 @@ ensure_cargo() {
 # their unpacked sources, locks), so nothing is downloaded again, except those local
 # registries' unpacked sources, which start empty each time and go with the folder. Nothing
 # inside the user's CARGO_HOME is removed.
+# require_packaged CRATE DIR GLOB: fails unless the package of CRATE (as `cargo package`
+# lists it) carries every file matching GLOB under CRATE/DIR, which the crate embeds.
+require_packaged() {
+  local crate=$1 dir=$2 glob=$3 listed missing
+  listed=$(cargo package --allow-dirty --no-verify --list -p "$crate")
+  missing=$(cd "$crate" && find -L "$dir" -name "$glob" -type f | sort | while read -r f; do
+    grep -qxF "$f" <<<"$listed" || printf '%s\n' "$f"
+  done)
+  if [[ -n "$missing" ]]; then
+    jq_say "The package of $crate lacks files it embeds:" "$missing"
+    return 1
+  fi
+}
+
 package_cargo_home() {
   local real=${CARGO_HOME:-$HOME/.cargo} home entry name
   home=$(mktemp -d "${TMPDIR:-/tmp}/jobqueue-package-home.XXXXXX")

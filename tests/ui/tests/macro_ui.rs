@@ -1,9 +1,9 @@
 //! Compile-time behaviour of `#[job]`: what it accepts, and the errors it gives for each
-//! misuse (`ui/fail/*.stderr` holds the expected messages).
+//! misuse (`fail/*.stderr` holds the expected messages).
 
 #[test]
 fn ui() {
     let t = trybuild::TestCases::new();
-    t.pass("ui/pass/*.rs");
-    t.compile_fail("ui/fail/*.rs");
+    t.pass("pass/*.rs");
+    t.compile_fail("fail/*.rs");
 }
