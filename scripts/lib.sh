@@ -237,14 +237,6 @@ ensure_cargo() {
   exit 1
 }
 
-# Prints the path of a new CARGO_HOME for `cargo package`, to remove after use. Its
-# verification builds each crate against the others through a local registry, whose
-# sources cargo unpacks once per path and version under $CARGO_HOME/registry/src/-<hash>/
-# and never refreshes: a second run from the same folder would build the first run's code.
-# This home links to everything of the user's (configuration, index, downloaded crates and
-# their unpacked sources, locks), so nothing is downloaded again, except those local
-# registries' unpacked sources, which start empty each time and go with the folder. Nothing
-# inside the user's CARGO_HOME is removed.
 # require_packaged CRATE DIR GLOB: fails unless the package of CRATE (as `cargo package`
 # lists it) carries every file matching GLOB under CRATE/DIR, which the crate embeds.
 require_packaged() {
@@ -259,6 +251,14 @@ require_packaged() {
   fi
 }
 
+# Prints the path of a new CARGO_HOME for `cargo package`, to remove after use. Its
+# verification builds each crate against the others through a local registry, whose
+# sources cargo unpacks once per path and version under $CARGO_HOME/registry/src/-<hash>/
+# and never refreshes: a second run from the same folder would build the first run's code.
+# This home links to everything of the user's (configuration, index, downloaded crates and
+# their unpacked sources, locks), so nothing is downloaded again, except those local
+# registries' unpacked sources, which start empty each time and go with the folder. Nothing
+# inside the user's CARGO_HOME is removed.
 package_cargo_home() {
   local real=${CARGO_HOME:-$HOME/.cargo} home entry name
   home=$(mktemp -d "${TMPDIR:-/tmp}/jobqueue-package-home.XXXXXX")
