@@ -76,7 +76,6 @@ pub mod __store {
     /// PostgreSQL's promotion, reclaim and pruning statements, which must be served by the
     /// `(status, status_at, id)` index, for the PostgreSQL EXPLAIN tests.
     pub mod pg_maintenance {
-        pub use crate::store::postgres::gauges::PG_COUNT_GAUGES;
         pub use crate::store::postgres::maintenance::{
             PG_PROMOTE, PG_PROMOTE_PROBE, PG_PRUNE, PG_RECLAIM_SELECT,
         };

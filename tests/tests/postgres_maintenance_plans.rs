@@ -5,7 +5,7 @@
 
 use jobqueue::Backend;
 use jobqueue_runtime::__store::pg_maintenance::{
-    PG_COUNT_GAUGES, PG_PROMOTE, PG_PROMOTE_PROBE, PG_PRUNE, PG_RECLAIM_SELECT,
+    PG_PROMOTE, PG_PROMOTE_PROBE, PG_PRUNE, PG_RECLAIM_SELECT,
 };
 use serde_json::Value;
 use sqlx::PgPool;
@@ -150,56 +150,4 @@ async fn promotion_reclaim_and_pruning_read_a_range_of_the_status_time_index() {
     );
     let reclaimed = store.reclaim(100_000).await.expect("reclaim");
     assert_eq!(reclaimed.ready.len() as i64, ROWS / 200);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_gauge_count_reads_index_entries_of_the_waiting_running_and_failed_jobs_only() {
-    let queue = fresh_queue_on(Backend::Postgres, "pg_gauge_plans").await;
-    let pool = queue.postgres_pool().expect("a PostgreSQL queue").clone();
-    fill(&pool).await;
-    // Vacuumed, as autovacuum keeps a table that has run for a while: the visibility map
-    // lets the count skip the rows.
-    sqlx::query("VACUUM ANALYZE job_queue")
-        .execute(&pool)
-        .await
-        .expect("vacuum");
-    let p = plan(&pool, PG_COUNT_GAUGES, &[]).await;
-    let pretty = serde_json::to_string_pretty(&p).unwrap();
-    let mut all = Vec::new();
-    nodes(&p, &mut all);
-    let mut counted_by_queue_status = false;
-    for n in &all {
-        let kind = n["Node Type"].as_str().unwrap_or_default();
-        let index = n["Index Name"].as_str().unwrap_or_default();
-        if n["Relation Name"].as_str() == Some("job_queue") || kind.contains("Index") {
-            assert!(
-                ["Index Scan", "Index Only Scan"].contains(&kind)
-                    && ["job_queue_list_queue", "job_queue_queue_status_at"].contains(&index),
-                "the gauge count reads job_queue by {kind} {index}: {pretty}"
-            );
-            counted_by_queue_status |= index == "job_queue_queue_status_at";
-        }
-    }
-    assert!(
-        counted_by_queue_status,
-        "job_queue_queue_status_at unused: {pretty}"
-    );
-    // And it counts what is there: 1 % each of scheduled, ready, running and failed.
-    assert!(queue.recount_gauges().await.expect("count the gauges"));
-    let counted: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT status, jobs FROM job_queue_gauges WHERE queue = 'plans' ORDER BY status",
-    )
-    .fetch_all(&pool)
-    .await
-    .expect("read the gauges");
-    let each = ROWS / 100;
-    assert_eq!(
-        counted,
-        [
-            ("failed".to_owned(), each),
-            ("ready".to_owned(), each),
-            ("running".to_owned(), each),
-            ("scheduled".to_owned(), each),
-        ]
-    );
 }

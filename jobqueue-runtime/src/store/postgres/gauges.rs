@@ -37,24 +37,12 @@ macro_rules! us_between {
     };
 }
 
-/// The MySQL `count_gauges_sql`: per queue and status, from the `(queue, status, status_at,
-/// id)` index. PostgreSQL has no loose index scan, so the queues are found by a recursive
-/// query that dives into `(queue, id)` once per queue; then each queue's waiting, running
-/// and failed jobs are counted in `(queue, status, status_at, id)` (an index-only scan where
-/// the visibility map allows), one queue at a time (`LATERAL`): joined as a whole, the
-/// planner chose the rows of every such job through the status-time index instead.
-pub const PG_COUNT_GAUGES: &str = "WITH RECURSIVE queues(queue) AS ( \
-       (SELECT queue FROM job_queue ORDER BY queue LIMIT 1) \
-       UNION ALL \
-       SELECT (SELECT j.queue FROM job_queue j WHERE j.queue > q.queue ORDER BY j.queue LIMIT 1) \
-       FROM queues q WHERE q.queue IS NOT NULL) \
-     SELECT q.queue::text, c.status, c.jobs, c.first \
-     FROM queues q CROSS JOIN LATERAL ( \
-       SELECT j.status, COUNT(*) AS jobs, MIN(j.status_at) AS first FROM job_queue j \
-       WHERE j.queue = q.queue \
-         AND j.status IN ('scheduled', 'ready', 'blocked', 'running', 'failed') \
-       GROUP BY j.status) c \
-     WHERE q.queue IS NOT NULL";
+/// The MySQL `count_gauges_sql`: per queue and status, over the `(status, status_at, id)`
+/// index and the rows (not yet from the queue-status index alone, as on MySQL).
+pub(crate) const PG_COUNT_GAUGES: &str = "SELECT queue::text, status, COUNT(*), MIN(run_at) \
+     FROM job_queue \
+     WHERE status IN ('scheduled', 'ready', 'blocked', 'running', 'failed') \
+     GROUP BY queue, status";
 
 /// The MySQL `COUNT_THROUGHPUT`: the jobs finished in `[$1, $2)` per minute (as text,
 /// `YYYY-MM-DD HH:MM:00`), queue and kind. `b` is the runtime's bucket of
